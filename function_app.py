@@ -1,0 +1,68 @@
+"""The front door: each function's trigger and bindings, and one call into the package.
+
+Names of queues, tables and connections come from app settings (see README, Settings).
+"""
+
+import azure.functions as func
+
+from shared import entrypoints
+
+entrypoints.check_settings()
+
+app = func.FunctionApp()
+
+
+@app.function_name("intake")
+@app.service_bus_queue_trigger(arg_name="msg", queue_name="%OrdersQueueName%",
+                               connection="ServiceBusConnection")
+def intake(msg: func.ServiceBusMessage) -> None:
+    entrypoints.intake(msg)
+
+
+@app.function_name("scheduler_commands")
+@app.queue_trigger(arg_name="msg", queue_name="%SchedulerQueueName%",
+                   connection="AzureWebJobsStorage")
+def scheduler_commands(msg: func.QueueMessage) -> None:
+    entrypoints.scheduler_command(msg)
+
+
+@app.function_name("scheduler_replies")
+@app.queue_trigger(arg_name="msg", queue_name="%AgentResponsesQueueName%",
+                   connection="AzureWebJobsStorage")
+def scheduler_replies(msg: func.QueueMessage) -> None:
+    entrypoints.scheduler_reply(msg)
+
+
+@app.function_name("inventory_agent")
+@app.queue_trigger(arg_name="msg", queue_name="%InventoryRequestsQueueName%",
+                   connection="AzureWebJobsStorage")
+def inventory_agent(msg: func.QueueMessage) -> None:
+    entrypoints.agent("inventory", msg)
+
+
+@app.function_name("payment_agent")
+@app.queue_trigger(arg_name="msg", queue_name="%PaymentRequestsQueueName%",
+                   connection="AzureWebJobsStorage")
+def payment_agent(msg: func.QueueMessage) -> None:
+    entrypoints.agent("payment", msg)
+
+
+@app.function_name("shipping_agent")
+@app.queue_trigger(arg_name="msg", queue_name="%ShippingRequestsQueueName%",
+                   connection="AzureWebJobsStorage")
+def shipping_agent(msg: func.QueueMessage) -> None:
+    entrypoints.agent("shipping", msg)
+
+
+@app.function_name("supervisor")
+@app.timer_trigger(arg_name="timer", schedule="%SupervisorSchedule%", run_on_startup=False,
+                   use_monitor=True)
+def supervisor(timer: func.TimerRequest) -> None:
+    entrypoints.supervisor(timer)
+
+
+@app.function_name("simulated_service")
+@app.route(route="sim/{service}/{operation}", methods=["POST"],
+           auth_level=func.AuthLevel.ANONYMOUS)
+def simulated_service(req: func.HttpRequest) -> func.HttpResponse:
+    return entrypoints.simulated_service(req)

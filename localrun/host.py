@@ -1,0 +1,420 @@
+"""An in-process stand-in for the Azure Functions host, for this machine (no Core Tools here).
+
+It loads ``function_app.app``, reads each function's bindings from ``get_raw_bindings()`` (the JSON
+the real host reads) and drives it against Azurite the way the host would:
+
+- queue triggers: base64 messages (``messageEncoding``), ``batchSize`` + ``newBatchThreshold``
+  messages in flight, a failed message made visible again after ``visibilityTimeout``, and moved
+  to ``<queue>-poison`` once its dequeue count reaches ``maxDequeueCount`` (all from host.json);
+- queue output bindings (``func.Out``), sent after the function returns;
+- timer triggers on six-field NCRONTAB schedules;
+- HTTP triggers on ``http://127.0.0.1:<port>/api/<route>``;
+- the Service Bus trigger, fed from the local channel (see servicebus.py) with real
+  ``ServiceBusMessage`` objects; redelivered at once on failure, dead-lettered after
+  ``max_delivery_count``.
+
+``%Name%`` in a binding resolves from the settings, and a missing one is an error, as in the host.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import re
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import azure.functions as func
+from azure.core.exceptions import ResourceExistsError
+from azure.storage.queue import QueueClient, QueueServiceClient, TextBase64EncodePolicy
+from croniter import croniter
+
+from localrun.servicebus import LocalServiceBusChannel, to_service_bus_message
+
+log = logging.getLogger("localrun.host")
+_SETTING = re.compile(r"%([^%]+)%")
+
+
+class HostConfigError(RuntimeError):
+    pass
+
+
+def _timespan(value: str) -> float:
+    h, m, s = value.split(":")
+    return int(h) * 3600 + int(m) * 60 + float(s)
+
+
+@dataclass(frozen=True)
+class QueueOptions:
+    max_polling_interval: float = 60.0
+    visibility_timeout: float = 0.0
+    batch_size: int = 16
+    new_batch_threshold: int = 8
+    max_dequeue_count: int = 5
+    base64: bool = True
+
+    @classmethod
+    def from_host_json(cls, host: Mapping[str, Any]) -> QueueOptions:
+        q = host.get("extensions", {}).get("queues", {})
+        return cls(
+            max_polling_interval=_timespan(q.get("maxPollingInterval", "00:01:00")),
+            visibility_timeout=_timespan(q.get("visibilityTimeout", "00:00:00")),
+            batch_size=int(q.get("batchSize", 16)),
+            new_batch_threshold=int(q.get("newBatchThreshold", 8)),
+            max_dequeue_count=int(q.get("maxDequeueCount", 5)),
+            base64=q.get("messageEncoding", "base64") == "base64",
+        )
+
+
+@dataclass
+class HostStats:
+    invocations: dict[str, int] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+    poisoned: int = 0
+    dead_lettered: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def count(self, name: str, ok: bool) -> None:
+        with self._lock:
+            self.invocations[name] = self.invocations.get(name, 0) + 1
+            if not ok:
+                self.failures[name] = self.failures.get(name, 0) + 1
+
+
+class _Out(func.Out):  # type: ignore[type-arg]
+    def __init__(self) -> None:
+        self._value: Any = None
+
+    def set(self, val: Any) -> None:
+        self._value = val
+
+    def get(self) -> Any:
+        return self._value
+
+
+@dataclass
+class _Function:
+    name: str
+    trigger: dict[str, Any]
+    outputs: list[dict[str, Any]]
+    call: Callable[..., Any]
+
+
+class LocalFunctionHost:
+    def __init__(self, app: func.FunctionApp, *, settings: Mapping[str, str],
+                 storage_connection: str, host_json: Path | Mapping[str, Any],
+                 http_port: int | None = None, poll_interval: float | None = None,
+                 lease_seconds: float = 300.0, max_delivery_count: int = 10,
+                 workers: int = 32, only: set[str] | None = None) -> None:
+        self._settings = settings
+        host = (json.loads(Path(host_json).read_text()) if isinstance(host_json, Path)
+                else dict(host_json))
+        self.queue_options = QueueOptions.from_host_json(host)
+        self._poll_max = poll_interval or self.queue_options.max_polling_interval
+        self._lease = lease_seconds
+        self._max_delivery = max_delivery_count
+        self._queues = QueueServiceClient.from_connection_string(storage_connection)
+        self._http_port = http_port
+        self._functions = [f for f in self._index(app) if only is None or f.name in only]
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fn")
+        self._http: ThreadingHTTPServer | None = None
+        self.stats = HostStats()
+
+    # -- index -------------------------------------------------------------------------------
+
+    def _index(self, app: func.FunctionApp) -> list[_Function]:
+        out = []
+        for f in app.get_functions():
+            bindings = [json.loads(b) for b in f.get_raw_bindings()]
+            triggers = [b for b in bindings if b["type"].endswith("Trigger")]
+            if len(triggers) != 1:
+                raise HostConfigError(f"{f.get_function_name()}: expected one trigger")
+            outputs = [b for b in bindings if b["direction"].upper() == "OUT"]
+            out.append(_Function(f.get_function_name(), triggers[0], outputs,
+                                 f.get_user_function()))
+        return out
+
+    def resolve(self, value: str) -> str:
+        def sub(m: re.Match[str]) -> str:
+            if m.group(1) not in self._settings:
+                raise HostConfigError(f"'%{m.group(1)}%' does not resolve to an app setting")
+            return self._settings[m.group(1)]
+
+        return _SETTING.sub(sub, value)
+
+    @property
+    def functions(self) -> list[str]:
+        return [f.name for f in self._functions]
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> LocalFunctionHost:
+        http_routes = []
+        for f in self._functions:
+            kind = f.trigger["type"]
+            if kind == "queueTrigger":
+                self._spawn(f.name, self._queue_loop, f)
+            elif kind == "serviceBusTrigger":
+                self._spawn(f.name, self._service_bus_loop, f)
+            elif kind == "timerTrigger":
+                self._spawn(f.name, self._timer_loop, f)
+            elif kind == "httpTrigger":
+                http_routes.append(f)
+            else:
+                raise HostConfigError(f"{f.name}: trigger {kind} is not supported locally")
+        if http_routes and self._http_port is not None:
+            self._http = _serve_http(self, http_routes, self._http_port)
+            self._spawn("http", lambda _: self._http.serve_forever(0.2), None)  # type: ignore[union-attr]
+        return self
+
+    def _spawn(self, name: str, target: Callable[[Any], None], arg: Any) -> None:
+        t = threading.Thread(target=target, args=(arg,), name=f"host-{name}", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+        for t in self._threads:
+            t.join(timeout=10)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> LocalFunctionHost:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def http_port(self) -> int | None:
+        return self._http.server_address[1] if self._http else None  # type: ignore[return-value]
+
+    # -- invocation --------------------------------------------------------------------------
+
+    def invoke(self, f: _Function, trigger_value: Any) -> Any:
+        outs = {b["name"]: _Out() for b in f.outputs if b["name"] != "$return"}
+        try:
+            result = f.call(**{f.trigger["name"]: trigger_value}, **outs)
+        except Exception:
+            self.stats.count(f.name, ok=False)
+            log.exception("function %s failed", f.name)
+            raise
+        self.stats.count(f.name, ok=True)
+        for b in f.outputs:
+            if b["type"] == "queue" and b["name"] in outs and outs[b["name"]].get() is not None:
+                self._send_output(b, outs[b["name"]].get())
+        return result
+
+    def _send_output(self, binding: dict[str, Any], value: Any) -> None:
+        q = self._queues.get_queue_client(
+            self.resolve(binding["queueName"]),
+            message_encode_policy=TextBase64EncodePolicy() if self.queue_options.base64 else None,
+        )
+        for item in value if isinstance(value, list) else [value]:
+            q.send_message(item if isinstance(item, str) else json.dumps(item))
+
+    # -- queue trigger -----------------------------------------------------------------------
+
+    def _poll(self, receive: Callable[[int], list[Any]], handle: Callable[[Any], None],
+              capacity: int) -> None:
+        """The host's polling loop: fetch when there is room, back off when the queue is empty."""
+        in_flight = threading.Semaphore(capacity)
+        delay = 0.05
+        while not self._stop.is_set():
+            # Wait for room for at least one message before asking for more.
+            if not in_flight.acquire(timeout=0.2):
+                continue
+            in_flight.release()
+            try:
+                messages = receive(min(32, capacity))
+            except Exception:
+                log.exception("receive failed")
+                messages = []
+            if not messages:
+                self._stop.wait(delay)
+                delay = min(self._poll_max, delay * 2)
+                continue
+            delay = 0.05
+            for m in messages:
+                in_flight.acquire()
+
+                def run(m: Any = m) -> None:
+                    try:
+                        handle(m)
+                    finally:
+                        in_flight.release()
+
+                self._pool.submit(run)
+
+    def _queue_loop(self, f: _Function) -> None:
+        opts = self.queue_options
+        queue = self._queues.get_queue_client(self.resolve(f.trigger["queueName"]))
+        poison = self._queues.get_queue_client(queue.queue_name + "-poison")
+        _ensure(queue)
+
+        def receive(n: int) -> list[Any]:
+            return list(queue.receive_messages(messages_per_page=n, max_messages=n,
+                                               visibility_timeout=int(self._lease)))
+
+        def handle(m: Any) -> None:
+            try:
+                body = base64.b64decode(m.content, validate=True) if opts.base64 \
+                    else m.content.encode()
+            except (binascii.Error, ValueError):
+                body = None
+            try:
+                if body is None:
+                    raise ValueError("message is not valid base64 (host messageEncoding)")
+                self.invoke(f, func.QueueMessage(
+                    id=m.id, body=body, dequeue_count=m.dequeue_count,
+                    expiration_time=m.expires_on, insertion_time=m.inserted_on,
+                    time_next_visible=m.next_visible_on, pop_receipt=m.pop_receipt))
+            except Exception:
+                if m.dequeue_count >= opts.max_dequeue_count:
+                    _ensure(poison)
+                    poison.send_message(m.content)
+                    queue.delete_message(m)
+                    with self.stats._lock:
+                        self.stats.poisoned += 1
+                    log.error("%s: message %s moved to %s", f.name, m.id, poison.queue_name)
+                else:
+                    queue.update_message(m, visibility_timeout=int(opts.visibility_timeout))
+                return
+            queue.delete_message(m)
+
+        self._poll(receive, handle, opts.batch_size + opts.new_batch_threshold)
+
+    # -- Service Bus trigger -----------------------------------------------------------------
+
+    def _service_bus_loop(self, f: _Function) -> None:
+        channel = LocalServiceBusChannel(self._queues, self.resolve(f.trigger["queueName"]))
+        channel.ensure()
+        queue = channel.queue
+
+        def receive(n: int) -> list[Any]:
+            return list(queue.receive_messages(messages_per_page=n, max_messages=n,
+                                               visibility_timeout=int(self._lease)))
+
+        def handle(m: Any) -> None:
+            try:
+                self.invoke(f, to_service_bus_message(m))
+            except Exception:
+                if m.dequeue_count >= self._max_delivery:
+                    envelope = json.loads(m.content)
+                    envelope["dead_letter_reason"] = "MaxDeliveryCountExceeded"
+                    channel.deadletter.send_message(json.dumps(envelope))
+                    queue.delete_message(m)
+                    with self.stats._lock:
+                        self.stats.dead_lettered += 1
+                else:
+                    # Service Bus redelivers an abandoned message at once.
+                    queue.update_message(m, visibility_timeout=0)
+                return
+            queue.delete_message(m)
+
+        self._poll(receive, handle, 16)
+
+    # -- timer trigger -----------------------------------------------------------------------
+
+    def _timer_loop(self, f: _Function) -> None:
+        schedule = self.resolve(f.trigger["schedule"])
+        if len(schedule.split()) != 6:
+            raise HostConfigError(f"{f.name}: schedule {schedule!r} is not six-field NCRONTAB")
+        it = croniter(schedule, datetime.now(UTC), second_at_beginning=True)
+        last: datetime | None = None
+        while not self._stop.is_set():
+            due: datetime = it.get_next(datetime)
+            wait = (due - datetime.now(UTC)).total_seconds()
+            if wait > 0 and self._stop.wait(wait):
+                return
+            past_due = (datetime.now(UTC) - due) > timedelta(seconds=5)
+            status = {"Last": last.isoformat() if last else None, "Next": None}
+            # invoke() logs a failed run; like the host, wait for the next occurrence.
+            with contextlib.suppress(Exception):
+                self.invoke(f, func.TimerRequest(past_due=past_due, schedule_status=status,
+                                                 schedule={"AdjustForDST": True}))
+            last = due
+
+
+def _ensure(q: QueueClient) -> None:
+    with contextlib.suppress(ResourceExistsError):
+        q.create_queue()
+
+
+def _route_pattern(route: str) -> re.Pattern[str]:
+    parts = []
+    for seg in route.strip("/").split("/"):
+        m = re.fullmatch(r"\{(\w+)(?::\w+)?(\?)?\}", seg)
+        if m:
+            parts.append(f"(?P<{m.group(1)}>[^/]+){'?' if m.group(2) else ''}")
+        else:
+            parts.append(re.escape(seg))
+    return re.compile("^" + "/".join(parts) + "$")
+
+
+def _serve_http(host: LocalFunctionHost, functions: list[_Function],
+                port: int) -> ThreadingHTTPServer:
+    routes = [(_route_pattern(f.trigger.get("route") or f.name),
+               {m.upper() for m in f.trigger.get("methods") or ["GET", "POST"]}, f)
+              for f in functions]
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug(format, *args)
+
+        def _dispatch(self) -> None:
+            url = urlsplit(self.path)
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            path = url.path
+            if not path.startswith("/api/"):
+                return self._reply(404, b"not found", {})
+            for pattern, methods, f in routes:
+                m = pattern.match(path[len("/api/"):])
+                if not m:
+                    continue
+                if self.command not in methods:
+                    return self._reply(405, b"method not allowed", {})
+                req = func.HttpRequest(
+                    method=self.command, url=f"http://127.0.0.1:{port}{self.path}",
+                    headers=dict(self.headers.items()),
+                    params={k: v[0] for k, v in parse_qs(url.query).items()},
+                    route_params={k: v for k, v in m.groupdict().items() if v is not None},
+                    body=body)
+                try:
+                    resp = host.invoke(f, req)
+                except Exception:
+                    return self._reply(500, b"function failed", {})
+                return self._reply(resp.status_code, resp.get_body(), dict(resp.headers))
+            return self._reply(404, b"no function for this route", {})
+
+        def _reply(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+            self.send_response(status)
+            for k, v in headers.items():
+                if k.lower() != "content-length":
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _dispatch
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server.daemon_threads = True
+    return server

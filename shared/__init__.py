@@ -1,0 +1,1 @@
+"""Scheduler Agent Supervisor order pipeline: the domain, the adapters and the handlers."""

@@ -1,0 +1,1 @@
+"""Adapters: thin wrappers over Table Storage, Storage queues, HTTP and logging."""

@@ -1,0 +1,136 @@
+"""The one place where real adapters are wired to the handlers, from validated settings."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import httpx
+from azure.core.exceptions import ResourceExistsError
+from azure.data.tables import TableServiceClient
+from azure.storage.queue import QueueServiceClient
+
+from shared.adapters.alerts import TableAlertSink
+from shared.adapters.queues import StorageQueueSender
+from shared.adapters.rejections import TableRejectionStore
+from shared.adapters.remote_service import RemoteServiceClient
+from shared.adapters.state_store import TableOrderStore
+from shared.adapters.storage import queue_service, table_service
+from shared.clock import Clock, utc_now
+from shared.domain.state import RetryPolicy, exponential_backoff
+from shared.domain.workflow import ORDER_FULFILMENT, Workflow
+from shared.handlers.agent import Agent, AgentRetryPolicy, new_breaker
+from shared.handlers.intake import IntakeHandler
+from shared.handlers.notify import Notifier
+from shared.handlers.scheduler import Scheduler
+from shared.handlers.simulated_service import Faults, SimulatedService
+from shared.handlers.supervisor import Supervisor
+from shared.settings import Settings, load_settings
+
+
+@dataclass
+class Container:
+    settings: Settings
+    workflow: Workflow
+    tables: TableServiceClient
+    queues: QueueServiceClient
+    store: TableOrderStore
+    intake: IntakeHandler
+    scheduler: Scheduler
+    supervisor: Supervisor
+    agents: dict[str, Agent]
+    simulator: SimulatedService
+    http: httpx.Client = field(repr=False)
+
+    def ensure_resources(self) -> None:
+        """Create the tables and queues (local runs; in Azure the Bicep creates them)."""
+        s = self.settings
+        for name in (s.state_table, s.inflight_table, s.rejected_table, s.alerts_table,
+                     s.simulator_table):
+            with contextlib.suppress(ResourceExistsError):
+                self.tables.create_table(name)
+        for name in (s.scheduler_queue, s.responses_queue, *s.agent_queues.values()):
+            with contextlib.suppress(ResourceExistsError):
+                self.queues.create_queue(name)
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def build(settings: Settings, *, clock: Clock = utc_now, policies: Sequence[Any] = (),
+          base_workflow: Workflow = ORDER_FULFILMENT) -> Container:
+    workflow = settings.workflow(base_workflow)
+    tables = table_service(settings, policies)
+    queues = queue_service(settings, policies)
+    store = TableOrderStore(tables.get_table_client(settings.state_table),
+                            tables.get_table_client(settings.inflight_table))
+    sender = StorageQueueSender(queues)
+    alerts = TableAlertSink(tables.get_table_client(settings.alerts_table))
+    notifier = Notifier(sender, alerts)
+    http = httpx.Client(limits=httpx.Limits(max_connections=64, max_keepalive_connections=16))
+    retry = AgentRetryPolicy(settings.agent_retry_base, settings.agent_retry_max,
+                             settings.agent_call_timeout)
+    agents = {
+        name: Agent(
+            name=name, client=RemoteServiceClient(url, http), sender=sender,
+            responses_queue=settings.responses_queue, policy=retry,
+            breaker=new_breaker(name, settings.breaker_failures, settings.breaker_reset),
+            clock=clock,
+        )
+        for name, url in settings.service_urls.items()
+    }
+    policy = RetryPolicy(
+        failure_threshold=settings.failure_threshold,
+        backoff=exponential_backoff(timedelta(seconds=settings.retry_backoff),
+                                    timedelta(seconds=settings.retry_backoff_max)),
+        pending_grace=timedelta(seconds=settings.pending_grace),
+    )
+    return Container(
+        settings=settings, workflow=workflow, tables=tables, queues=queues, store=store,
+        intake=IntakeHandler(
+            store=store, rejections=TableRejectionStore(
+                tables.get_table_client(settings.rejected_table)),
+            alerts=alerts, sender=sender, notifier=notifier, workflow=workflow,
+            scheduler_queue=settings.scheduler_queue,
+            reply_allowed=settings.reply_queue_allowed, clock=clock),
+        scheduler=Scheduler(
+            instance_id=settings.scheduler_instance_id, store=store, sender=sender,
+            notifier=notifier, workflow=workflow, agent_queues=settings.agent_queues,
+            clock=clock),
+        supervisor=Supervisor(store=store, sender=sender, notifier=notifier, policy=policy,
+                              scheduler_queue=settings.scheduler_queue, clock=clock),
+        agents=agents,
+        simulator=SimulatedService(
+            tables.get_table_client(settings.simulator_table),
+            Faults(settings.sim_latency_ms, settings.sim_transient_rate,
+                   settings.sim_permanent_rate, settings.sim_hang_rate,
+                   settings.sim_hang_seconds),
+            clock),
+        http=http,
+    )
+
+
+_container: Container | None = None
+_lock = threading.Lock()
+
+
+def container() -> Container:
+    """The process-wide container, built on first use from the app settings."""
+    global _container
+    with _lock:
+        if _container is None:
+            _container = build(load_settings())
+        return _container
+
+
+def reset(replacement: Container | None = None) -> None:
+    """Forget the current container (tests and the local host change settings between runs)."""
+    global _container
+    with _lock:
+        if _container is not None and _container is not replacement:
+            _container.close()
+        _container = replacement

@@ -1,0 +1,119 @@
+"""An Agent: performs one step against one remote service, inside the step's complete-by time.
+
+Retries transient faults with exponential backoff and jitter while time remains, behind a circuit
+breaker so a service that keeps failing is not hammered. Replies ok, or with an error for a fault
+it knows is permanent. Once the complete-by time has passed it stops and sends nothing: the
+Supervisor may already have started another attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import pybreaker
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
+
+from shared.adapters.queues import MessageSender
+from shared.adapters.remote_service import (
+    PermanentServiceError,
+    RemoteServiceClient,
+    TransientServiceError,
+)
+from shared.clock import Clock
+from shared.domain.messages import Action, AgentReply, AgentRequest, ReplyOutcome
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AgentRetryPolicy:
+    base_delay: float
+    max_delay: float
+    call_timeout: float
+
+
+def new_breaker(name: str, failures: int, reset_seconds: float) -> pybreaker.CircuitBreaker:
+    # A refusal (permanent fault) is the service working as designed, not a sign of ill health.
+    return pybreaker.CircuitBreaker(
+        fail_max=failures, reset_timeout=reset_seconds, name=name,
+        exclude=[PermanentServiceError],
+    )
+
+
+class _Expired(Exception):
+    pass
+
+
+class Agent:
+    def __init__(self, *, name: str, client: RemoteServiceClient, sender: MessageSender,
+                 responses_queue: str, policy: AgentRetryPolicy,
+                 breaker: pybreaker.CircuitBreaker, clock: Clock,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.name = name
+        self._client = client
+        self._sender = sender
+        self._responses_queue = responses_queue
+        self._policy = policy
+        self._breaker = breaker
+        self._clock = clock
+        self._sleep = sleep
+
+    def handle(self, body: str) -> AgentReply | None:
+        """Returns the reply sent, or None when nothing was sent."""
+        req = AgentRequest.model_validate_json(body)
+        where = f"{req.order_id}/{req.step} {req.action.value} attempt {req.attempt}"
+        if self._remaining(req.complete_by) <= 0:
+            log.info("agent %s: %s arrived after its complete-by; dropped", self.name, where)
+            return None
+        try:
+            result = self._call_with_retries(req)
+            reply = AgentReply(order_id=req.order_id, step=req.step, action=req.action,
+                               attempt=req.attempt, outcome=ReplyOutcome.OK, result=result)
+        except PermanentServiceError as e:
+            reply = AgentReply(order_id=req.order_id, step=req.step, action=req.action,
+                               attempt=req.attempt, outcome=ReplyOutcome.PERMANENT_ERROR,
+                               error=str(e))
+        except (TransientServiceError, pybreaker.CircuitBreakerError, _Expired) as e:
+            log.warning("agent %s: %s gave up, no reply: %s", self.name, where, e)
+            return None
+        if self._remaining(req.complete_by) <= 0:
+            log.warning("agent %s: %s finished after complete-by; no reply", self.name, where)
+            return None
+        self._sender.send(self._responses_queue, reply.to_json())
+        return reply
+
+    def _remaining(self, complete_by: datetime) -> float:
+        return (complete_by - self._clock()).total_seconds()
+
+    def _call_with_retries(self, req: AgentRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {"order_id": req.order_id, "step": req.step, "order": req.order}
+        if req.action is Action.UNDO:
+            body["compensates"] = req.idempotency_key.removesuffix(".undo") + ".do"
+
+        def stop(rs: RetryCallState) -> bool:
+            # Stop when the next wait would end past complete-by: a reply then is worthless.
+            return (self._remaining(req.complete_by) - (rs.upcoming_sleep or 0)) <= 0
+
+        def attempt() -> dict[str, Any]:
+            remaining = self._remaining(req.complete_by)
+            if remaining <= 0:
+                raise _Expired("complete-by passed")
+            return self._breaker.call(
+                self._client.call, req.operation, req.idempotency_key, body,
+                min(remaining, self._policy.call_timeout),
+            )
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(TransientServiceError),
+            wait=wait_exponential_jitter(initial=self._policy.base_delay,
+                                         max=self._policy.max_delay),
+            stop=stop, sleep=self._sleep, reraise=True,
+        )
+        return retrying(attempt)
+
+

@@ -1,0 +1,185 @@
+"""Every app setting the code reads, validated once at start-up.
+
+Names are the app-setting names (as in local.settings.json and the Bicep). A missing optional
+setting takes its default; a setting that is present but wrong stops the app with an error that
+names it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import socket
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from shared.domain.workflow import Workflow
+
+# The well-known Azurite account; Core Tools users write UseDevelopmentStorage=true.
+AZURITE_CONNECTION = (
+    "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
+    "AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;"
+    "BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;"
+    "QueueEndpoint=http://127.0.0.1:10001/devstoreaccount1;"
+    "TableEndpoint=http://127.0.0.1:10002/devstoreaccount1;"
+)
+
+QueueName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")]
+TableName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9]{2,62}$")]
+Seconds = Annotated[float, Field(gt=0)]
+Rate = Annotated[float, Field(ge=0, le=1)]
+
+
+class SettingsError(RuntimeError):
+    """A setting is missing or wrong. The message names it."""
+
+
+def _default_instance_id() -> str:
+    return os.environ.get("WEBSITE_INSTANCE_ID", "")[:16] or f"{socket.gethostname()}-{os.getpid()}"
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    # Storage: a connection string locally, or the identity-based settings in Azure.
+    storage_connection: str | None = Field(None, alias="AzureWebJobsStorage")
+    storage_account_name: str | None = Field(None, alias="AzureWebJobsStorage__accountName")
+    table_service_uri: str | None = Field(None, alias="AzureWebJobsStorage__tableServiceUri")
+    queue_service_uri: str | None = Field(None, alias="AzureWebJobsStorage__queueServiceUri")
+    storage_client_id: str | None = Field(None, alias="AzureWebJobsStorage__clientId")
+
+    orders_queue: str = Field("orders", alias="OrdersQueueName", min_length=1)
+    scheduler_queue: QueueName = Field("scheduler-commands", alias="SchedulerQueueName")
+    responses_queue: QueueName = Field("agent-responses", alias="AgentResponsesQueueName")
+    inventory_queue: QueueName = Field("inventory-requests", alias="InventoryRequestsQueueName")
+    payment_queue: QueueName = Field("payment-requests", alias="PaymentRequestsQueueName")
+    shipping_queue: QueueName = Field("shipping-requests", alias="ShippingRequestsQueueName")
+
+    state_table: TableName = Field("OrderState", alias="StateTableName")
+    inflight_table: TableName = Field("OrdersInFlight", alias="InFlightTableName")
+    rejected_table: TableName = Field("RejectedOrders", alias="RejectedOrdersTableName")
+    alerts_table: TableName = Field("OperatorAlerts", alias="OperatorAlertsTableName")
+    simulator_table: TableName = Field("SimulatedEffects", alias="SimulatorTableName")
+
+    supervisor_schedule: str = Field("*/30 * * * * *", alias="SupervisorSchedule")
+    failure_threshold: int = Field(3, alias="FailureThreshold", ge=1, le=100)
+    retry_backoff: Seconds = Field(5, alias="RetryBackoffSeconds")
+    retry_backoff_max: Seconds = Field(300, alias="RetryBackoffMaxSeconds")
+    pending_grace: Seconds = Field(60, alias="PendingGraceSeconds")
+    step_budgets: str = Field("", alias="StepBudgetSeconds")
+    reply_allow_list: str = Field("order-status-*", alias="ReplyQueueAllowList")
+    scheduler_instance_id: str = Field(
+        default_factory=_default_instance_id, alias="SchedulerInstanceId", min_length=1
+    )
+
+    inventory_url: str = Field(
+        "http://localhost:7071/api/sim/inventory", alias="InventoryServiceUrl", pattern="^https?://"
+    )
+    payment_url: str = Field(
+        "http://localhost:7071/api/sim/payment", alias="PaymentServiceUrl", pattern="^https?://"
+    )
+    shipping_url: str = Field(
+        "http://localhost:7071/api/sim/shipping", alias="ShippingServiceUrl", pattern="^https?://"
+    )
+    agent_retry_base: Seconds = Field(0.2, alias="AgentRetryBaseSeconds")
+    agent_retry_max: Seconds = Field(5, alias="AgentRetryMaxSeconds")
+    agent_call_timeout: Seconds = Field(10, alias="AgentCallTimeoutSeconds")
+    breaker_failures: int = Field(5, alias="CircuitBreakerFailures", ge=1)
+    breaker_reset: Seconds = Field(30, alias="CircuitBreakerResetSeconds")
+
+    simulators_enabled: bool = Field(False, alias="SimulatorsEnabled")
+    sim_latency_ms: int = Field(0, alias="SimLatencyMs", ge=0)
+    sim_transient_rate: Rate = Field(0, alias="SimTransientErrorRate")
+    sim_permanent_rate: Rate = Field(0, alias="SimPermanentErrorRate")
+    sim_hang_rate: Rate = Field(0, alias="SimHangRate")
+    sim_hang_seconds: Seconds = Field(120, alias="SimHangSeconds")
+
+    @field_validator("supervisor_schedule")
+    @classmethod
+    def _six_fields(cls, v: str) -> str:
+        if len(v.split()) != 6:
+            raise ValueError("needs six NCRONTAB fields: second minute hour day month weekday")
+        return v
+
+    @field_validator("step_budgets")
+    @classmethod
+    def _budget_pairs(cls, v: str) -> str:
+        _parse_budgets(v)
+        return v
+
+    @property
+    def agent_queues(self) -> dict[str, str]:
+        return {
+            "inventory": self.inventory_queue,
+            "payment": self.payment_queue,
+            "shipping": self.shipping_queue,
+        }
+
+    @property
+    def service_urls(self) -> dict[str, str]:
+        return {
+            "inventory": self.inventory_url,
+            "payment": self.payment_url,
+            "shipping": self.shipping_url,
+        }
+
+    @property
+    def effective_storage_connection(self) -> str | None:
+        if self.storage_connection == "UseDevelopmentStorage=true":
+            return AZURITE_CONNECTION
+        return self.storage_connection
+
+    def reply_queue_allowed(self, queue: str) -> bool:
+        patterns = [p.strip() for p in self.reply_allow_list.split(",") if p.strip()]
+        return any(fnmatch.fnmatchcase(queue, p) for p in patterns)
+
+    def workflow(self, base: Workflow) -> Workflow:
+        """The workflow with budgets from settings; every Agent it names must have a queue."""
+        missing = base.agents - set(self.agent_queues)
+        if missing:
+            raise SettingsError(f"no request queue setting for agents {sorted(missing)}")
+        try:
+            return base.with_budgets(_parse_budgets(self.step_budgets))
+        except ValueError as e:
+            raise SettingsError(f"StepBudgetSeconds={self.step_budgets!r}: {e}") from None
+
+
+def _parse_budgets(v: str) -> dict[str, timedelta]:
+    budgets: dict[str, timedelta] = {}
+    for pair in filter(None, (p.strip() for p in v.split(","))):
+        name, sep, seconds = pair.partition("=")
+        try:
+            value = float(seconds)
+        except ValueError:
+            value = -1
+        if not sep or value <= 0:
+            raise ValueError(f"expected step=seconds pairs, got {pair!r}")
+        budgets[name.strip()] = timedelta(seconds=value)
+    return budgets
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    env = dict(os.environ if environ is None else environ)
+    try:
+        settings = Settings.model_validate(env)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{err['loc'][0] if err['loc'] else '?'}={env.get(str(err['loc'][0]), '<missing>')!r}: "
+            f"{err['msg']}"
+            for err in e.errors()
+        )
+        raise SettingsError(f"invalid app settings: {problems}") from None
+    if not (settings.storage_connection or settings.storage_account_name
+            or (settings.table_service_uri and settings.queue_service_uri)):
+        raise SettingsError(
+            "no storage configured: set AzureWebJobsStorage (a connection string) or "
+            "AzureWebJobsStorage__accountName (managed identity)"
+        )
+    if settings.retry_backoff_max < settings.retry_backoff:
+        raise SettingsError("RetryBackoffMaxSeconds must not be below RetryBackoffSeconds")
+    return settings
+
+
