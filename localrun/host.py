@@ -39,6 +39,8 @@ from azure.core.exceptions import ResourceExistsError
 from azure.storage.queue import QueueClient, QueueServiceClient, TextBase64EncodePolicy
 from croniter import croniter
 
+from localrun.index import IndexedFunction as _Function
+from localrun.index import functions_of
 from localrun.servicebus import LocalServiceBusChannel, to_service_bus_message
 
 log = logging.getLogger("localrun.host")
@@ -102,14 +104,6 @@ class _Out(func.Out):  # type: ignore[type-arg]
         return self._value
 
 
-@dataclass
-class _Function:
-    name: str
-    trigger: dict[str, Any]
-    outputs: list[dict[str, Any]]
-    call: Callable[..., Any]
-
-
 class LocalFunctionHost:
     def __init__(self, app: func.FunctionApp, *, settings: Mapping[str, str],
                  storage_connection: str, host_json: Path | Mapping[str, Any],
@@ -134,17 +128,13 @@ class LocalFunctionHost:
 
     # -- index -------------------------------------------------------------------------------
 
-    def _index(self, app: func.FunctionApp) -> list[_Function]:
-        out = []
-        for f in app.get_functions():
-            bindings = [json.loads(b) for b in f.get_raw_bindings()]
-            triggers = [b for b in bindings if b["type"].endswith("Trigger")]
-            if len(triggers) != 1:
-                raise HostConfigError(f"{f.get_function_name()}: expected one trigger")
-            outputs = [b for b in bindings if b["direction"].upper() == "OUT"]
-            out.append(_Function(f.get_function_name(), triggers[0], outputs,
-                                 f.get_user_function()))
-        return out
+    @staticmethod
+    def _index(app: func.FunctionApp) -> list[_Function]:
+        functions = functions_of(app)
+        for f in functions:
+            if sum(b["type"].endswith("Trigger") for b in f.bindings) != 1:
+                raise HostConfigError(f"{f.name}: expected exactly one trigger")
+        return functions
 
     def resolve(self, value: str) -> str:
         def sub(m: re.Match[str]) -> str:

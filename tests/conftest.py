@@ -1,0 +1,113 @@
+"""Test fixtures: a real Azurite for the session, unique table and queue names per test."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from localrun.azurite import Azurite
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def azurite() -> Iterator[Azurite]:
+    az = Azurite.start()
+    try:
+        yield az
+    finally:
+        az.stop()
+
+
+def unique_settings(connection: str, **overrides: str) -> dict[str, str]:
+    """A full set of app settings whose tables and queues no other test uses."""
+    t = uuid.uuid4().hex[:10]
+    settings = {
+        "AzureWebJobsStorage": connection,
+        "ServiceBusConnection": "local",
+        "OrdersQueueName": f"orders-{t}",
+        "SchedulerQueueName": f"sched-{t}",
+        "AgentResponsesQueueName": f"replies-{t}",
+        "InventoryRequestsQueueName": f"inventory-{t}",
+        "PaymentRequestsQueueName": f"payment-{t}",
+        "ShippingRequestsQueueName": f"shipping-{t}",
+        "StateTableName": f"State{t}",
+        "InFlightTableName": f"InFlight{t}",
+        "RejectedOrdersTableName": f"Rejected{t}",
+        "OperatorAlertsTableName": f"Alerts{t}",
+        "SimulatorTableName": f"Effects{t}",
+        "SupervisorSchedule": "*/1 * * * * *",
+        "ReplyQueueAllowList": f"status-{t}*",
+        "SimulatorsEnabled": "true",
+        "SchedulerInstanceId": "scheduler-test",
+        "AgentRetryBaseSeconds": "0.05",
+        "AgentRetryMaxSeconds": "0.3",
+    }
+    settings.update(overrides)
+    return settings
+
+
+@pytest.fixture
+def make_settings(azurite: Azurite) -> Callable[..., dict[str, str]]:
+    return lambda **overrides: unique_settings(azurite.connection_string, **overrides)
+
+
+@pytest.fixture
+def app_env(make_settings: Callable[..., dict[str, str]],
+            monkeypatch: pytest.MonkeyPatch) -> Callable[..., dict[str, str]]:
+    """Set app settings in the environment, as the host does, and rebuild the container."""
+    from shared import bootstrap
+
+    def apply(**overrides: str) -> dict[str, str]:
+        settings = make_settings(**overrides)
+        for k, v in settings.items():
+            monkeypatch.setenv(k, v)
+        bootstrap.reset()
+        bootstrap.container().ensure_resources()
+        return settings
+
+    yield apply  # type: ignore[misc]
+    bootstrap.reset()
+
+
+class FakeClock:
+    """A clock the test moves; handlers read it instead of the wall clock."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **kwargs: float) -> None:
+        self.now += timedelta(**kwargs)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 30.0,
+               interval: float = 0.05, message: str = "condition") -> object:
+    """Poll a condition until it is truthy; fail with the message after the timeout."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+# function_app.py checks settings on import, as the host would; unit tests import it with the
+# local default (no storage is touched until a test asks for a container).
+os.environ.setdefault("AzureWebJobsStorage", "UseDevelopmentStorage=true")

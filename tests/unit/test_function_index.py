@@ -1,0 +1,58 @@
+"""The function index: what the Functions host would read from function_app.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import function_app
+from localrun.index import functions_of
+
+
+def index() -> dict[str, tuple[dict[str, Any], ...]]:
+    return {f.name: f.bindings for f in functions_of(function_app.app)}
+
+
+def trigger(name: str) -> dict[str, Any]:
+    (t,) = [b for b in index()[name] if b["type"].endswith("Trigger")]
+    return t
+
+
+def test_intake_is_a_service_bus_trigger_on_the_orders_queue() -> None:
+    t = trigger("intake")
+    assert t["type"] == "serviceBusTrigger"
+    assert t["queueName"] == "%OrdersQueueName%"
+    assert t["connection"] == "ServiceBusConnection"
+
+
+def test_scheduler_and_agents_are_queue_triggers_on_their_queues() -> None:
+    expected = {
+        "scheduler_commands": "%SchedulerQueueName%",
+        "scheduler_replies": "%AgentResponsesQueueName%",
+        "inventory_agent": "%InventoryRequestsQueueName%",
+        "payment_agent": "%PaymentRequestsQueueName%",
+        "shipping_agent": "%ShippingRequestsQueueName%",
+    }
+    for name, queue in expected.items():
+        t = trigger(name)
+        assert (t["type"], t["queueName"], t["connection"]) == (
+            "queueTrigger", queue, "AzureWebJobsStorage")
+
+
+def test_supervisor_is_a_timer_on_a_setting() -> None:
+    t = trigger("supervisor")
+    assert t["type"] == "timerTrigger"
+    assert t["schedule"] == "%SupervisorSchedule%"
+    assert t["runOnStartup"] is False
+
+
+def test_every_agent_of_the_workflow_has_a_function() -> None:
+    from shared.domain.workflow import ORDER_FULFILMENT
+
+    assert {f"{a}_agent" for a in ORDER_FULFILMENT.agents} <= set(index())
+
+
+def test_the_function_set_is_exactly_the_documented_one() -> None:
+    assert set(index()) == {
+        "intake", "scheduler_commands", "scheduler_replies", "inventory_agent",
+        "payment_agent", "shipping_agent", "supervisor", "simulated_service",
+    }

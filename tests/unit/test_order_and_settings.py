@@ -1,0 +1,104 @@
+"""Order validation and settings validation: bad input gets a reason that names the problem."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shared.domain.order import InvalidOrder, parse_order
+from shared.domain.workflow import ORDER_FULFILMENT
+from shared.settings import SettingsError, load_settings
+
+GOOD = {"order_id": "o-1", "customer_id": "c-1",
+        "items": [{"sku": "A", "quantity": 2, "unit_price": "9.99"}]}
+
+
+def body(**changes: object) -> bytes:
+    return json.dumps({**GOOD, **changes}).encode()
+
+
+def test_a_valid_order_parses_and_totals() -> None:
+    o = parse_order(body())
+    assert str(o.total) == "19.98"
+    assert o.fingerprint() == parse_order(body()).fingerprint()
+    assert o.fingerprint() != parse_order(body(customer_id="c-2")).fingerprint()
+
+
+@pytest.mark.parametrize(("changes", "reason"), [
+    ({"order_id": "a/b"}, "order_id"),
+    ({"order_id": "a#b"}, "order_id"),
+    ({"order_id": "a?b"}, "order_id"),
+    ({"order_id": "x" * 200}, "order_id"),
+    ({"order_id": ""}, "order_id"),
+    ({"customer_id": ""}, "customer_id"),
+    ({"items": []}, "items"),
+    ({"items": [{"sku": "A", "quantity": 0, "unit_price": "1"}]}, "quantity"),
+    ({"items": [{"sku": "A", "quantity": 1, "unit_price": "-1"}]}, "unit_price"),
+    ({"items": [{"sku": "A", "quantity": 1}]}, "unit_price"),
+    ({"reply_to": "Not_A_Queue"}, "reply_to"),
+    ({"reply_to": "a--b"}, "reply_to"),
+    ({"schema_version": 2}, "schema_version"),
+    ({"surprise": 1}, "surprise"),
+])
+def test_invalid_orders_name_the_field(changes: dict[str, object], reason: str) -> None:
+    with pytest.raises(InvalidOrder, match=reason):
+        parse_order(body(**changes))
+
+
+@pytest.mark.parametrize("raw", [b"", b"not json", b"[]", b"\xff\xfe"])
+def test_garbage_is_invalid_not_a_crash(raw: bytes) -> None:
+    with pytest.raises(InvalidOrder):
+        parse_order(raw)
+
+
+BASE = {"AzureWebJobsStorage": "UseDevelopmentStorage=true"}
+
+
+def test_defaults_are_sensible() -> None:
+    s = load_settings(BASE)
+    assert s.failure_threshold == 3
+    assert s.effective_storage_connection and "127.0.0.1:10002" in s.effective_storage_connection
+    assert s.workflow(ORDER_FULFILMENT) == ORDER_FULFILMENT
+    assert s.reply_queue_allowed("order-status-42") and not s.reply_queue_allowed("orders")
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("FailureThreshold", "0"),
+    ("FailureThreshold", "three"),
+    ("SchedulerQueueName", "Has_Upper"),
+    ("StateTableName", "1table"),
+    ("SupervisorSchedule", "*/5 * * * *"),
+    ("RetryBackoffSeconds", "-1"),
+    ("SimTransientErrorRate", "1.5"),
+    ("InventoryServiceUrl", "ftp://x"),
+    ("StepBudgetSeconds", "charge_payment=soon"),
+])
+def test_a_wrong_setting_fails_fast_and_is_named(name: str, value: str) -> None:
+    with pytest.raises(SettingsError, match=name):
+        load_settings({**BASE, name: value})
+
+
+def test_missing_storage_is_named() -> None:
+    with pytest.raises(SettingsError, match="AzureWebJobsStorage"):
+        load_settings({})
+
+
+def test_identity_based_storage_is_accepted() -> None:
+    s = load_settings({"AzureWebJobsStorage__accountName": "acct",
+                       "AzureWebJobsStorage__clientId": "00000000-0000-0000-0000-000000000000"})
+    assert s.effective_storage_connection is None
+
+
+def test_step_budgets_override_the_workflow() -> None:
+    s = load_settings({**BASE, "StepBudgetSeconds": "charge_payment=7, arrange_shipping=9"})
+    wf = s.workflow(ORDER_FULFILMENT)
+    assert wf.step("charge_payment").budget.total_seconds() == 7
+    assert wf.step("arrange_shipping").budget.total_seconds() == 9
+    with pytest.raises(SettingsError, match="StepBudgetSeconds"):
+        load_settings({**BASE, "StepBudgetSeconds": "nope=3"}).workflow(ORDER_FULFILMENT)
+
+
+def test_backoff_cap_below_base_is_refused() -> None:
+    with pytest.raises(SettingsError, match="RetryBackoffMaxSeconds"):
+        load_settings({**BASE, "RetryBackoffSeconds": "10", "RetryBackoffMaxSeconds": "5"})
