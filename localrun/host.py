@@ -36,6 +36,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import azure.functions as func
 from azure.core.exceptions import ResourceExistsError
+from azure.functions.queue import QueueMessage
+from azure.functions.timer import TimerRequest
 from azure.storage.queue import QueueClient, QueueServiceClient, TextBase64EncodePolicy
 from croniter import croniter
 
@@ -269,7 +271,7 @@ class LocalFunctionHost:
             try:
                 if body is None:
                     raise ValueError("message is not valid base64 (host messageEncoding)")
-                self.invoke(f, func.QueueMessage(
+                self.invoke(f, QueueMessage(
                     id=m.id, body=body, dequeue_count=m.dequeue_count,
                     expiration_time=m.expires_on, insertion_time=m.inserted_on,
                     time_next_visible=m.next_visible_on, pop_receipt=m.pop_receipt))
@@ -335,7 +337,7 @@ class LocalFunctionHost:
             status = {"Last": last.isoformat() if last else None, "Next": None}
             # invoke() logs a failed run; like the host, wait for the next occurrence.
             with contextlib.suppress(Exception):
-                self.invoke(f, func.TimerRequest(past_due=past_due, schedule_status=status,
+                self.invoke(f, TimerRequest(past_due=past_due, schedule_status=status,
                                                  schedule={"AdjustForDST": True}))
             last = due
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import azure.functions as func
 from azure.core.exceptions import ResourceExistsError
+from azure.functions.servicebus import ServiceBusMessage
 from azure.storage.queue import QueueClient, QueueMessage, QueueServiceClient
 
 DEADLETTER_SUFFIX = "-deadletter"
@@ -69,11 +69,11 @@ class LocalServiceBusChannel:
         return [json.loads(m.content) for m in self.deadletter.peek_messages(max_messages=32)]
 
 
-def to_service_bus_message(m: QueueMessage) -> func.ServiceBusMessage:
+def to_service_bus_message(m: QueueMessage) -> ServiceBusMessage:
     env = json.loads(m.content)
     props = env.get("application_properties") or {}
     enqueued = datetime.fromisoformat(env["enqueued_time_utc"])
-    return func.ServiceBusMessage(
+    return ServiceBusMessage(
         body=base64.b64decode(env["body"]),
         message_id=env["message_id"],
         content_type=env.get("content_type"),

@@ -1,0 +1,63 @@
+"""Helpers for driving the registered functions directly with real trigger types."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from azure.functions.queue import QueueMessage
+from azure.functions.servicebus import ServiceBusMessage
+from azure.storage.queue import QueueServiceClient
+
+import function_app
+from localrun.index import functions_of
+from shared import bootstrap
+
+
+def function(name: str) -> Any:
+    (f,) = [f for f in functions_of(function_app.app) if f.name == name]
+    return f.call
+
+
+def sb_message(body: bytes | str | dict[str, Any], message_id: str = "m-1",
+               delivery_count: int = 1) -> ServiceBusMessage:
+    raw = json.dumps(body).encode() if isinstance(body, dict) else (
+        body.encode() if isinstance(body, str) else body)
+    return ServiceBusMessage(
+        body=raw, message_id=message_id, delivery_count=delivery_count,
+        enqueued_time_utc=datetime.now(UTC), application_properties={}, user_properties={},
+        content_type="application/json")
+
+
+def order(order_id: str = "o-1", **changes: Any) -> dict[str, Any]:
+    return {"order_id": order_id, "customer_id": "c-1",
+            "items": [{"sku": "A", "quantity": 2, "unit_price": "9.99"}], **changes}
+
+
+def drain(queue: str) -> list[str]:
+    """Receive and delete everything visible on a queue; decoded bodies."""
+    c = bootstrap.container()
+    q = QueueServiceClient.from_connection_string(
+        c.settings.effective_storage_connection or "").get_queue_client(queue)
+    out = []
+    for m in q.receive_messages(max_messages=32, messages_per_page=32):
+        out.append(base64.b64decode(m.content).decode())
+        q.delete_message(m)
+    return out
+
+
+def drain_json(queue: str) -> list[dict[str, Any]]:
+    return [json.loads(b) for b in drain(queue)]
+
+
+def queue_message(body: str, dequeue_count: int = 1) -> QueueMessage:
+    return QueueMessage(id="q-1", body=body.encode(), dequeue_count=dequeue_count)
+
+
+def entities(table: str, query: str = "", **params: Any) -> list[dict[str, Any]]:
+    t = bootstrap.container().tables.get_table_client(table)
+    if not query:
+        return [dict(e) for e in t.list_entities()]
+    return [dict(e) for e in t.query_entities(query, parameters=params)]

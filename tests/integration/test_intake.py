@@ -1,0 +1,106 @@
+"""Intake against Azurite, through the registered function with real ServiceBusMessages."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+from azure.core.exceptions import ServiceRequestError
+
+from shared import bootstrap
+from tests.integration.helpers import drain_json, entities, function, order, sb_message
+
+intake = function("intake")
+
+
+@pytest.fixture
+def env(app_env: Callable[..., dict[str, str]]) -> dict[str, str]:
+    return app_env()
+
+
+def test_accepted_order_is_stored_atomically_with_the_brief_state(env: dict[str, str]) -> None:
+    intake(msg=sb_message(order("o-1")))
+    rows = {e["RowKey"]: e for e in entities(env["StateTableName"], "PartitionKey eq @p", p="o-1")}
+    assert set(rows) == {"order", "state"}
+    state = rows["state"]
+    assert state["OrderID"] == "o-1"
+    assert state["ProcessState"] == "Pending"
+    assert state["FailureCount"] == 0
+    assert state.get("LockedBy") is None and state.get("CompleteBy") is None
+    assert json.loads(rows["order"]["Document"])["customer_id"] == "c-1"
+    assert [c["order_id"] for c in drain_json(env["SchedulerQueueName"])] == ["o-1"]
+    assert [e["RowKey"] for e in entities(env["InFlightTableName"])] == ["o-1"]
+
+
+def test_redelivery_of_the_same_order_changes_nothing(env: dict[str, str]) -> None:
+    intake(msg=sb_message(order("o-1")))
+    before = entities(env["StateTableName"])
+    drain_json(env["SchedulerQueueName"])
+    intake(msg=sb_message(order("o-1"), delivery_count=2))
+    after = entities(env["StateTableName"])
+    assert before == after
+    # Still Pending, so the order is handed on again in case the first delivery died before.
+    assert [c["order_id"] for c in drain_json(env["SchedulerQueueName"])] == ["o-1"]
+    assert entities(env["RejectedOrdersTableName"]) == []
+
+
+def test_redelivery_after_the_order_was_taken_sends_nothing(env: dict[str, str]) -> None:
+    intake(msg=sb_message(order("o-1")))
+    (cmd,) = drain_json(env["SchedulerQueueName"])
+    bootstrap.container().scheduler.handle_command(json.dumps(cmd))
+    intake(msg=sb_message(order("o-1"), delivery_count=2))
+    assert drain_json(env["SchedulerQueueName"]) == []
+
+
+def test_same_id_with_different_content_is_a_recorded_conflict(env: dict[str, str]) -> None:
+    intake(msg=sb_message(order("o-1")))
+    intake(msg=sb_message(order("o-1", customer_id="someone-else"), message_id="m-2"))
+    doc = entities(env["StateTableName"], "PartitionKey eq @p and RowKey eq 'order'", p="o-1")
+    assert json.loads(doc[0]["Document"])["customer_id"] == "c-1"  # not overwritten
+    (rej,) = entities(env["RejectedOrdersTableName"])
+    assert rej["Kind"] == "conflict" and "different content" in rej["Reason"]
+    assert "someone-else" in rej["Body"]
+    (alert,) = entities(env["OperatorAlertsTableName"])
+    assert (alert["Kind"], alert["OrderID"]) == ("OrderConflict", "o-1")
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    (b"{not json", "Invalid JSON"),
+    (json.dumps(order("bad/id")).encode(), "order_id"),
+    (json.dumps(order("ok", items=[])).encode(), "items"),
+    (json.dumps(order("ok", reply_to="elsewhere")).encode(), "allow-list"),
+])
+def test_invalid_message_is_recorded_with_its_reason_and_not_retried(
+        env: dict[str, str], body: bytes, reason: str) -> None:
+    intake(msg=sb_message(body, message_id="bad-1"))  # returns: the message completes
+    (rej,) = entities(env["RejectedOrdersTableName"])
+    assert rej["Kind"] == "invalid" and reason in rej["Reason"]
+    assert rej["MessageId"] == "bad-1" and rej["Body"] == body.decode()
+    assert entities(env["StateTableName"]) == []
+    assert drain_json(env["SchedulerQueueName"]) == []
+    # A redelivery of the same bad message updates its record, it does not add another.
+    intake(msg=sb_message(body, message_id="bad-1", delivery_count=2))
+    assert len(entities(env["RejectedOrdersTableName"])) == 1
+
+
+def test_allowed_reply_queue_gets_received_status(env: dict[str, str]) -> None:
+    reply_q = env["ReplyQueueAllowList"].rstrip("*") + "-r"
+    bootstrap.container().queues.create_queue(reply_q)
+    intake(msg=sb_message(order("o-1", reply_to=reply_q)))
+    (status,) = drain_json(reply_q)
+    assert (status["order_id"], status["event"]) == ("o-1", "received")
+
+
+def test_storage_outage_raises_so_service_bus_redelivers(
+        app_env: Callable[..., dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    env = app_env()
+    c = bootstrap.container()
+
+    def down(*a: object, **k: object) -> None:
+        raise ServiceRequestError("connection refused")
+
+    monkeypatch.setattr(c.store, "create", down)
+    with pytest.raises(ServiceRequestError):
+        intake(msg=sb_message(order("o-1")))
+    assert entities(env["RejectedOrdersTableName"]) == []
