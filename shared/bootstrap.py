@@ -61,11 +61,13 @@ class Container:
         self.http.close()
 
 
-def build(settings: Settings, *, clock: Clock = utc_now, policies: Sequence[Any] = (),
+def build(settings: Settings, *, clock: Clock = utc_now, table_policies: Sequence[Any] = (),
+          queue_policies: Sequence[Any] = (),
           base_workflow: Workflow = ORDER_FULFILMENT) -> Container:
+    """Wire the app. Policies are extra Azure SDK pipeline policies (local metering)."""
     workflow = settings.workflow(base_workflow)
-    tables = table_service(settings, policies)
-    queues = queue_service(settings, policies)
+    tables = table_service(settings, table_policies)
+    queues = queue_service(settings, queue_policies)
     store = TableOrderStore(tables.get_table_client(settings.state_table),
                             tables.get_table_client(settings.inflight_table))
     sender = StorageQueueSender(queues)

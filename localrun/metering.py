@@ -1,0 +1,93 @@
+"""Counting what the app asks of storage: requests by service and operation, entities read.
+
+An Azure SDK pipeline policy, added to the app's table and queue clients (bootstrap.build takes
+``policies``). This is the cloud bill in miniature: every Table and Queue request is a billed
+transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import Counter
+from typing import Any
+
+from azure.core.pipeline import PipelineRequest, PipelineResponse
+from azure.core.pipeline.policies import SansIOHTTPPolicy
+
+
+def _operation(service: str, method: str, path: str, query: str) -> str:
+    if service == "table":
+        if path.endswith("$batch"):
+            return "batch"
+        if re.search(r"\(PartitionKey=.*RowKey=.*\)$", path):
+            return {"GET": "read", "PUT": "write", "MERGE": "write", "PATCH": "write",
+                    "DELETE": "delete"}.get(method, method)
+        if method == "GET":
+            return "query"
+        if method == "POST":
+            return "insert"
+        return method.lower()
+    # queue
+    if path.endswith("/messages") or "/messages/" in path:
+        if method == "POST":
+            return "send"
+        if method == "GET":
+            return "peek" if "peekonly=true" in query.lower() else "receive"
+        if method == "DELETE":
+            return "delete"
+        if method == "PUT":
+            return "update"
+    return method.lower()
+
+
+class _ServicePolicy(SansIOHTTPPolicy):  # type: ignore[type-arg]
+    def __init__(self, meter: StorageMeter, service: str) -> None:
+        self._meter = meter
+        self._service = service
+
+    def on_response(self, request: PipelineRequest[Any], response: PipelineResponse[Any, Any]
+                    ) -> None:
+        http = request.http_request
+        path, _, query = http.url.partition("?")
+        entities = 0
+        if (self._service == "table" and http.method == "GET"
+                and response.http_response.status_code == 200):
+            try:
+                body = json.loads(response.http_response.body() or b"{}")
+                entities = len(body["value"]) if "value" in body else 1
+            except (ValueError, KeyError, TypeError):
+                entities = 0
+        self._meter.record(self._service, _operation(self._service, http.method, path, query),
+                           entities)
+
+
+class StorageMeter:
+    """Counters shared by a table policy and a queue policy."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests: Counter[tuple[str, str]] = Counter()
+        self.entities_read = 0
+        self.table_policy = _ServicePolicy(self, "table")
+        self.queue_policy = _ServicePolicy(self, "queue")
+
+    def record(self, service: str, operation: str, entities: int) -> None:
+        with self._lock:
+            self.requests[(service, operation)] += 1
+            self.entities_read += entities
+
+    def count(self, service: str, operation: str) -> int:
+        with self._lock:
+            return self.requests[(service, operation)]
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {"requests": {f"{s}.{o}": n for (s, o), n in sorted(self.requests.items())},
+                    "entities_read": self.entities_read}
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests.clear()
+            self.entities_read = 0

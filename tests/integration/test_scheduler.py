@@ -1,0 +1,209 @@
+"""The Scheduler against Azurite: the exclusive claim, dispatch, replies, crashes."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pytest
+
+from shared.adapters.state_store import TableOrderStore
+from shared.domain.messages import AgentReply
+from shared.handlers.scheduler import Outcome
+from tests.integration.conftest import Pipeline
+from tests.integration.helpers import drain_json, entities, function, order, sb_message
+
+intake = function("intake")
+
+
+def accept(p: Pipeline, order_id: str = "o-1", **changes: Any) -> str:
+    intake(msg=sb_message(order(order_id, **changes), message_id=order_id))
+    (cmd,) = drain_json(p.env["SchedulerQueueName"])
+    return json.dumps(cmd)
+
+
+def reply(request: dict[str, Any], outcome: str = "ok", error: str | None = None) -> str:
+    return AgentReply(order_id=request["order_id"], step=request["step"],
+                      action=request["action"], attempt=request["attempt"],
+                      outcome=outcome, error=error).to_json()  # type: ignore[arg-type]
+
+
+def state(p: Pipeline, order_id: str = "o-1") -> dict[str, Any]:
+    (s,) = entities(p.env["StateTableName"], "PartitionKey eq @p and RowKey eq 'state'",
+                    p=order_id)
+    s["Steps"] = {st["name"]: st for st in json.loads(s["Steps"])}
+    return s
+
+
+def test_two_schedulers_racing_for_one_order_exactly_one_wins(pipeline: Pipeline) -> None:
+    cmd = accept(pipeline)
+    schedulers = [pipeline.sibling("scheduler-a").scheduler,
+                  pipeline.sibling("scheduler-b").scheduler]
+    # Both read the Pending record before either writes: a real race for the conditional write.
+    both_read = threading.Barrier(2)
+    for s in schedulers:
+        store: TableOrderStore = s._store
+        real_save = store.save
+
+        def save(state: Any, real_save: Any = real_save) -> Any:
+            both_read.wait(timeout=10)
+            return real_save(state)
+
+        store.save = save  # type: ignore[method-assign]
+    results: dict[str, Outcome] = {}
+
+    def run(s: Any) -> None:
+        results[s.instance_id] = s.handle_command(cmd).outcome
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in schedulers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert sorted(results.values()) == [Outcome.APPLIED, Outcome.IGNORED]
+    (winner,) = [k for k, v in results.items() if v is Outcome.APPLIED]
+    st = state(pipeline)
+    assert st["LockedBy"] == winner and st["ProcessState"] == "Processing"
+    assert len(drain_json(pipeline.env["InventoryRequestsQueueName"])) == 1
+
+
+def test_happy_path_dispatches_each_step_and_processes_the_order(pipeline: Pipeline) -> None:
+    env, s = pipeline.env, pipeline.container.scheduler
+    reply_q = env["ReplyQueueAllowList"].rstrip("*") + "-r"
+    pipeline.container.queues.create_queue(reply_q)
+    assert s.handle_command(accept(pipeline, reply_to=reply_q)).outcome is Outcome.APPLIED
+    st = state(pipeline)
+    assert st["LockedBy"] == "scheduler-test" and st["CompleteBy"] is not None
+    keys = []
+    for step, queue in [("reserve_inventory", "InventoryRequestsQueueName"),
+                        ("charge_payment", "PaymentRequestsQueueName"),
+                        ("arrange_shipping", "ShippingRequestsQueueName")]:
+        (req,) = drain_json(env[queue])
+        assert (req["step"], req["action"], req["attempt"]) == (step, "do", 1)
+        assert req["order"]["order_id"] == "o-1"
+        keys.append(req["idempotency_key"])
+        assert s.handle_reply(reply(req)).outcome is Outcome.APPLIED
+    assert keys == ["o-1.reserve_inventory.do", "o-1.charge_payment.do",
+                    "o-1.arrange_shipping.do"]
+    st = state(pipeline)
+    assert st["ProcessState"] == "Processed"
+    assert st.get("LockedBy") is None and st.get("CompleteBy") is None
+    assert st["FailureCount"] == 0
+    assert all(x["status"] == "completed" for x in st["Steps"].values())
+    assert entities(env["InFlightTableName"]) == []  # settled: out of the Supervisor's way
+    events = [m["event"] for m in drain_json(reply_q)]
+    assert events == ["received", "step_completed", "step_completed", "step_completed",
+                      "completed"]
+
+
+def test_duplicate_and_late_replies_change_nothing(pipeline: Pipeline) -> None:
+    env, s = pipeline.env, pipeline.container.scheduler
+    s.handle_command(accept(pipeline))
+    (req,) = drain_json(env["InventoryRequestsQueueName"])
+    assert s.handle_reply(reply(req)).outcome is Outcome.APPLIED
+    before = state(pipeline)
+    assert s.handle_reply(reply(req)).outcome is Outcome.IGNORED
+    assert s.handle_reply(reply(req, "permanent_error", "late refusal")).outcome \
+        is Outcome.IGNORED
+    assert state(pipeline) == before
+    assert len(drain_json(env["PaymentRequestsQueueName"])) == 1
+
+
+def test_duplicate_start_command_is_ignored(pipeline: Pipeline) -> None:
+    s = pipeline.container.scheduler
+    cmd = accept(pipeline)
+    assert s.handle_command(cmd).outcome is Outcome.APPLIED
+    assert s.handle_command(cmd).outcome is Outcome.IGNORED
+    assert len(drain_json(pipeline.env["InventoryRequestsQueueName"])) == 1
+
+
+def test_reply_from_an_attempt_the_supervisor_replaced_is_ignored(pipeline: Pipeline) -> None:
+    env, c = pipeline.env, pipeline.container
+    c.scheduler.handle_command(accept(pipeline))
+    (first,) = drain_json(env["InventoryRequestsQueueName"])
+    pipeline.clock.advance(minutes=5)
+    assert c.supervisor.tick().retried == 1
+    (cmd,) = drain_json_eventually(pipeline, "SchedulerQueueName")
+    c.scheduler.handle_command(json.dumps(cmd))
+    (second,) = drain_json(env["InventoryRequestsQueueName"])
+    assert second["attempt"] == 2
+    assert second["idempotency_key"] == first["idempotency_key"]  # stable across attempts
+    assert c.scheduler.handle_reply(reply(first)).outcome is Outcome.IGNORED
+    assert c.scheduler.handle_reply(reply(second)).outcome is Outcome.APPLIED
+
+
+def test_scheduler_dying_between_claim_and_dispatch_is_recovered(pipeline: Pipeline) -> None:
+    env, c = pipeline.env, pipeline.container
+    cmd = accept(pipeline)
+    dying = pipeline.sibling("doomed")
+
+    class Died(Exception):
+        pass
+
+    def die(*a: object, **k: object) -> None:
+        raise Died
+
+    dying.scheduler._sender.send = die  # type: ignore[method-assign]
+    with pytest.raises(Died):
+        dying.scheduler.handle_command(cmd)
+    st = state(pipeline)
+    assert st["ProcessState"] == "Processing" and st["LockedBy"] == "doomed"
+    assert drain_json(env["InventoryRequestsQueueName"]) == []
+    # The redelivered command finds the order taken and leaves it alone...
+    assert c.scheduler.handle_command(cmd).outcome is Outcome.IGNORED
+    # ...and once its complete-by passes, the Supervisor hands it back.
+    pipeline.clock.advance(seconds=31)
+    assert c.supervisor.tick().retried == 1
+    (retry,) = drain_json_eventually(pipeline, "SchedulerQueueName")
+    assert c.scheduler.handle_command(json.dumps(retry)).outcome is Outcome.APPLIED
+    (req,) = drain_json(env["InventoryRequestsQueueName"])
+    assert req["attempt"] == 2
+    assert state(pipeline)["FailureCount"] == 1
+
+
+def test_permanent_error_fails_alerts_and_starts_compensation(pipeline: Pipeline) -> None:
+    env, s = pipeline.env, pipeline.container.scheduler
+    s.handle_command(accept(pipeline))
+    (req,) = drain_json(env["InventoryRequestsQueueName"])
+    s.handle_reply(reply(req))
+    (pay,) = drain_json(env["PaymentRequestsQueueName"])
+    s.handle_reply(reply(pay, "permanent_error", "HTTP 422 card declined"))
+    st = state(pipeline)
+    assert st["ProcessState"] == "Error" and "card declined" in st["LastError"]
+    assert st["Steps"]["charge_payment"]["status"] == "failed"
+    (alert,) = entities(env["OperatorAlertsTableName"])
+    assert (alert["Kind"], alert["OrderID"], alert["Step"]) == (
+        "OrderFailed", "o-1", "charge_payment")
+    (undo,) = drain_json(env["InventoryRequestsQueueName"])
+    assert (undo["action"], undo["operation"], undo["idempotency_key"]) == (
+        "undo", "release", "o-1.reserve_inventory.undo")
+    s.handle_reply(reply(undo))
+    st = state(pipeline)
+    assert st["Compensation"] == "Done"
+    assert st["Steps"]["reserve_inventory"]["status"] == "compensated"
+    assert entities(env["InFlightTableName"]) == []
+
+
+def test_message_for_an_unknown_order_is_ignored(pipeline: Pipeline) -> None:
+    from shared.domain.messages import CommandKind, SchedulerCommand
+
+    cmd = SchedulerCommand(kind=CommandKind.START, order_id="ghost").to_json()
+    assert pipeline.container.scheduler.handle_command(cmd).outcome is Outcome.UNKNOWN_ORDER
+
+
+def drain_json_eventually(p: Pipeline, queue_setting: str, n: int = 1,
+                          timeout: float = 10) -> list[dict[str, Any]]:
+    """Commands may be sent with a visibility delay (backoff): wait until they show."""
+    from tests.conftest import wait_until
+
+    got: list[dict[str, Any]] = []
+
+    def enough() -> bool:
+        got.extend(drain_json(p.env[queue_setting]))
+        return len(got) >= n
+
+    wait_until(enough, timeout=timeout, message=f"{n} message(s) on {queue_setting}")
+    return got
+
+
