@@ -1,8 +1,9 @@
 """Counting what the app asks of storage: requests by service and operation, entities read.
 
-An Azure SDK pipeline policy, added to the app's table and queue clients (bootstrap.build takes
-``policies``). This is the cloud bill in miniature: every Table and Queue request is a billed
-transaction.
+A response hook in each Azure SDK client's pipeline (``raw_response_hook``, run by the pipeline's
+hook policy on every response; the storage SDKs do not take extra per-call policies). bootstrap
+passes the options in. This is the cloud bill in miniature: every Table and Queue request is a
+billed transaction.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ import threading
 from collections import Counter
 from typing import Any
 
-from azure.core.pipeline import PipelineRequest, PipelineResponse
-from azure.core.pipeline.policies import SansIOHTTPPolicy
+from azure.core.pipeline import PipelineResponse
 
 
 def _operation(service: str, method: str, path: str, query: str) -> str:
@@ -42,14 +42,13 @@ def _operation(service: str, method: str, path: str, query: str) -> str:
     return method.lower()
 
 
-class _ServicePolicy(SansIOHTTPPolicy):  # type: ignore[type-arg]
+class _ServiceHook:
     def __init__(self, meter: StorageMeter, service: str) -> None:
         self._meter = meter
         self._service = service
 
-    def on_response(self, request: PipelineRequest[Any], response: PipelineResponse[Any, Any]
-                    ) -> None:
-        http = request.http_request
+    def __call__(self, response: PipelineResponse[Any, Any]) -> None:
+        http = response.http_request
         path, _, query = http.url.partition("?")
         entities = 0
         if (self._service == "table" and http.method == "GET"
@@ -70,8 +69,8 @@ class StorageMeter:
         self._lock = threading.Lock()
         self.requests: Counter[tuple[str, str]] = Counter()
         self.entities_read = 0
-        self.table_policy = _ServicePolicy(self, "table")
-        self.queue_policy = _ServicePolicy(self, "queue")
+        self.table_options = {"raw_response_hook": _ServiceHook(self, "table")}
+        self.queue_options = {"raw_response_hook": _ServiceHook(self, "queue")}
 
     def record(self, service: str, operation: str, entities: int) -> None:
         with self._lock:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -61,13 +61,14 @@ class Container:
         self.http.close()
 
 
-def build(settings: Settings, *, clock: Clock = utc_now, table_policies: Sequence[Any] = (),
-          queue_policies: Sequence[Any] = (),
+def build(settings: Settings, *, clock: Clock = utc_now,
+          table_options: Mapping[str, Any] | None = None,
+          queue_options: Mapping[str, Any] | None = None,
           base_workflow: Workflow = ORDER_FULFILMENT) -> Container:
-    """Wire the app. Policies are extra Azure SDK pipeline policies (local metering)."""
+    """Wire the app. The options go to the storage clients (local metering hooks)."""
     workflow = settings.workflow(base_workflow)
-    tables = table_service(settings, table_policies)
-    queues = queue_service(settings, queue_policies)
+    tables = table_service(settings, **(table_options or {}))
+    queues = queue_service(settings, **(queue_options or {}))
     store = TableOrderStore(tables.get_table_client(settings.state_table),
                             tables.get_table_client(settings.inflight_table))
     sender = StorageQueueSender(queues)

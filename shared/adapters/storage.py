@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from azure.data.tables import TableServiceClient
@@ -28,8 +27,7 @@ def _endpoint(settings: Settings, service: str, explicit: str | None) -> str:
     raise SettingsError(f"AzureWebJobsStorage__{service}ServiceUri or __accountName is needed")
 
 
-def table_service(settings: Settings, policies: Sequence[Any] = ()) -> TableServiceClient:
-    kwargs: dict[str, Any] = {"per_call_policies": list(policies)} if policies else {}
+def table_service(settings: Settings, **kwargs: Any) -> TableServiceClient:
     conn = settings.effective_storage_connection
     if conn:
         return TableServiceClient.from_connection_string(conn, **kwargs)
@@ -39,8 +37,7 @@ def table_service(settings: Settings, policies: Sequence[Any] = ()) -> TableServ
     )
 
 
-def queue_service(settings: Settings, policies: Sequence[Any] = ()) -> QueueServiceClient:
-    kwargs: dict[str, Any] = {"per_call_policies": list(policies)} if policies else {}
+def queue_service(settings: Settings, **kwargs: Any) -> QueueServiceClient:
     conn = settings.effective_storage_connection
     if conn:
         return QueueServiceClient.from_connection_string(conn, **kwargs)

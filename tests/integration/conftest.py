@@ -37,8 +37,8 @@ def make_pipeline(app_env: Callable[..., dict[str, str]], clock: FakeClock
     def make(**overrides: str) -> Pipeline:
         env = app_env(**overrides)
         meter = StorageMeter()
-        c = bootstrap.build(load_settings(env), clock=clock, table_policies=[meter.table_policy],
-                            queue_policies=[meter.queue_policy])
+        c = bootstrap.build(load_settings(env), clock=clock, table_options=meter.table_options,
+                            queue_options=meter.queue_options)
         bootstrap.reset(c)
         p = Pipeline(env, clock, meter, c)
         made.append(p)
