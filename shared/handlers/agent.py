@@ -110,8 +110,9 @@ class Agent:
 
         retrying = Retrying(
             retry=retry_if_exception_type(TransientServiceError),
-            wait=wait_exponential_jitter(initial=self._policy.base_delay,
-                                         max=self._policy.max_delay),
+            wait=wait_exponential_jitter(multiplier=self._policy.base_delay,
+                                         max=self._policy.max_delay,
+                                         jitter=self._policy.base_delay),
             stop=stop, sleep=self._sleep, reraise=True,
         )
         return retrying(attempt)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -54,3 +55,39 @@ def make_pipeline(app_env: Callable[..., dict[str, str]], clock: FakeClock
 def pipeline(make_pipeline: Callable[..., Pipeline]) -> Pipeline:
     return make_pipeline(FailureThreshold="3", RetryBackoffSeconds="1",
                          RetryBackoffMaxSeconds="4", PendingGraceSeconds="10")
+
+
+@dataclass
+class RunningHost:
+    env: dict[str, str]
+    host: Any
+    port: int
+    container: bootstrap.Container
+
+
+@pytest.fixture
+def run_host(app_env: Callable[..., dict[str, str]]) -> Iterator[Callable[..., RunningHost]]:
+    """Start the local Functions host in this process, on this test's queues and tables."""
+    import function_app
+    from localrun.azurite import free_port
+    from localrun.host import LocalFunctionHost
+    from tests.conftest import ROOT
+
+    hosts: list[Any] = []
+
+    def start(only: set[str] | None = None, **overrides: str) -> RunningHost:
+        port = free_port()
+        urls = {f"{svc.capitalize()}ServiceUrl": f"http://127.0.0.1:{port}/api/sim/{svc}"
+                for svc in ("inventory", "payment", "shipping")}
+        env = app_env(**{**urls, **overrides})
+        host = LocalFunctionHost(function_app.app, settings=env,
+                                 storage_connection=env["AzureWebJobsStorage"],
+                                 host_json=ROOT / "host.json", http_port=port, poll_interval=0.1,
+                                 lease_seconds=30, only=only)
+        host.start()
+        hosts.append(host)
+        return RunningHost(env, host, port, bootstrap.container())
+
+    yield start
+    for h in hosts:
+        h.stop()

@@ -1,0 +1,29 @@
+# make test: everything a clean clone needs, then lint and the whole test suite.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: test lint unit install clean
+
+$(STAMP): requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $(STAMP)
+
+node_modules/.package-lock.json: package.json package-lock.json
+	npm ci --no-audit --no-fund
+
+install: $(STAMP) node_modules/.package-lock.json
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: install lint
+	$(PY) -m pytest
+
+unit: $(STAMP)
+	$(PY) -m pytest tests/unit
+
+clean:
+	rm -rf $(VENV) node_modules .pytest_cache .ruff_cache

@@ -1,0 +1,142 @@
+"""Agents over HTTP against the simulated services, served by the local host."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pybreaker
+import pytest
+
+from shared.adapters.remote_service import RemoteServiceClient
+from shared.domain.messages import Action, AgentRequest, idempotency_key
+from shared.handlers.agent import Agent, AgentRetryPolicy
+from tests.integration.conftest import RunningHost
+from tests.integration.helpers import drain_json, entities
+
+SIM_ONLY = {"simulated_service"}
+
+
+def request(action: Action = Action.DO, seconds: float = 5, attempt: int = 1,
+            order_id: str = "o-1", operation: str = "charge") -> str:
+    return AgentRequest(
+        order_id=order_id, step="charge_payment", action=action, operation=operation,
+        attempt=attempt, complete_by=datetime.now(UTC) + timedelta(seconds=seconds),
+        idempotency_key=idempotency_key(order_id, "charge_payment", action),
+        order={"order_id": order_id},
+    ).to_json()
+
+
+def effects(h: RunningHost) -> list[dict[str, Any]]:
+    return entities(h.env["SimulatorTableName"])
+
+
+def test_ok_call_replies_and_the_effect_is_recorded_once(run_host: Any) -> None:
+    h: RunningHost = run_host(only=SIM_ONLY)
+    agent = h.container.agents["payment"]
+    first = agent.handle(request())
+    again = agent.handle(request(attempt=2))  # a retry of the same step: same key
+    assert first is not None and first.outcome == "ok"
+    assert again is not None and again.outcome == "ok" and again.result["duplicate"] is True
+    (effect,) = effects(h)
+    assert (effect["RowKey"], effect["Status"]) == ("o-1.charge_payment.do", "applied")
+    replies = drain_json(h.env["AgentResponsesQueueName"])
+    assert [(r["attempt"], r["outcome"]) for r in replies] == [(1, "ok"), (2, "ok")]
+
+
+def test_transient_faults_are_retried_within_the_budget(run_host: Any) -> None:
+    h: RunningHost = run_host(only=SIM_ONLY, SimTransientErrorRate="0.6")
+    replies = [h.container.agents["payment"].handle(request(order_id=f"o-{i}", seconds=20))
+               for i in range(5)]
+    assert all(r is not None and r.outcome == "ok" for r in replies)
+    assert len(effects(h)) == 5
+
+
+def test_permanent_fault_replies_with_an_error(run_host: Any) -> None:
+    h: RunningHost = run_host(only=SIM_ONLY, SimPermanentErrorRate="1")
+    r = h.container.agents["payment"].handle(request())
+    assert r is not None and r.outcome == "permanent_error" and "422" in (r.error or "")
+    assert effects(h) == []
+    (sent,) = drain_json(h.env["AgentResponsesQueueName"])
+    assert sent["outcome"] == "permanent_error"
+
+
+def test_expired_request_is_dropped_without_calling_the_service(run_host: Any) -> None:
+    h: RunningHost = run_host(only=SIM_ONLY)
+    assert h.container.agents["payment"].handle(request(seconds=-1)) is None
+    assert effects(h) == []
+    assert drain_json(h.env["AgentResponsesQueueName"]) == []
+    assert h.host.stats.invocations.get("simulated_service", 0) == 0
+
+
+def test_hung_service_gets_no_late_reply_but_its_late_work_can_be_undone(run_host: Any) -> None:
+    from tests.conftest import wait_until
+
+    h: RunningHost = run_host(only=SIM_ONLY, SimHangRate="1", SimHangSeconds="1.5")
+    assert h.container.agents["payment"].handle(request(seconds=0.5)) is None
+    assert drain_json(h.env["AgentResponsesQueueName"]) == []
+    wait_until(lambda: effects(h), timeout=10, message="the hung charge to land")
+    r = h.container.agents["payment"].handle(request(Action.UNDO, operation="refund"))
+    assert r is not None and r.outcome == "ok"
+    (effect,) = effects(h)
+    assert effect["Status"] == "undone"
+
+
+def test_undo_before_the_work_voids_it(run_host: Any) -> None:
+    h: RunningHost = run_host(only=SIM_ONLY)
+    agent = h.container.agents["payment"]
+    undo = agent.handle(request(Action.UNDO, operation="refund"))
+    assert undo is not None and undo.outcome == "ok"
+    late = agent.handle(request())
+    assert late is not None and late.outcome == "permanent_error"
+    (effect,) = effects(h)
+    assert effect["Status"] == "voided"
+
+
+def test_simulators_are_off_unless_enabled(run_host: Any) -> None:
+    h: RunningHost = run_host(only=SIM_ONLY, SimulatorsEnabled="false")
+    r = httpx.post(f"http://127.0.0.1:{h.port}/api/sim/payment/charge", json={},
+                   headers={"Idempotency-Key": "k"})
+    assert r.status_code == 404
+
+
+class _Refusing:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def call(self, *a: Any, **k: Any) -> dict[str, Any]:
+        from shared.adapters.remote_service import TransientServiceError
+
+        self.calls += 1
+        raise TransientServiceError("503")
+
+
+def test_circuit_breaker_stops_calling_a_service_that_keeps_failing() -> None:
+    remote = _Refusing()
+    sent: list[str] = []
+
+    class Sender:
+        def send(self, queue: str, body: str, delay: timedelta = timedelta(0)) -> None:
+            sent.append(body)
+
+    breaker = pybreaker.CircuitBreaker(fail_max=3, reset_timeout=60)
+    agent = Agent(name="payment", client=remote, sender=Sender(),  # type: ignore[arg-type]
+                  responses_queue="r", policy=AgentRetryPolicy(0.001, 0.002, 1),
+                  breaker=breaker, clock=lambda: datetime.now(UTC))
+    assert agent.handle(request()) is None
+    assert remote.calls == 3 and breaker.current_state == "open"
+    assert agent.handle(request(order_id="o-2")) is None
+    assert remote.calls == 3  # open: no call at all
+    assert sent == []
+
+
+@pytest.mark.parametrize(("status", "kind"), [(503, "Transient"), (429, "Transient"),
+                                              (400, "Permanent"), (409, "Permanent")])
+def test_http_status_is_sorted_into_transient_and_permanent(status: int, kind: str) -> None:
+    from shared.adapters import remote_service
+
+    transport = httpx.MockTransport(lambda req: httpx.Response(status, text="x"))
+    client = RemoteServiceClient("http://svc", httpx.Client(transport=transport))
+    with pytest.raises(getattr(remote_service, f"{kind}ServiceError")):
+        client.call("op", "k", {}, 1)
