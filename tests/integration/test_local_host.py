@@ -1,0 +1,127 @@
+"""The local host drives the functions the way the Functions host would."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import azure.functions as func
+import pytest
+from azure.storage.queue import QueueServiceClient, TextBase64EncodePolicy
+
+from localrun.host import HostConfigError, LocalFunctionHost, QueueOptions
+from localrun.servicebus import LocalServiceBusChannel
+from shared.settings import AZURITE_CONNECTION
+from tests.conftest import ROOT, wait_until
+from tests.integration.conftest import RunningHost
+from tests.integration.helpers import entities, order
+
+FAST_RETRIES = {"version": "2.0", "extensions": {"queues": {
+    "maxPollingInterval": "00:00:00.1", "visibilityTimeout": "00:00:00", "batchSize": 4,
+    "newBatchThreshold": 2, "maxDequeueCount": 3, "messageEncoding": "base64"}}}
+
+
+def test_host_json_queue_settings_are_read() -> None:
+    opts = QueueOptions.from_host_json(json.loads((ROOT / "host.json").read_text()))
+    assert (opts.max_dequeue_count, opts.visibility_timeout, opts.batch_size) == (5, 10.0, 16)
+    assert opts.base64
+
+
+def test_failing_queue_message_goes_to_poison_after_max_dequeue_count(
+        app_env: Any) -> None:
+    import function_app
+
+    env = app_env()
+    host = LocalFunctionHost(function_app.app, settings=env,
+                             storage_connection=env["AzureWebJobsStorage"],
+                             host_json=FAST_RETRIES, only={"scheduler_commands"})
+    qs = QueueServiceClient.from_connection_string(env["AzureWebJobsStorage"])
+    qs.get_queue_client(env["SchedulerQueueName"],
+                        message_encode_policy=TextBase64EncodePolicy()).send_message("not json")
+    poison = qs.get_queue_client(env["SchedulerQueueName"] + "-poison")
+    with host:
+        wait_until(lambda: host.stats.poisoned == 1, timeout=20, message="poison")
+    assert host.stats.failures["scheduler_commands"] == 3
+    (m,) = poison.receive_messages()
+    assert m.content == host_b64("not json")
+
+
+def host_b64(text: str) -> str:
+    import base64
+
+    return base64.b64encode(text.encode()).decode()
+
+
+def test_service_bus_trigger_gets_real_messages_and_dead_letters(
+        run_host: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import function_app
+
+    h: RunningHost = run_host(only={"simulated_service"})
+    seen: list[tuple[str, int, bytes]] = []
+
+    def failing(message_id: str, body: bytes, delivery_count: int = 1) -> None:
+        seen.append((message_id, delivery_count, body))
+        raise RuntimeError("storage is down")
+
+    monkeypatch.setattr(h.container.intake, "handle", failing)
+    host = LocalFunctionHost(function_app.app, settings=h.env,
+                             storage_connection=h.env["AzureWebJobsStorage"],
+                             host_json=ROOT / "host.json", poll_interval=0.1,
+                             max_delivery_count=3, only={"intake"})
+    channel = LocalServiceBusChannel(h.container.queues, h.env["OrdersQueueName"])
+    channel.ensure()
+    channel.send(json.dumps(order("o-1")), message_id="o-1")
+    with host:
+        wait_until(lambda: host.stats.dead_lettered == 1, timeout=20, message="dead letter")
+    assert [(mid, n) for mid, n, _ in seen] == [("o-1", 1), ("o-1", 2), ("o-1", 3)]
+    assert json.loads(seen[0][2])["order_id"] == "o-1"
+    (dead,) = channel.dead_lettered()
+    assert dead["message_id"] == "o-1"
+    assert dead["dead_letter_reason"] == "MaxDeliveryCountExceeded"
+
+
+def test_service_bus_message_reaches_intake_and_is_stored(run_host: Any) -> None:
+    h: RunningHost = run_host(only={"intake"})
+    channel = LocalServiceBusChannel(h.container.queues, h.env["OrdersQueueName"])
+    channel.send(json.dumps(order("o-7")), message_id="o-7")
+    wait_until(lambda: entities(h.env["StateTableName"], "PartitionKey eq 'o-7'"),
+               timeout=20, message="order stored")
+    assert h.host.stats.invocations["intake"] == 1
+
+
+def test_timer_fires_on_its_ncrontab_schedule(run_host: Any) -> None:
+    h: RunningHost = run_host(only={"supervisor"}, SupervisorSchedule="*/1 * * * * *")
+    wait_until(lambda: h.host.stats.invocations.get("supervisor", 0) >= 2, timeout=10,
+               message="two supervisor ticks")
+
+
+def test_unresolved_setting_is_an_error_naming_it() -> None:
+    import function_app
+
+    host = LocalFunctionHost(function_app.app, settings={},
+                             storage_connection=AZURITE_CONNECTION, host_json=FAST_RETRIES)
+    with pytest.raises(HostConfigError, match="SchedulerQueueName"):
+        host.resolve("%SchedulerQueueName%")
+
+
+def test_queue_output_binding_is_sent_after_the_function_returns(app_env: Any) -> None:
+    env = app_env()
+    app = func.FunctionApp()
+
+    @app.function_name("echo")
+    @app.queue_trigger(arg_name="msg", queue_name="%SchedulerQueueName%",
+                       connection="AzureWebJobsStorage")
+    @app.queue_output(arg_name="out", queue_name="%AgentResponsesQueueName%",
+                      connection="AzureWebJobsStorage")
+    def echo(msg: func.QueueMessage, out: func.Out[str]) -> None:
+        out.set(msg.get_body().decode().upper())
+
+    qs = QueueServiceClient.from_connection_string(env["AzureWebJobsStorage"])
+    qs.get_queue_client(env["SchedulerQueueName"],
+                        message_encode_policy=TextBase64EncodePolicy()).send_message("hello")
+    out = qs.get_queue_client(env["AgentResponsesQueueName"])
+    with LocalFunctionHost(app, settings=env, storage_connection=env["AzureWebJobsStorage"],
+                           host_json=FAST_RETRIES):
+        msgs = wait_until(lambda: list(out.peek_messages()), timeout=10, message="output")
+    assert [m.content for m in msgs] == [host_b64("HELLO")]  # type: ignore[attr-defined]
+
