@@ -111,7 +111,7 @@ class LocalFunctionHost:
                  storage_connection: str, host_json: Path | Mapping[str, Any],
                  http_port: int | None = None, poll_interval: float | None = None,
                  lease_seconds: float = 300.0, max_delivery_count: int = 10,
-                 workers: int = 32, only: set[str] | None = None) -> None:
+                 only: set[str] | None = None) -> None:
         self._settings = settings
         host = (json.loads(Path(host_json).read_text()) if isinstance(host_json, Path)
                 else dict(host_json))
@@ -124,7 +124,9 @@ class LocalFunctionHost:
         self._functions = [f for f in self._index(app) if only is None or f.name in only]
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fn")
+        # Each triggered function gets its own workers, as many as it may have messages in
+        # flight, so a function blocked on slow calls (an Agent) cannot starve the others.
+        self._pools: list[ThreadPoolExecutor] = []
         self._http: ThreadingHTTPServer | None = None
         self.stats = HostStats()
 
@@ -183,7 +185,8 @@ class LocalFunctionHost:
             self._http.server_close()
         for t in self._threads:
             t.join(timeout=10)
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        for pool in self._pools:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> LocalFunctionHost:
         return self.start()
@@ -225,6 +228,8 @@ class LocalFunctionHost:
               capacity: int) -> None:
         """The host's polling loop: fetch when there is room, back off when the queue is empty."""
         in_flight = threading.Semaphore(capacity)
+        pool = ThreadPoolExecutor(max_workers=capacity, thread_name_prefix="fn")
+        self._pools.append(pool)
         delay = 0.05
         while not self._stop.is_set():
             # Wait for room for at least one message before asking for more.
@@ -250,7 +255,7 @@ class LocalFunctionHost:
                     finally:
                         in_flight.release()
 
-                self._pool.submit(run)
+                pool.submit(run)
 
     def _queue_loop(self, f: _Function) -> None:
         opts = self.queue_options
@@ -407,6 +412,10 @@ def _serve_http(host: LocalFunctionHost, functions: list[_Function],
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _dispatch
 
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    server.daemon_threads = True
-    return server
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        # The default backlog of 5 drops bursts of connections; the client then waits seconds
+        # for a SYN retransmit, which looks like a slow service.
+        request_queue_size = 256
+
+    return Server(("127.0.0.1", port), Handler)

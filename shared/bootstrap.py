@@ -91,6 +91,7 @@ def build(settings: Settings, *, clock: Clock = utc_now,
         backoff=exponential_backoff(timedelta(seconds=settings.retry_backoff),
                                     timedelta(seconds=settings.retry_backoff_max)),
         pending_grace=timedelta(seconds=settings.pending_grace),
+        compensation_threshold=settings.compensation_threshold,
     )
     return Container(
         settings=settings, workflow=workflow, tables=tables, queues=queues, store=store,

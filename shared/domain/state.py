@@ -151,6 +151,8 @@ class RetryPolicy:
     backoff: Callable[[int], timedelta]
     # How long a Pending order may wait for a Scheduler before the Supervisor nudges one.
     pending_grace: timedelta
+    # Undoing must outlast doing: give up on a compensation (and call an operator) only later.
+    compensation_threshold: int = 10
 
 
 def exponential_backoff(base: timedelta, cap: timedelta) -> Callable[[int], timedelta]:
@@ -395,7 +397,7 @@ def _expire_compensation(new: OrderState, now: datetime, policy: RetryPolicy) ->
         why = f"undo attempt {step.attempt} of {step.name} timed out"
         step.last_error = why
         step.complete_by = None
-    if new.compensation_failure_count < policy.failure_threshold:
+    if new.compensation_failure_count < policy.compensation_threshold:
         delay = policy.backoff(new.compensation_failure_count)
         new.compensation = CompensationState.PENDING
         new.complete_by = now + delay + policy.pending_grace

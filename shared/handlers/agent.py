@@ -70,6 +70,7 @@ class Agent:
         if self._remaining(req.complete_by) <= 0:
             log.info("agent %s: %s arrived after its complete-by; dropped", self.name, where)
             return None
+        started_with = self._remaining(req.complete_by)
         try:
             result = self._call_with_retries(req)
             reply = AgentReply(order_id=req.order_id, step=req.step, action=req.action,
@@ -82,7 +83,9 @@ class Agent:
             log.warning("agent %s: %s gave up, no reply: %s", self.name, where, e)
             return None
         if self._remaining(req.complete_by) <= 0:
-            log.warning("agent %s: %s finished after complete-by; no reply", self.name, where)
+            log.warning("agent %s: %s finished %.1fs after complete-by (%.1fs were left when it"
+                        " started); no reply", self.name, where,
+                        -self._remaining(req.complete_by), started_with)
             return None
         self._sender.send(self._responses_queue, reply.to_json())
         return reply

@@ -29,6 +29,7 @@ POLICY = RetryPolicy(
     failure_threshold=3,
     backoff=exponential_backoff(timedelta(seconds=5), timedelta(seconds=60)),
     pending_grace=timedelta(seconds=30),
+    compensation_threshold=4,
 )
 STEPS = [s.name for s in WF.steps]
 
@@ -255,7 +256,7 @@ def test_supervisor_rescues_a_pending_order_nobody_took() -> None:
 def test_supervisor_retries_then_gives_up_an_overdue_compensation() -> None:
     s = after_steps(1)
     s = apply_reply(s, refused(s, "charge_payment"), "s1", T0, WF).state
-    for n in range(1, POLICY.failure_threshold):
+    for n in range(1, POLICY.compensation_threshold):
         d = supervise(s, s.complete_by + timedelta(seconds=1), POLICY)  # type: ignore[operator]
         assert d is not None and d.command == "compensate" and d.kind == "retry"
         assert d.transition.state.compensation_failure_count == n

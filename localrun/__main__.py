@@ -1,0 +1,70 @@
+"""Run the function app locally: ``python -m localrun host``.
+
+App settings come from the environment, then from local.settings.json's Values (as Core Tools
+does). Stops cleanly on Ctrl-C or SIGTERM and prints what it ran as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load_local_settings(path: Path) -> None:
+    if path.exists():
+        for k, v in json.loads(path.read_text()).get("Values", {}).items():
+            os.environ.setdefault(k, str(v))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m localrun")
+    sub = parser.add_subparsers(dest="command", required=True)
+    host = sub.add_parser("host", help="run the function app against Azurite")
+    host.add_argument("--port", type=int, default=7071, help="HTTP port (default 7071)")
+    host.add_argument("--poll-interval", type=float, default=None,
+                      help="longest queue polling interval in seconds (default: host.json)")
+    host.add_argument("--settings", type=Path, default=ROOT / "local.settings.json")
+    host.add_argument("--create-resources", action="store_true",
+                      help="create the app's tables and queues first")
+    args = parser.parse_args(argv)
+
+    logging.basicConfig(level=os.environ.get("LOCALRUN_LOG_LEVEL", "WARNING"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _load_local_settings(args.settings)
+    sys.path.insert(0, str(ROOT))
+    import function_app
+    from localrun.host import LocalFunctionHost
+    from shared import bootstrap
+    from shared.settings import load_settings
+
+    settings = load_settings()
+    if args.create_resources:
+        bootstrap.container().ensure_resources()
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    runner = LocalFunctionHost(
+        function_app.app, settings=dict(os.environ),
+        storage_connection=settings.effective_storage_connection or "",
+        host_json=ROOT / "host.json", http_port=args.port, poll_interval=args.poll_interval)
+    runner.start()
+    print(json.dumps({"event": "started", "functions": runner.functions,
+                      "http": f"http://127.0.0.1:{runner.http_port}/api"}), flush=True)
+    stop.wait()
+    runner.stop()
+    s = runner.stats
+    print(json.dumps({"event": "stopped", "invocations": s.invocations, "failures": s.failures,
+                      "poisoned": s.poisoned, "dead_lettered": s.dead_lettered}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,215 @@
+"""End to end: 200+ orders through two local hosts (two Schedulers, two Supervisors) with faults.
+
+Faults: transient errors on a quarter of remote calls, services that hang past the complete-by
+(the Agent never replies; the work lands late), permanent refusals, duplicate Service Bus
+deliveries, and Schedulers that die between claim and dispatch. Every order must end Processed
+or Error with its compensation finished; every remote effect happens once, and every effect of a
+failed order is undone once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.data.tables import TableServiceClient
+from azure.storage.queue import QueueServiceClient
+
+from localrun.azurite import Azurite, free_port
+from localrun.servicebus import LocalServiceBusChannel
+from shared import bootstrap
+from shared.settings import load_settings
+from tests.conftest import ROOT, unique_settings, wait_until
+from tests.integration.helpers import order
+
+ORDERS = 200
+CRASHED = 5
+STEPS = {"reserve_inventory": "inventory", "charge_payment": "payment",
+         "arrange_shipping": "shipping"}
+FAULTS = {
+    "StepBudgetSeconds": "reserve_inventory=20,charge_payment=20,arrange_shipping=20",
+    "FailureThreshold": "3",
+    "RetryBackoffSeconds": "1",
+    "RetryBackoffMaxSeconds": "2",
+    "PendingGraceSeconds": "5",
+    "SupervisorSchedule": "*/1 * * * * *",
+    "SimTransientErrorRate": "0.25",
+    "SimPermanentErrorRate": "0.04",
+    "SimHangRate": "0.03",
+    "SimHangSeconds": "25",
+    "CircuitBreakerFailures": "10",
+    "CircuitBreakerResetSeconds": "2",
+}
+
+
+class Host:
+    def __init__(self, env: dict[str, str], name: str, log_dir: Path) -> None:
+        self.port = free_port()
+        urls = {f"{svc.capitalize()}ServiceUrl": f"http://127.0.0.1:{self.port}/api/sim/{svc}"
+                for svc in ("inventory", "payment", "shipping")}
+        self.log = log_dir / f"{name}.log"
+        self.out = log_dir / f"{name}.out"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "localrun", "host", "--port", str(self.port),
+             "--poll-interval", "0.2", "--settings", "/nonexistent"],
+            cwd=ROOT, env={**os.environ, **env, **urls, "SchedulerInstanceId": name,
+                           "LOCALRUN_LOG_LEVEL": "WARNING"},
+            stdout=self.out.open("w"), stderr=self.log.open("w"))
+
+    def stop(self) -> dict[str, Any]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        lines = [json.loads(x) for x in self.out.read_text().splitlines() if x.startswith("{")]
+        return next((x for x in lines if x.get("event") == "stopped"), {})
+
+
+@pytest.fixture
+def env(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    settings = unique_settings(azurite.connection_string, **FAULTS)
+    for k, v in settings.items():
+        monkeypatch.setenv(k, v)
+    bootstrap.reset()
+    bootstrap.container().ensure_resources()
+    yield settings
+    bootstrap.reset()
+
+
+def crash_between_claim_and_dispatch(env: dict[str, str], order_ids: list[str]) -> None:
+    """Take these orders into Processing, then die before sending the step's request."""
+    from tests.integration.helpers import function, sb_message
+
+    doomed = bootstrap.build(load_settings({**env, "SchedulerInstanceId": "doomed"}))
+
+    class Died(Exception):
+        pass
+
+    def die(*a: object, **k: object) -> None:
+        raise Died
+
+    doomed.scheduler._sender.send = die  # type: ignore[method-assign]
+    intake = function("intake")
+    qs = QueueServiceClient.from_connection_string(env["AzureWebJobsStorage"])
+    commands = qs.get_queue_client(env["SchedulerQueueName"])
+    for oid in order_ids:
+        intake(msg=sb_message(order(oid), message_id=oid))
+    # Their start commands are consumed by the doomed Scheduler, which dies mid-way.
+    taken = 0
+    while taken < len(order_ids):
+        for m in commands.receive_messages(max_messages=32):
+            import base64
+
+            with pytest.raises(Died):
+                doomed.scheduler.handle_command(base64.b64decode(m.content).decode())
+            commands.delete_message(m)
+            taken += 1
+    doomed.close()
+
+
+def settled(tables: TableServiceClient, env: dict[str, str]) -> list[dict[str, Any]]:
+    t = tables.get_table_client(env["StateTableName"])
+    return [dict(e) for e in t.query_entities("RowKey eq 'state'")]
+
+
+def is_settled(s: dict[str, Any]) -> bool:
+    return s["ProcessState"] == "Processed" or (
+        s["ProcessState"] == "Error" and s.get("Compensation") in ("Done", "Failed"))
+
+
+@pytest.mark.timeout(900)
+def test_orders_with_faults_all_end_in_a_known_state(env: dict[str, str],
+                                                     tmp_path: Path) -> None:
+    rng = random.Random(7)
+    crashed = [f"crash-{i}" for i in range(CRASHED)]
+    crash_between_claim_and_dispatch(env, crashed)
+
+    hosts = [Host(env, "sched-A", tmp_path), Host(env, "sched-B", tmp_path)]
+    stats: list[dict[str, Any]] = []
+    try:
+        qs = QueueServiceClient.from_connection_string(env["AzureWebJobsStorage"])
+        channel = LocalServiceBusChannel(qs, env["OrdersQueueName"])
+        channel.ensure()
+        ids = [f"e2e-{i:04d}" for i in range(ORDERS)]
+        duplicates = set(rng.sample(ids, 20))
+        for oid in ids:
+            body = json.dumps(order(oid, items=[
+                {"sku": f"SKU-{rng.randint(1, 50)}", "quantity": rng.randint(1, 3),
+                 "unit_price": "12.50"}]))
+            channel.send(body, message_id=oid)
+            if oid in duplicates:
+                channel.send(body, message_id=oid)  # delivered twice, as Service Bus may
+        expected = set(ids) | set(crashed)
+        tables = TableServiceClient.from_connection_string(env["AzureWebJobsStorage"])
+
+        def all_settled() -> bool:
+            for h in hosts:
+                assert h.proc.poll() is None, f"host died: {h.log.read_text()[-3000:]}"
+            states = settled(tables, env)
+            return len(states) == len(expected) and all(is_settled(s) for s in states)
+
+        try:
+            wait_until(all_settled, timeout=600, interval=1, message="every order settled")
+        except AssertionError:
+            counts = Counter((s["ProcessState"], s.get("Compensation"))
+                             for s in settled(tables, env))
+            raise AssertionError(f"not all settled: {dict(counts)}") from None
+        inflight = tables.get_table_client(env["InFlightTableName"])
+        wait_until(lambda: not list(inflight.list_entities()), timeout=30,
+                   message="the in-flight index to empty")
+    finally:
+        stats = [h.stop() for h in hosts]
+
+    states = {s["OrderID"]: s for s in settled(tables, env)}
+    assert set(states) == expected  # none lost, none invented
+
+    # The brief's five fields, with the brief's values, on every record.
+    for s in states.values():
+        assert s["ProcessState"] in ("Processed", "Error")
+        assert s.get("LockedBy") is None and s.get("CompleteBy") is None
+        assert isinstance(s["FailureCount"], int) and s["FailureCount"] >= 0
+
+    effects: dict[tuple[str, str], str] = {}
+    for e in tables.get_table_client(env["SimulatorTableName"]).list_entities():
+        effects[(e["OrderID"], e["RowKey"].split(".")[1])] = e["Status"]
+    processed = [o for o, s in states.items() if s["ProcessState"] == "Processed"]
+    failed = [o for o, s in states.items() if s["ProcessState"] == "Error"]
+    for oid in processed:
+        # Each step's effect exists once (one row per key) and stands.
+        assert [effects.get((oid, step)) for step in STEPS] == ["applied"] * 3, oid
+    for oid in failed:
+        assert states[oid]["Compensation"] == "Done", (oid, states[oid].get("LastError"))
+        steps = {st["name"]: st for st in json.loads(states[oid]["Steps"])}
+        for step in STEPS:
+            # Nothing of a failed order may stand: each effect undone once, or voided.
+            assert effects.get((oid, step)) in (None, "undone", "voided"), (oid, step)
+            if effects.get((oid, step)) == "undone":
+                assert steps[step]["status"] == "compensated", (oid, step, steps[step])
+    alerts = {e["OrderID"] for e in tables.get_table_client(
+        env["OperatorAlertsTableName"]).list_entities() if e["Kind"] == "OrderFailed"}
+    assert alerts == set(failed)
+
+    # The faults really happened and were recovered from.
+    assert len(processed) > ORDERS * 0.7
+    assert failed, "the permanent-fault rate should have failed some orders"
+    assert all(states[o]["FailureCount"] >= 1 for o in crashed)
+    assert any(states[o]["FailureCount"] >= 1 for o in processed if o not in crashed)
+    for st in stats:
+        inv = st.get("invocations", {})
+        assert inv.get("supervisor", 0) > 0 and inv.get("scheduler_replies", 0) > 0, st
+        assert st.get("poisoned") == 0 and st.get("dead_lettered") == 0, st
+    sim_calls = sum(st["invocations"].get("simulated_service", 0) for st in stats)
+    assert sim_calls > len(effects)  # retries and duplicates reached the services...
+    assert sum(st["invocations"].get("intake", 0) for st in stats) == ORDERS + len(duplicates)
