@@ -1,0 +1,60 @@
+"""Compensation through the real Scheduler, Agents and simulated services (local host)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from shared.domain.messages import Action, AgentRequest, idempotency_key
+from tests.conftest import wait_until
+from tests.integration.conftest import RunningHost
+from tests.integration.helpers import entities, function, order, sb_message
+
+PIPELINE = {"scheduler_commands", "scheduler_replies", "inventory_agent", "payment_agent",
+            "shipping_agent", "simulated_service"}
+
+
+def state(h: RunningHost, order_id: str) -> dict[str, Any] | None:
+    rows = entities(h.env["StateTableName"], "PartitionKey eq @p and RowKey eq 'state'",
+                    p=order_id)
+    return rows[0] if rows else None
+
+
+def settled(h: RunningHost, order_id: str) -> dict[str, Any] | None:
+    s = state(h, order_id)
+    done = s and (s["ProcessState"] == "Processed" or s.get("Compensation") in ("Done", "Failed"))
+    return s if done else None
+
+
+def test_refused_payment_undoes_the_reservation_exactly_once(run_host: Any) -> None:
+    h: RunningHost = run_host(only=PIPELINE)
+    function("intake")(msg=sb_message(order("o-1"), message_id="o-1"))
+    # Refuse the charge by voiding its key first: the service then answers 409 (permanent).
+    h.container.agents["payment"].handle(AgentRequest(
+        order_id="o-1", step="charge_payment", action=Action.UNDO, operation="refund",
+        attempt=1, complete_by=h.container.scheduler._clock().replace(year=2100),
+        idempotency_key=idempotency_key("o-1", "charge_payment", Action.UNDO),
+        order={}).to_json())
+    final = wait_until(lambda: settled(h, "o-1"), timeout=30, message="order settled")
+    assert isinstance(final, dict)
+    assert final["ProcessState"] == "Error" and final["Compensation"] == "Done"
+    steps = {s["name"]: s for s in json.loads(final["Steps"])}
+    assert steps["reserve_inventory"]["status"] == "compensated"
+    assert steps["charge_payment"]["status"] == "failed"
+    assert steps["arrange_shipping"]["status"] == "not_started"
+    effects = {(e["PartitionKey"], e["RowKey"]): e["Status"]
+               for e in entities(h.env["SimulatorTableName"])}
+    assert effects == {("inventory", "o-1.reserve_inventory.do"): "undone",
+                       ("payment", "o-1.charge_payment.do"): "voided"}
+    # A duplicate of the release request is harmless: the service de-duplicates it.
+    again = h.container.agents["inventory"].handle(AgentRequest(
+        order_id="o-1", step="reserve_inventory", action=Action.UNDO, operation="release",
+        attempt=2, complete_by=h.container.scheduler._clock().replace(year=2100),
+        idempotency_key=idempotency_key("o-1", "reserve_inventory", Action.UNDO),
+        order={}).to_json())
+    assert again is not None and again.result and again.result["duplicate"] is True
+    replies_before = h.host.stats.invocations["scheduler_replies"]
+    wait_until(lambda: h.host.stats.invocations["scheduler_replies"] > replies_before,
+               timeout=10, message="the duplicate reply to be handled")
+    assert state(h, "o-1") == final  # a stale reply changes nothing
+    assert entities(h.env["InFlightTableName"]) == []
