@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# checkov pins an old pycep-parser, so it lives in a virtual environment of its own.
+CHECKOV_VENV := .venv-checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
 .PHONY: test lint unit install clean
 
@@ -11,10 +14,15 @@ $(STAMP): requirements.txt requirements-dev.txt
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $(STAMP)
 
+$(CHECKOV_STAMP): requirements-checkov.txt
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet -r requirements-checkov.txt
+	touch $(CHECKOV_STAMP)
+
 node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund
 
-install: $(STAMP) node_modules/.package-lock.json
+install: $(STAMP) $(CHECKOV_STAMP) node_modules/.package-lock.json
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -26,4 +34,4 @@ unit: $(STAMP)
 	$(PY) -m pytest tests/unit
 
 clean:
-	rm -rf $(VENV) node_modules .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) node_modules .pytest_cache .ruff_cache

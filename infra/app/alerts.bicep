@@ -1,0 +1,102 @@
+// Azure Monitor alerts: operator alerts the app raises, and orders dead-lettered by Service Bus.
+
+param namePrefix string
+param tags object
+param location string
+param applicationInsightsId string
+param serviceBusNamespaceId string
+param ordersQueueName string
+@description('Where operator alerts are e-mailed; empty for none (alerts still fire in the portal).')
+param alertEmail string
+
+resource operators 'Microsoft.Insights/actionGroups@2023-01-01' = {
+  name: '${namePrefix}-operators'
+  location: 'Global'
+  tags: tags
+  properties: {
+    groupShortName: 'orderops'
+    enabled: true
+    emailReceivers: empty(alertEmail) ? [] : [
+      {
+        name: 'operator'
+        emailAddress: alertEmail
+        useCommonAlertSchema: true
+      }
+    ]
+  }
+}
+
+// The app logs every operator alert as "OPERATOR_ALERT <kind> order=<id> ..." with custom
+// dimensions, and stores it in the OperatorAlerts table.
+resource operatorAlerts 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview' = {
+  name: '${namePrefix}-operator-alerts'
+  location: location
+  tags: tags
+  properties: {
+    displayName: 'Order pipeline: operator alert raised'
+    description: 'An order failed, a compensation failed, or an order id arrived twice with different content.'
+    severity: 1
+    enabled: true
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT5M'
+    scopes: [applicationInsightsId]
+    criteria: {
+      allOf: [
+        {
+          query: 'traces | where message startswith "OPERATOR_ALERT"'
+          timeAggregation: 'Count'
+          operator: 'GreaterThan'
+          threshold: 0
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    autoMitigate: false
+    actions: {
+      actionGroups: [operators.id]
+    }
+  }
+}
+
+resource deadLettered 'Microsoft.Insights/metricAlerts@2018-03-01' = {
+  name: '${namePrefix}-orders-dead-lettered'
+  location: 'global'
+  tags: tags
+  properties: {
+    description: 'Orders were dead-lettered: intake failed on every delivery (storage unreachable?).'
+    severity: 1
+    enabled: true
+    scopes: [serviceBusNamespaceId]
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT5M'
+    criteria: {
+      'odata.type': 'Microsoft.Azure.Monitor.SingleResourceMultipleMetricCriteria'
+      allOf: [
+        {
+          criterionType: 'StaticThresholdCriterion'
+          name: 'DeadletteredOrders'
+          metricNamespace: 'Microsoft.ServiceBus/namespaces'
+          metricName: 'DeadletteredMessages'
+          dimensions: [
+            {
+              name: 'EntityName'
+              operator: 'Include'
+              values: [ordersQueueName]
+            }
+          ]
+          operator: 'GreaterThan'
+          threshold: 0
+          timeAggregation: 'Maximum'
+        }
+      ]
+    }
+    actions: [
+      {
+        actionGroupId: operators.id
+      }
+    ]
+  }
+}

@@ -1,0 +1,119 @@
+// The function app on the Flex Consumption plan (FC1, Linux, Python), running as its
+// user-assigned identity. Every setting the code reads is set here (see README, Settings).
+
+param name string
+param planName string
+param location string
+param tags object
+param identityId string
+param identityClientId string
+param storageAccountName string
+param deploymentContainerUrl string
+param serviceBusNamespace string
+param applicationInsightsConnectionString string
+param pythonVersion string
+param maximumInstanceCount int
+param instanceMemoryMB int
+@description('The app\'s own settings (queue and table names, budgets, thresholds, service URLs).')
+param appSettings object
+@description('Serve the simulated remote services and point the Agents at them (demo).')
+param simulatorsEnabled bool
+
+resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
+  // checkov:skip=CKV_AZURE_225:Zone redundancy on Flex Consumption depends on the region; set zoneRedundant where it is offered.
+  name: planName
+  location: location
+  tags: tags
+  kind: 'functionapp'
+  sku: {
+    name: 'FC1'
+    tier: 'FlexConsumption'
+  }
+  properties: {
+    reserved: true
+  }
+}
+
+resource app 'Microsoft.Web/sites@2024-04-01' = {
+  // checkov:skip=CKV_AZURE_222:No virtual network in this template: the operator API and the simulated services are called over the internet (function keys, HTTPS only).
+  // checkov:skip=CKV_AZURE_17:Callers authenticate with function keys; Agents calling the simulated services present no client certificate.
+  // checkov:skip=CKV_AZURE_212:The app scales to zero on purpose (no cost at rest); add alwaysReady instances for production latency.
+  // checkov:skip=CKV_AZURE_213:The work is queue-driven; platform health checks do not apply on Flex Consumption, GET /api/health reports reachability.
+  name: name
+  location: location
+  tags: union(tags, { 'azd-service-name': 'api' })
+  kind: 'functionapp,linux'
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${identityId}': {}
+    }
+  }
+  properties: {
+    serverFarmId: plan.id
+    httpsOnly: true
+    clientCertMode: 'Optional'
+    siteConfig: {
+      minTlsVersion: '1.2'
+      ftpsState: 'Disabled'
+      http20Enabled: true
+    }
+    functionAppConfig: {
+      deployment: {
+        storage: {
+          type: 'blobContainer'
+          value: deploymentContainerUrl
+          authentication: {
+            type: 'UserAssignedIdentity'
+            userAssignedIdentityResourceId: identityId
+          }
+        }
+      }
+      scaleAndConcurrency: {
+        maximumInstanceCount: maximumInstanceCount
+        instanceMemoryMB: instanceMemoryMB
+      }
+      runtime: {
+        name: 'python'
+        version: pythonVersion
+      }
+    }
+  }
+}
+
+// The simulated services are HTTP functions of this same app.
+var simulatorBase = 'https://${app.properties.defaultHostName}/api/sim'
+var serviceUrls = simulatorsEnabled ? {
+  InventoryServiceUrl: '${simulatorBase}/inventory'
+  PaymentServiceUrl: '${simulatorBase}/payment'
+  ShippingServiceUrl: '${simulatorBase}/shipping'
+} : {}
+
+resource settings 'Microsoft.Web/sites/config@2024-04-01' = {
+  // These checks read the 'web' config (logging, auth, .NET, Azure Files); this is 'appsettings'.
+  // checkov:skip=CKV_AZURE_66:Not the web config; host logs go to Application Insights.
+  // checkov:skip=CKV_AZURE_63:Not the web config; host logs go to Application Insights.
+  // checkov:skip=CKV_AZURE_65:Not the web config; host logs go to Application Insights.
+  // checkov:skip=CKV_AZURE_222:Not the web config; see the site resource.
+  // checkov:skip=CKV_AZURE_80:Python app, no .NET Framework.
+  // checkov:skip=CKV_AZURE_13:HTTP functions use function keys; the rest are queue and timer triggers.
+  // checkov:skip=CKV_AZURE_88:Flex Consumption keeps no content on Azure Files; the package is a blob.
+  parent: app
+  name: 'appsettings'
+  properties: union(appSettings, serviceUrls, {
+    // Identity-based connections: no keys, no connection strings.
+    AzureWebJobsStorage__accountName: storageAccountName
+    AzureWebJobsStorage__credential: 'managedidentity'
+    AzureWebJobsStorage__clientId: identityClientId
+    ServiceBusConnection__fullyQualifiedNamespace: serviceBusNamespace
+    ServiceBusConnection__credential: 'managedidentity'
+    ServiceBusConnection__clientId: identityClientId
+    APPLICATIONINSIGHTS_CONNECTION_STRING: applicationInsightsConnectionString
+    APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identityClientId};Authorization=AAD'
+    SimulatorsEnabled: string(simulatorsEnabled)
+  })
+}
+
+output name string = app.name
+output id string = app.id
+output defaultHostName string = app.properties.defaultHostName

@@ -1,0 +1,105 @@
+// Storage: the Functions host (blobs, trigger queues), the app's queues and tables, and the
+// deployment package container. Shared-key access is off: everything authenticates with Entra ID.
+
+param name string
+param location string
+param tags object
+param deploymentContainerName string
+@description('Storage queues the app uses; the host creates <name>-poison on demand, we create them up front.')
+param queueNames array
+param tableNames array
+
+resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
+  // checkov:skip=CKV_AZURE_35:No virtual network in this template; every request needs Entra ID (shared keys are off) and an RBAC role.
+  // checkov:skip=CKV_AZURE_59:As above: reachable over the internet, but only with Entra ID and RBAC; no anonymous blob access.
+  name: name
+  location: location
+  tags: tags
+  kind: 'StorageV2'
+  sku: {
+    name: 'Standard_GRS'
+  }
+  properties: {
+    minimumTlsVersion: 'TLS1_2'
+    supportsHttpsTrafficOnly: true
+    allowBlobPublicAccess: false
+    allowSharedKeyAccess: false
+    allowCrossTenantReplication: false
+    defaultToOAuthAuthentication: true
+    publicNetworkAccess: 'Enabled'
+    networkAcls: {
+      defaultAction: 'Allow'
+      bypass: 'AzureServices'
+    }
+    encryption: {
+      keySource: 'Microsoft.Storage'
+      requireInfrastructureEncryption: true
+      services: {
+        blob: { enabled: true }
+        file: { enabled: true }
+        queue: { enabled: true, keyType: 'Account' }
+        table: { enabled: true, keyType: 'Account' }
+      }
+    }
+  }
+}
+
+resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' = {
+  parent: storage
+  name: 'default'
+  properties: {
+    deleteRetentionPolicy: {
+      enabled: true
+      days: 7
+    }
+    containerDeleteRetentionPolicy: {
+      enabled: true
+      days: 7
+    }
+  }
+}
+
+resource deploymentContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = {
+  parent: blobService
+  name: deploymentContainerName
+  properties: {
+    publicAccess: 'None'
+  }
+}
+
+resource queueService 'Microsoft.Storage/storageAccounts/queueServices@2023-05-01' = {
+  parent: storage
+  name: 'default'
+}
+
+resource queues 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = [
+  for q in queueNames: {
+    parent: queueService
+    name: q
+  }
+]
+
+resource poisonQueues 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = [
+  for q in queueNames: {
+    parent: queueService
+    name: '${q}-poison'
+  }
+]
+
+resource tableService 'Microsoft.Storage/storageAccounts/tableServices@2023-05-01' = {
+  parent: storage
+  name: 'default'
+}
+
+resource tables 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' = [
+  for t in tableNames: {
+    parent: tableService
+    name: t
+  }
+]
+
+output name string = storage.name
+output id string = storage.id
+output blobEndpoint string = storage.properties.primaryEndpoints.blob
+output queueEndpoint string = storage.properties.primaryEndpoints.queue
+output tableEndpoint string = storage.properties.primaryEndpoints.table

@@ -1,0 +1,206 @@
+// The order pipeline in Azure: Function App (Flex Consumption) with a user-assigned identity,
+// Storage (tables, queues, deployment package), Service Bus (orders), monitoring and alerts.
+// No keys anywhere: every connection is identity-based.
+targetScope = 'subscription'
+
+@minLength(1)
+@maxLength(64)
+@description('Name of the environment (azd); used to name the resource group and make names unique.')
+param environmentName string
+
+@minLength(1)
+@description('Region for every resource; it must offer the Flex Consumption plan.')
+@metadata({ azd: { type: 'location' } })
+param location string
+
+@description('Object id of the deploying user (azd sets it), granted send and read access for the CLI; empty to skip.')
+param principalId string = ''
+
+@allowed(['User', 'Group', 'ServicePrincipal'])
+param principalType string = 'User'
+
+@description('E-mail address for operator alerts; empty for none.')
+param alertEmail string = ''
+
+@description('Serve the simulated remote services from the app and point the Agents at them. Turn off and set the *ServiceUrl settings to use real services.')
+param simulatorsEnabled bool = true
+
+@allowed(['3.10', '3.11', '3.12'])
+param pythonVersion string = '3.11'
+
+@minValue(40)
+@maxValue(1000)
+param maximumInstanceCount int = 40
+
+@allowed([512, 2048, 4096])
+param instanceMemoryMB int = 2048
+
+var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
+var tags = { 'azd-env-name': environmentName }
+var prefix = 'orders-${resourceToken}'
+var functionAppName = 'func-${prefix}'
+var deploymentContainerName = 'app-package-${take(resourceToken, 8)}'
+
+// Names the code binds to (function_app.py) or reads (shared/settings.py). tests/infra holds
+// this file and the code to the same names.
+var queues = {
+  scheduler: 'scheduler-commands'
+  responses: 'agent-responses'
+  inventory: 'inventory-requests'
+  payment: 'payment-requests'
+  shipping: 'shipping-requests'
+}
+var tables = {
+  state: 'OrderState'
+  inFlight: 'OrdersInFlight'
+  rejected: 'RejectedOrders'
+  alerts: 'OperatorAlerts'
+  simulator: 'SimulatedEffects'
+}
+var ordersQueueName = 'orders'
+
+var appSettings = {
+  OrdersQueueName: ordersQueueName
+  SchedulerQueueName: queues.scheduler
+  AgentResponsesQueueName: queues.responses
+  InventoryRequestsQueueName: queues.inventory
+  PaymentRequestsQueueName: queues.payment
+  ShippingRequestsQueueName: queues.shipping
+  StateTableName: tables.state
+  InFlightTableName: tables.inFlight
+  RejectedOrdersTableName: tables.rejected
+  OperatorAlertsTableName: tables.alerts
+  SimulatorTableName: tables.simulator
+  SupervisorSchedule: '*/30 * * * * *'
+  FailureThreshold: '3'
+  CompensationFailureThreshold: '10'
+  RetryBackoffSeconds: '5'
+  RetryBackoffMaxSeconds: '300'
+  PendingGraceSeconds: '60'
+  StepBudgetSeconds: ''
+  ReplyQueueAllowList: 'order-status-*'
+  AgentRetryBaseSeconds: '0.2'
+  AgentRetryMaxSeconds: '5'
+  AgentCallTimeoutSeconds: '10'
+  CircuitBreakerFailures: '5'
+  CircuitBreakerResetSeconds: '30'
+  SimLatencyMs: '50'
+  SimTransientErrorRate: '0.1'
+  SimPermanentErrorRate: '0.02'
+  SimHangRate: '0.01'
+  SimHangSeconds: '120'
+}
+
+resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
+  name: 'rg-${environmentName}'
+  location: location
+  tags: tags
+}
+
+module identity 'app/identity.bicep' = {
+  name: 'identity'
+  scope: rg
+  params: {
+    name: 'id-${prefix}'
+    location: location
+    tags: tags
+  }
+}
+
+module storage 'app/storage.bicep' = {
+  name: 'storage'
+  scope: rg
+  params: {
+    name: 'st${resourceToken}'
+    location: location
+    tags: tags
+    deploymentContainerName: deploymentContainerName
+    queueNames: [queues.scheduler, queues.responses, queues.inventory, queues.payment, queues.shipping]
+    tableNames: [tables.state, tables.inFlight, tables.rejected, tables.alerts, tables.simulator]
+  }
+}
+
+module serviceBus 'app/servicebus.bicep' = {
+  name: 'servicebus'
+  scope: rg
+  params: {
+    name: 'sb-${prefix}'
+    location: location
+    tags: tags
+    ordersQueueName: ordersQueueName
+  }
+}
+
+module monitoring 'app/monitoring.bicep' = {
+  name: 'monitoring'
+  scope: rg
+  params: {
+    logAnalyticsName: 'log-${prefix}'
+    applicationInsightsName: 'appi-${prefix}'
+    location: location
+    tags: tags
+  }
+}
+
+module rbac 'app/rbac.bicep' = {
+  name: 'rbac'
+  scope: rg
+  params: {
+    storageAccountName: storage.outputs.name
+    serviceBusNamespaceName: serviceBus.outputs.name
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
+    appPrincipalId: identity.outputs.principalId
+    userPrincipalId: principalId
+    userPrincipalType: principalType
+  }
+}
+
+module function 'app/function.bicep' = {
+  name: 'function'
+  scope: rg
+  dependsOn: [rbac]
+  params: {
+    name: functionAppName
+    planName: 'plan-${prefix}'
+    location: location
+    tags: tags
+    identityId: identity.outputs.id
+    identityClientId: identity.outputs.clientId
+    storageAccountName: storage.outputs.name
+    deploymentContainerUrl: '${storage.outputs.blobEndpoint}${deploymentContainerName}'
+    serviceBusNamespace: serviceBus.outputs.fullyQualifiedNamespace
+    applicationInsightsConnectionString: monitoring.outputs.connectionString
+    pythonVersion: pythonVersion
+    maximumInstanceCount: maximumInstanceCount
+    instanceMemoryMB: instanceMemoryMB
+    appSettings: appSettings
+    simulatorsEnabled: simulatorsEnabled
+  }
+}
+
+module alerts 'app/alerts.bicep' = {
+  name: 'alerts'
+  scope: rg
+  params: {
+    namePrefix: prefix
+    tags: tags
+    location: location
+    applicationInsightsId: monitoring.outputs.applicationInsightsId
+    serviceBusNamespaceId: serviceBus.outputs.id
+    ordersQueueName: ordersQueueName
+    alertEmail: alertEmail
+  }
+}
+
+output AZURE_LOCATION string = location
+output AZURE_TENANT_ID string = tenant().tenantId
+output AZURE_RESOURCE_GROUP string = rg.name
+output AZURE_FUNCTION_APP_NAME string = function.outputs.name
+output SERVICE_API_NAME string = function.outputs.name
+output FUNCTION_APP_URL string = 'https://${function.outputs.defaultHostName}'
+output SERVICEBUS_NAMESPACE string = serviceBus.outputs.fullyQualifiedNamespace
+output SERVICEBUS_QUEUE string = serviceBus.outputs.ordersQueueName
+output AZURE_STORAGE_ACCOUNT string = storage.outputs.name
+output AZURE_STORAGE_QUEUE_ENDPOINT string = storage.outputs.queueEndpoint
+output AZURE_STORAGE_TABLE_ENDPOINT string = storage.outputs.tableEndpoint
+output APPLICATIONINSIGHTS_NAME string = monitoring.outputs.applicationInsightsName

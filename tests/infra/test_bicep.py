@@ -1,0 +1,100 @@
+"""Offline infrastructure gates: the Bicep parses, scans clean, and matches the code."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.infra.drift import bicep_names, drift, parse
+
+INFRA = ROOT / "infra"
+BICEP_FILES = sorted(INFRA.rglob("*.bicep"))
+
+
+@pytest.mark.parametrize("path", BICEP_FILES, ids=lambda p: str(p.relative_to(INFRA)))
+def test_every_bicep_file_parses(path: Path) -> None:
+    assert parse(path)["resources"] or parse(path).get("modules")
+
+
+def test_bicep_and_code_name_the_same_queues_tables_and_settings() -> None:
+    assert drift(INFRA) == []
+
+
+def test_bicep_reads_what_we_expect() -> None:
+    names = bicep_names(INFRA)
+    assert "scheduler-commands" in names.queues and names.poison_queues
+    assert "OrderState" in names.tables
+    assert names.service_bus_queue == "orders"
+    assert names.app_settings["AzureWebJobsStorage__credential"] == "managedidentity"
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), [
+    ("  SchedulerQueueName: queues.scheduler\n", "  SchedulerQueue: queues.scheduler\n",
+     "SchedulerQueueName is bound in function_app.py but not set"),
+    ("queueNames: [queues.scheduler, queues.responses,", "queueNames: [queues.scheduler,",
+     "AgentResponsesQueueName='agent-responses' is not a queue the Bicep creates"),
+    ("  StateTableName: tables.state\n", "  StateTableName: 'OrderStates'\n",
+     "StateTableName='OrderStates' is not a table the Bicep creates"),
+    ("  FailureThreshold: '3'\n", "  FailureTreshold: '3'\n",
+     "FailureTreshold is set in the Bicep but nothing reads it"),
+    ("  ReplyQueueAllowList: 'order-status-*'\n", "",
+     "ReplyQueueAllowList is read by the code but not set in the Bicep"),
+])
+def test_a_broken_name_in_the_bicep_is_caught(tmp_path: Path, old: str, new: str,
+                                              expected: str) -> None:
+    copy = tmp_path / "infra"
+    shutil.copytree(INFRA, copy)
+    main = copy / "main.bicep"
+    text = main.read_text()
+    assert old in text, "the mutation no longer applies: update this test"
+    main.write_text(text.replace(old, new, 1))
+    assert any(expected in p for p in drift(copy)), drift(copy)
+
+
+def test_checkov_reports_no_failed_checks(tmp_path: Path) -> None:
+    checkov = ROOT / ".venv-checkov" / "bin" / "checkov"
+    assert checkov.exists(), "checkov is installed by 'make install' into .venv-checkov"
+    out = subprocess.run(
+        [str(checkov), "-d", str(INFRA), "--framework", "bicep", "--skip-download", "--quiet",
+         "--compact", "-o", "json"], capture_output=True, text=True, timeout=600)
+    report = json.loads(out.stdout)
+    summary = (report[0] if isinstance(report, list) else report)["summary"]
+    assert summary["parsing_errors"] == 0
+    assert summary["failed"] == 0, out.stdout[:5000]
+    assert summary["passed"] > 0
+
+
+def test_every_checkov_skip_gives_a_reason() -> None:
+    for path in BICEP_FILES:
+        for line in path.read_text().splitlines():
+            if "checkov:skip=" in line:
+                check, _, reason = line.split("checkov:skip=", 1)[1].partition(":")
+                assert check.startswith("CKV") and len(reason.strip()) > 15, (path, line)
+
+
+def test_functions_doctor_reports_no_failures(tmp_path: Path) -> None:
+    doctor = shutil.which("azure-functions-doctor", path=str(ROOT / ".venv" / "bin"))
+    assert doctor, "azure-functions-doctor is installed by requirements-dev.txt"
+    summary = tmp_path / "summary.json"
+    subprocess.run([doctor, "doctor", "--path", str(ROOT), "--format", "json",
+                    "--summary-json", str(summary), "--output", str(tmp_path / "out.json")],
+                   capture_output=True, text=True, timeout=300, check=False)
+    counts = json.loads(summary.read_text())
+    assert counts["failed"] == 0 and counts["passed"] > 0, counts
+
+
+def test_no_keys_or_connection_strings_in_the_infrastructure() -> None:
+    for path in BICEP_FILES:
+        text = path.read_text()
+        for forbidden in ("listKeys(", "AccountKey=", "SharedAccessKey", "InstrumentationKey="):
+            assert forbidden not in text, (path, forbidden)
+
+
+def test_flex_consumption_settings_the_platform_rejects_are_not_set() -> None:
+    settings = bicep_names(INFRA).app_settings
+    assert not {"FUNCTIONS_WORKER_RUNTIME", "FUNCTIONS_EXTENSION_VERSION"} & set(settings)
