@@ -61,6 +61,31 @@ def supervisor(timer: func.TimerRequest) -> None:
     entrypoints.supervisor(timer)
 
 
+@app.function_name("get_order")
+@app.route(route="orders/{order_id}", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+def get_order(req: func.HttpRequest) -> func.HttpResponse:
+    return entrypoints.get_order(req)
+
+
+@app.function_name("list_orders")
+@app.route(route="orders", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+def list_orders(req: func.HttpRequest) -> func.HttpResponse:
+    return entrypoints.list_orders(req)
+
+
+@app.function_name("resubmit_order")
+@app.route(route="orders/{order_id}/resubmit", methods=["POST"],
+           auth_level=func.AuthLevel.ADMIN)
+def resubmit_order(req: func.HttpRequest) -> func.HttpResponse:
+    return entrypoints.resubmit_order(req)
+
+
+@app.function_name("health")
+@app.route(route="health", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+def health(req: func.HttpRequest) -> func.HttpResponse:
+    return entrypoints.health(req)
+
+
 @app.function_name("simulated_service")
 @app.route(route="sim/{service}/{operation}", methods=["POST"],
            auth_level=func.AuthLevel.ANONYMOUS)

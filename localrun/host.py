@@ -398,7 +398,10 @@ def _serve_http(host: LocalFunctionHost, functions: list[_Function],
                     resp = host.invoke(f, req)
                 except Exception:
                     return self._reply(500, b"function failed", {})
-                return self._reply(resp.status_code, resp.get_body(), dict(resp.headers))
+                headers = dict(resp.headers)
+                if resp.mimetype and not any(k.lower() == "content-type" for k in headers):
+                    headers["Content-Type"] = f"{resp.mimetype}; charset={resp.charset or 'utf-8'}"
+                return self._reply(resp.status_code, resp.get_body(), headers)
             return self._reply(404, b"no function for this route", {})
 
         def _reply(self, status: int, body: bytes, headers: dict[str, str]) -> None:

@@ -26,6 +26,7 @@ from shared.domain.workflow import ORDER_FULFILMENT, Workflow
 from shared.handlers.agent import Agent, AgentRetryPolicy, new_breaker
 from shared.handlers.intake import IntakeHandler
 from shared.handlers.notify import Notifier
+from shared.handlers.operator import Operator
 from shared.handlers.scheduler import Scheduler
 from shared.handlers.simulated_service import Faults, SimulatedService
 from shared.handlers.supervisor import Supervisor
@@ -43,6 +44,7 @@ class Container:
     scheduler: Scheduler
     supervisor: Supervisor
     agents: dict[str, Agent]
+    operator: Operator
     simulator: SimulatedService
     http: httpx.Client = field(repr=False)
 
@@ -108,6 +110,13 @@ def build(settings: Settings, *, clock: Clock = utc_now,
         supervisor=Supervisor(store=store, sender=sender, notifier=notifier, policy=policy,
                               scheduler_queue=settings.scheduler_queue, clock=clock),
         agents=agents,
+        operator=Operator(
+            store=store, alerts=tables.get_table_client(settings.alerts_table),
+            rejected=tables.get_table_client(settings.rejected_table), queues=queues,
+            sender=sender, scheduler_queue=settings.scheduler_queue,
+            checked_queues=[settings.scheduler_queue, settings.responses_queue,
+                            *settings.agent_queues.values()],
+            pending_grace=policy.pending_grace, clock=clock),
         simulator=SimulatedService(
             tables.get_table_client(settings.simulator_table),
             Faults(settings.sim_latency_ms, settings.sim_transient_rate,

@@ -7,10 +7,12 @@ the poison queue or the dead-letter queue), which is what we want for faults we 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import azure.functions as func
 
 from shared import bootstrap
+from shared.handlers.operator import OrderNotFound, ResubmitRefused
 from shared.settings import load_settings
 
 
@@ -37,6 +39,54 @@ def agent(name: str, msg: func.QueueMessage) -> None:
 
 def supervisor(timer: func.TimerRequest) -> None:
     bootstrap.container().supervisor.tick()
+
+
+def _json(body: Any, status: int = 200) -> func.HttpResponse:
+    return func.HttpResponse(json.dumps(body, default=str), status_code=status,
+                             mimetype="application/json")
+
+
+def _error(status: int, message: str) -> func.HttpResponse:
+    return _json({"error": message}, status)
+
+
+def get_order(req: func.HttpRequest) -> func.HttpResponse:
+    order_id = req.route_params.get("order_id", "")
+    try:
+        return _json(bootstrap.container().operator.get(order_id))
+    except OrderNotFound:
+        return _error(404, f"no order {order_id!r}")
+
+
+def list_orders(req: func.HttpRequest) -> func.HttpResponse:
+    state = req.params.get("state") or None
+    try:
+        limit = int(req.params.get("limit", "50"))
+        page = bootstrap.container().operator.list(state, limit,
+                                                   req.params.get("continuation"))
+    except ValueError as e:  # a bad state, limit or continuation token
+        return _error(400, str(e))
+    return _json({"orders": page.items, "continuation": page.continuation})
+
+
+def resubmit_order(req: func.HttpRequest) -> func.HttpResponse:
+    order_id = req.route_params.get("order_id", "")
+    try:
+        body = req.get_json() if req.get_body() else {}
+    except ValueError:
+        return _error(400, "body must be JSON, e.g. {\"reason\": \"card limit raised\"}")
+    reason = body.get("reason", "") if isinstance(body, dict) else ""
+    try:
+        return _json(bootstrap.container().operator.resubmit(order_id, str(reason)), 202)
+    except OrderNotFound:
+        return _error(404, f"no order {order_id!r}")
+    except ResubmitRefused as e:
+        return _error(409, str(e))
+
+
+def health(req: func.HttpRequest) -> func.HttpResponse:
+    report = bootstrap.container().operator.health()
+    return _json(report, 200 if report["status"] == "ok" else 503)
 
 
 def simulated_service(req: func.HttpRequest) -> func.HttpResponse:

@@ -13,6 +13,7 @@ Keys:
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,6 +35,26 @@ from shared.domain.state import (
 ORDER_ROW = "order"
 STATE_ROW = "state"
 INFLIGHT_PARTITION = "inflight"
+
+
+class BadContinuation(ValueError):
+    """A continuation token that this store did not hand out."""
+
+
+def _encode_token(token: Any) -> str:
+    return base64.urlsafe_b64encode(json.dumps(token).encode()).decode()
+
+
+def _decode_token(token: str | None) -> Any:
+    if not token:
+        return None
+    try:
+        value = json.loads(base64.urlsafe_b64decode(token.encode()))
+    except (ValueError, UnicodeDecodeError):
+        raise BadContinuation("continuation token is not one this API handed out") from None
+    if not isinstance(value, dict):
+        raise BadContinuation("continuation token is not one this API handed out")
+    return value
 
 
 class ConcurrencyConflict(Exception):
@@ -75,6 +96,8 @@ def state_to_entity(state: OrderState) -> dict[str, Any]:
         "Steps": json.dumps([s.to_dict() for s in state.steps]),
         "ReplyTo": state.reply_to,
         "LastError": state.last_error,
+        "Resubmissions": state.generation,
+        "History": json.dumps(state.history) if state.history else None,
         "CreatedAt": state.created_at,
         "UpdatedAt": state.updated_at,
     }
@@ -97,6 +120,8 @@ def state_from_entity(e: Any) -> OrderState:
         compensation_failure_count=int(e.get("CompensationFailureCount", 0)),
         reply_to=e.get("ReplyTo"),
         last_error=e.get("LastError"),
+        generation=int(e.get("Resubmissions", 0)),
+        history=json.loads(e["History"]) if e.get("History") else [],
         version=e.metadata["etag"],
     )
 
@@ -108,11 +133,7 @@ class TableOrderStore:
 
     def create(self, order: Order, state: OrderState) -> None:
         """Write the order and its first state in one entity-group transaction: both or neither."""
-        self._inflight.upsert_entity(
-            {"PartitionKey": INFLIGHT_PARTITION, "RowKey": order.order_id,
-             "Since": state.created_at},
-            mode=UpdateMode.REPLACE,
-        )
+        self.track(state)
         details = {
             "PartitionKey": order.order_id,
             "RowKey": ORDER_ROW,
@@ -168,6 +189,31 @@ class TableOrderStore:
             raise ConcurrencyConflict(f"order {state.order_id}: {e.reason}") from None
         state.version = meta["etag"]
         return state
+
+    def list_states(self, process_state: str | None, limit: int,
+                    continuation: str | None) -> tuple[list[OrderState], str | None]:
+        """One page of state records, optionally of one ProcessState.
+
+        An operator's query: it filters on properties, so Table Storage reads the whole table
+        for it. The Scheduler and the Supervisor never call it.
+        """
+        query = "RowKey eq @rk" + (" and ProcessState eq @ps" if process_state else "")
+        params = {"rk": STATE_ROW, "ps": process_state or ""}
+        pages = self._states.query_entities(query, parameters=params,
+                                            results_per_page=limit).by_page(
+            continuation_token=_decode_token(continuation))
+        page = next(pages, [])
+        items = [state_from_entity(e) for e in page]
+        token = pages.continuation_token  # type: ignore[attr-defined]
+        return items, _encode_token(token) if token else None
+
+    def track(self, state: OrderState) -> None:
+        """Put an order (back) into the in-flight index, before it is handed on."""
+        self._inflight.upsert_entity(
+            {"PartitionKey": INFLIGHT_PARTITION, "RowKey": state.order_id,
+             "Since": state.updated_at},
+            mode=UpdateMode.REPLACE,
+        )
 
     def in_flight(self) -> Iterator[InFlightEntry]:
         for e in self._inflight.query_entities(

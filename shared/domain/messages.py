@@ -79,5 +79,7 @@ class StatusUpdate(_Message):
     detail: str | None = None
 
 
-def idempotency_key(order_id: str, step: str, action: Action) -> str:
-    return f"{order_id}.{step}.{action.value}"
+def idempotency_key(order_id: str, step: str, action: Action, generation: int = 0) -> str:
+    """Stable across attempts; a resubmitted order (generation n) is new work for the service."""
+    resubmitted = f".g{generation}" if generation else ""
+    return f"{order_id}.{step}{resubmitted}.{action.value}"

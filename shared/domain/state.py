@@ -108,6 +108,9 @@ class OrderState:
     compensation_failure_count: int = 0
     reply_to: str | None = None
     last_error: str | None = None
+    # How often an operator resubmitted the order, and what happened before each time.
+    generation: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
     # The store's concurrency token (an ETag); opaque to the domain.
     version: str | None = field(default=None, compare=False)
 
@@ -240,6 +243,46 @@ def begin_compensation(
             f"order {state.order_id} is {state.process_state}, compensation {state.compensation}"
         )
     return _next_compensation(state._copy(now), scheduler_id, now, workflow, [])
+
+
+MAX_HISTORY = 20
+
+
+def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
+             reason: str = "") -> Transition:
+    """An operator sends a failed order round again, once its compensation has settled.
+
+    Steps that are still completed (and were not undone) stay done; every other step starts
+    afresh. The counts start from zero; what happened before is kept in the history.
+    """
+    if state.process_state is not ProcessState.ERROR or not state.is_settled:
+        raise IllegalTransition(
+            f"order {state.order_id} is {state.process_state} (compensation "
+            f"{state.compensation}); only a failed order whose compensation has settled can be "
+            "resubmitted"
+        )
+    new = state._copy(now)
+    new.history = [*new.history, {
+        "at": now.isoformat(), "event": "resubmitted", "reason": reason,
+        "previous_error": state.last_error, "failure_count": state.failure_count,
+        "compensation": state.compensation.value if state.compensation else None,
+        "steps": {s.name: f"{s.status.value} after {s.attempt} attempt(s)" for s in state.steps},
+    }][-MAX_HISTORY:]
+    new.generation += 1
+    new.process_state = ProcessState.PENDING
+    new.locked_by = None
+    new.complete_by = now + pending_grace
+    new.failure_count = 0
+    new.compensation = None
+    new.compensation_failure_count = 0
+    new.last_error = None
+    for s in new.steps:
+        if s.status is not StepStatus.COMPLETED:
+            s.status = StepStatus.NOT_STARTED
+            s.complete_by = None
+            s.last_error = None
+            s.in_doubt = False
+    return Transition(new)
 
 
 def supervise(state: OrderState, now: datetime, policy: RetryPolicy) -> SupervisorDecision | None:

@@ -108,7 +108,8 @@ class Scheduler:
                 order_id=state.order_id, step=step.name, action=action,
                 operation=definition.operation_for(action), attempt=step.attempt,
                 complete_by=step.complete_by,
-                idempotency_key=idempotency_key(state.order_id, step.name, action),
+                idempotency_key=idempotency_key(state.order_id, step.name, action,
+                                                state.generation),
                 order=stored.order,
             )
             self._sender.send(self._agent_queues[definition.agent], request.to_json())

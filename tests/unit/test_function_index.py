@@ -55,4 +55,16 @@ def test_the_function_set_is_exactly_the_documented_one() -> None:
     assert set(index()) == {
         "intake", "scheduler_commands", "scheduler_replies", "inventory_agent",
         "payment_agent", "shipping_agent", "supervisor", "simulated_service",
+        "get_order", "list_orders", "resubmit_order", "health",
+    }
+
+
+def test_operator_api_routes_and_auth_levels() -> None:
+    routes = {name: (trigger(name)["route"], trigger(name)["methods"], trigger(name)["authLevel"])
+              for name in ("get_order", "list_orders", "resubmit_order", "health")}
+    assert routes == {
+        "get_order": ("orders/{order_id}", ["GET"], "FUNCTION"),
+        "list_orders": ("orders", ["GET"], "FUNCTION"),
+        "resubmit_order": ("orders/{order_id}/resubmit", ["POST"], "ADMIN"),
+        "health": ("health", ["GET"], "FUNCTION"),
     }

@@ -286,3 +286,49 @@ def test_workflow_is_data_a_user_can_change() -> None:
         Workflow("dup", (WF.steps[0], WF.steps[0]))
     with pytest.raises(ValueError, match="unknown steps"):
         WF.with_budgets({"nope": timedelta(seconds=1)})
+
+
+def test_resubmit_sends_a_settled_failed_order_round_again_and_keeps_its_history() -> None:
+    from shared.domain.state import resubmit
+
+    s = after_steps(1)
+    s = apply_reply(s, refused(s, "charge_payment"), "s1", T0, WF).state
+    s = apply_reply(s, ok(s, "reserve_inventory", Action.UNDO), "s1", T0, WF).state
+    assert s.is_settled
+    later = T0 + timedelta(hours=1)
+    t = resubmit(s, later, timedelta(seconds=30), "card limit raised")
+    r = t.state
+    assert (r.process_state, r.locked_by, r.failure_count, r.compensation) == (
+        ProcessState.PENDING, None, 0, None)
+    assert r.generation == 1 and r.complete_by == later + timedelta(seconds=30)
+    assert all(st.status is StepStatus.NOT_STARTED for st in r.steps)
+    assert r.step("reserve_inventory").attempt == s.step("reserve_inventory").attempt
+    (h,) = r.history
+    assert h["reason"] == "card limit raised" and "card declined" in h["previous_error"]
+    assert h["steps"]["reserve_inventory"].startswith("compensated")
+    assert claim(r, "s2", later, WF).state.process_state is ProcessState.PROCESSING
+
+
+@pytest.mark.parametrize("state", [fresh(), claimed(), after_steps(3)],
+                         ids=["pending", "processing", "processed"])
+def test_resubmit_refuses_an_order_that_has_not_failed(state: OrderState) -> None:
+    from shared.domain.state import resubmit
+
+    with pytest.raises(IllegalTransition):
+        resubmit(state, T0, timedelta(seconds=30))
+
+
+def test_resubmit_waits_for_compensation_to_settle() -> None:
+    from shared.domain.state import resubmit
+
+    s = after_steps(1)
+    s = apply_reply(s, refused(s, "charge_payment"), "s1", T0, WF).state  # undo running
+    with pytest.raises(IllegalTransition, match="settled"):
+        resubmit(s, T0, timedelta(seconds=30))
+
+
+def test_idempotency_key_is_new_for_a_resubmitted_order() -> None:
+    from shared.domain.messages import idempotency_key
+
+    assert idempotency_key("o", "s", Action.DO) == "o.s.do"
+    assert idempotency_key("o", "s", Action.UNDO, 2) == "o.s.g2.undo"

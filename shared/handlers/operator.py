@@ -1,0 +1,148 @@
+"""What an operator can do: look orders up, list them by state, resubmit a failed one, read
+alerts and rejected intake, check health. Used by the HTTP API and the orders CLI alike."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from azure.data.tables import TableClient
+from azure.storage.queue import QueueServiceClient
+
+from shared.adapters.queues import MessageSender
+from shared.adapters.rejections import REJECTED_PARTITION
+from shared.adapters.state_store import ConcurrencyConflict, TableOrderStore
+from shared.clock import Clock
+from shared.domain.messages import CommandKind, SchedulerCommand
+from shared.domain.state import IllegalTransition, OrderState, ProcessState, resubmit
+
+log = logging.getLogger(__name__)
+
+MAX_PAGE = 1000
+
+
+class OrderNotFound(LookupError):
+    pass
+
+
+class ResubmitRefused(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[dict[str, Any]]
+    continuation: str | None
+
+
+def state_view(s: OrderState) -> dict[str, Any]:
+    return {
+        "OrderID": s.order_id,
+        "ProcessState": s.process_state.value,
+        "LockedBy": s.locked_by,
+        "CompleteBy": s.complete_by.isoformat() if s.complete_by else None,
+        "FailureCount": s.failure_count,
+        "Compensation": s.compensation.value if s.compensation else None,
+        "CurrentStep": s.current_step.name if s.current_step else None,
+        "LastError": s.last_error,
+        "Resubmissions": s.generation,
+        "CreatedAt": s.created_at.isoformat(),
+        "UpdatedAt": s.updated_at.isoformat(),
+        "Steps": [st.to_dict() for st in s.steps],
+        "History": s.history,
+    }
+
+
+def _entity_view(e: Any, fields: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in fields:
+        v = e.get(f)
+        out[f] = v.isoformat() if hasattr(v, "isoformat") else v
+    return out
+
+
+class Operator:
+    def __init__(self, *, store: TableOrderStore, alerts: TableClient, rejected: TableClient,
+                 queues: QueueServiceClient, sender: MessageSender, scheduler_queue: str,
+                 checked_queues: list[str], pending_grace: timedelta, clock: Clock) -> None:
+        self._store = store
+        self._alerts = alerts
+        self._rejected = rejected
+        self._queues = queues
+        self._sender = sender
+        self._scheduler_queue = scheduler_queue
+        self._checked_queues = checked_queues
+        self._pending_grace = pending_grace
+        self._clock = clock
+
+    def get(self, order_id: str) -> dict[str, Any]:
+        stored = self._store.load(order_id)
+        if stored is None:
+            raise OrderNotFound(order_id)
+        return {**state_view(stored.state), "Order": stored.order}
+
+    def list(self, process_state: str | None, limit: int, continuation: str | None) -> Page:
+        if process_state is not None:
+            ProcessState(process_state)  # ValueError names the bad value
+        if not 1 <= limit <= MAX_PAGE:
+            raise ValueError(f"limit must be between 1 and {MAX_PAGE}")
+        states, token = self._store.list_states(process_state, limit, continuation)
+        return Page([state_view(s) for s in states], token)
+
+    def resubmit(self, order_id: str, reason: str = "") -> dict[str, Any]:
+        state = self._store.get_state(order_id)
+        if state is None:
+            raise OrderNotFound(order_id)
+        try:
+            t = resubmit(state, self._clock(), self._pending_grace, reason)
+        except IllegalTransition as e:
+            raise ResubmitRefused(str(e)) from None
+        # Index first: an order the Supervisor can see is never lost, even if we stop here.
+        self._store.track(t.state)
+        try:
+            saved = self._store.save(t.state)
+        except ConcurrencyConflict:
+            raise ResubmitRefused(f"order {order_id} changed meanwhile; look again") from None
+        self._sender.send(self._scheduler_queue, SchedulerCommand(
+            kind=CommandKind.START, order_id=order_id, reason="resubmitted").to_json())
+        log.warning("order %s resubmitted (%s)", order_id, reason or "no reason given")
+        return state_view(saved)
+
+    def alerts(self, limit: int = 50, days: int = 7) -> list[dict[str, Any]]:
+        """The newest alerts first (one partition a day, newest row first within it)."""
+        out: list[dict[str, Any]] = []
+        today = self._clock()
+        for back in range(days):
+            day = (today - timedelta(days=back)).strftime("%Y%m%d")
+            for e in self._alerts.query_entities("PartitionKey eq @d", parameters={"d": day},
+                                                 results_per_page=limit):
+                out.append(_entity_view(e, ("RaisedAt", "Kind", "OrderID", "Step", "Reason")))
+                if len(out) >= limit:
+                    return out
+        return out
+
+    def rejected(self, limit: int = 50) -> list[dict[str, Any]]:
+        rows = [_entity_view(e, ("RejectedAt", "Kind", "MessageId", "Reason", "DeliveryCount",
+                                 "Body"))
+                for e in self._rejected.query_entities(
+                    "PartitionKey eq @p", parameters={"p": REJECTED_PARTITION})]
+        rows.sort(key=lambda r: r["RejectedAt"] or "", reverse=True)
+        return rows[:limit]
+
+    def health(self) -> dict[str, Any]:
+        checks: dict[str, str] = {}
+        try:
+            self._store.list_states(None, 1, None)
+            checks["state_table"] = "ok"
+        except Exception as e:  # any failure is the answer, not a crash
+            checks["state_table"] = f"{type(e).__name__}: {e}"[:300]
+        for q in self._checked_queues:
+            try:
+                self._queues.get_queue_client(q).get_queue_properties()
+                checks[f"queue:{q}"] = "ok"
+            except Exception as e:
+                checks[f"queue:{q}"] = f"{type(e).__name__}: {e}"[:300]
+        return {"status": "ok" if all(v == "ok" for v in checks.values()) else "unhealthy",
+                "checks": checks}

@@ -1,0 +1,131 @@
+"""The operator HTTP API, over real HTTP through the local host, against Azurite."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from tests.integration.conftest import RunningHost
+from tests.integration.helpers import drain_json, function, order, sb_message
+from tests.integration.test_scheduler import reply
+
+API = {"get_order", "list_orders", "resubmit_order", "health"}
+
+
+def api(h: RunningHost) -> httpx.Client:
+    return httpx.Client(base_url=f"http://127.0.0.1:{h.port}/api", timeout=10)
+
+
+def accept(order_id: str) -> None:
+    function("intake")(msg=sb_message(order(order_id), message_id=order_id))
+
+
+def failed_and_compensated(h: RunningHost, order_id: str) -> None:
+    """Drive one order to Error with its reservation undone, by hand."""
+    env, s = h.env, h.container.scheduler
+    accept(order_id)
+    (cmd,) = [c for c in drain_json(env["SchedulerQueueName"]) if c["order_id"] == order_id]
+    s.handle_command(json.dumps(cmd))
+    (req,) = drain_json(env["InventoryRequestsQueueName"])
+    s.handle_reply(reply(req))
+    (pay,) = drain_json(env["PaymentRequestsQueueName"])
+    s.handle_reply(reply(pay, "permanent_error", "HTTP 422 card declined"))
+    (undo,) = drain_json(env["InventoryRequestsQueueName"])
+    s.handle_reply(reply(undo))
+
+
+def test_get_order(run_host: Any) -> None:
+    h: RunningHost = run_host(only=API)
+    accept("o-1")
+    with api(h) as c:
+        r = c.get("/orders/o-1")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
+        body = r.json()
+        assert (body["OrderID"], body["ProcessState"], body["FailureCount"]) == ("o-1", "Pending",
+                                                                                  0)
+        assert body["LockedBy"] is None and body["CompleteBy"] is None
+        assert body["Order"]["customer_id"] == "c-1"
+        assert [s["name"] for s in body["Steps"]] == ["reserve_inventory", "charge_payment",
+                                                      "arrange_shipping"]
+        r = c.get("/orders/nope")
+        assert r.status_code == 404 and "nope" in r.json()["error"]
+
+
+def test_list_orders_by_state_with_paging(run_host: Any) -> None:
+    h: RunningHost = run_host(only=API)
+    for i in range(5):
+        accept(f"p-{i}")
+    failed_and_compensated(h, "f-1")
+    with api(h) as c:
+        seen: list[str] = []
+        token = None
+        while True:
+            params = {"state": "Pending", "limit": "2", **({"continuation": token} if token
+                                                          else {})}
+            page = c.get("/orders", params=params).json()
+            assert len(page["orders"]) <= 2
+            seen += [o["OrderID"] for o in page["orders"]]
+            token = page["continuation"]
+            if not token:
+                break
+        assert sorted(seen) == [f"p-{i}" for i in range(5)]
+        errors = c.get("/orders", params={"state": "Error"}).json()["orders"]
+        assert [o["OrderID"] for o in errors] == ["f-1"]
+        assert len(c.get("/orders").json()["orders"]) == 6
+
+
+def test_list_orders_rejects_bad_parameters(run_host: Any) -> None:
+    h: RunningHost = run_host(only=API)
+    with api(h) as c:
+        for params, word in [({"state": "Lost"}, "Lost"), ({"limit": "many"}, "many"),
+                             ({"limit": "0"}, "limit"), ({"continuation": "%%%"}, "continuation")]:
+            r = c.get("/orders", params=params)
+            assert r.status_code == 400, params
+            assert word in r.json()["error"], (params, r.json())
+
+
+def test_resubmit_a_failed_order(run_host: Any) -> None:
+    h: RunningHost = run_host(only=API)
+    failed_and_compensated(h, "f-1")
+    drain_json(h.env["SchedulerQueueName"])
+    with api(h) as c:
+        r = c.post("/orders/f-1/resubmit", json={"reason": "card limit raised"})
+        assert r.status_code == 202, r.text
+        body = r.json()
+        assert (body["ProcessState"], body["FailureCount"], body["Resubmissions"]) == (
+            "Pending", 0, 1)
+        assert body["History"][0]["reason"] == "card limit raised"
+        assert "card declined" in body["History"][0]["previous_error"]
+        # The Scheduler is asked to start it, and the work is new work for the services.
+        (cmd,) = drain_json(h.env["SchedulerQueueName"])
+        assert (cmd["kind"], cmd["order_id"]) == ("start", "f-1")
+        h.container.scheduler.handle_command(json.dumps(cmd))
+        (req,) = drain_json(h.env["InventoryRequestsQueueName"])
+        assert req["idempotency_key"] == "f-1.reserve_inventory.g1.do"
+        # Now it is Processing: a second resubmit is refused.
+        r = c.post("/orders/f-1/resubmit")
+        assert r.status_code == 409 and "Processing" in r.json()["error"]
+
+
+def test_resubmit_refusals(run_host: Any) -> None:
+    h: RunningHost = run_host(only=API)
+    accept("o-1")
+    with api(h) as c:
+        assert c.post("/orders/ghost/resubmit").status_code == 404
+        r = c.post("/orders/o-1/resubmit")
+        assert r.status_code == 409 and "Pending" in r.json()["error"]
+        assert c.post("/orders/o-1/resubmit", content=b"not json").status_code == 400
+        assert c.get("/orders/o-1/resubmit").status_code == 405
+
+
+def test_health(run_host: Any) -> None:
+    h: RunningHost = run_host(only=API)
+    with api(h) as c:
+        r = c.get("/health")
+        assert r.status_code == 200 and r.json()["status"] == "ok"
+        h.container.queues.delete_queue(h.env["PaymentRequestsQueueName"])
+        r = c.get("/health")
+        assert r.status_code == 503
+        assert r.json()["checks"][f"queue:{h.env['PaymentRequestsQueueName']}"] != "ok"
