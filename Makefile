@@ -9,9 +9,10 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
 .PHONY: test lint unit install clean
 
-$(STAMP): requirements.txt requirements-dev.txt
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 $(CHECKOV_STAMP): requirements-checkov.txt

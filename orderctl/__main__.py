@@ -1,0 +1,3 @@
+from orderctl.main import run
+
+raise SystemExit(run())

@@ -1,0 +1,343 @@
+"""`orders`: send orders and operate the pipeline, locally or against Azure.
+
+Storage comes from --storage (a connection string), --account (a storage account reached with
+your Entra ID), or else the AzureWebJobsStorage setting (environment, then local.settings.json),
+or else local Azurite. Table and queue names come from the same settings as the app's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, ServiceRequestError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from orderctl.samples import orders_from_file, sample_orders
+from orderctl.senders import LocalSender, OrderSender, ServiceBusSender
+from shared import bootstrap
+from shared.domain.state import OrderState
+from shared.handlers.operator import OrderNotFound, ResubmitRefused
+from shared.settings import SettingsError, load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False,
+                  pretty_exceptions_enable=False)
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Options:
+    storage: str | None = None
+    account: str | None = None
+    settings_file: Path = ROOT / "local.settings.json"
+    _container: bootstrap.Container | None = None
+
+    def env(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        if self.settings_file.exists():
+            env.update({k: str(v) for k, v in
+                        json.loads(self.settings_file.read_text()).get("Values", {}).items()})
+        env.update(os.environ)
+        if self.storage:
+            env["AzureWebJobsStorage"] = self.storage
+            env.pop("AzureWebJobsStorage__accountName", None)
+        elif self.account:
+            env["AzureWebJobsStorage__accountName"] = self.account
+            env.pop("AzureWebJobsStorage", None)
+        elif not env.get("AzureWebJobsStorage") and not env.get(
+                "AzureWebJobsStorage__accountName"):
+            env["AzureWebJobsStorage"] = "UseDevelopmentStorage=true"
+        return env
+
+    def container(self) -> bootstrap.Container:
+        if self._container is None:
+            try:
+                settings = load_settings(self.env())
+                # One quick retry: a CLI should say "unreachable" in seconds, not minutes.
+                quick = {"retry_total": 1, "retry_backoff_factor": 0.2}
+                self._container = bootstrap.build(settings, table_options=quick,
+                                                  queue_options=quick)
+            except ValueError as e:
+                raise CliError(f"storage connection string is malformed: {e}", 2) from None
+        return self._container
+
+
+opts = _Options()
+
+
+def out() -> Console:
+    return Console(file=sys.stdout, highlight=False)
+
+
+def err() -> Console:
+    # soft_wrap: an error stays one line, however narrow the terminal.
+    return Console(file=sys.stderr, highlight=False, soft_wrap=True)
+
+
+@app.callback()
+def main(
+    storage: Annotated[str | None, typer.Option(
+        help="Storage connection string (default: AzureWebJobsStorage, else local Azurite).")
+    ] = None,
+    account: Annotated[str | None, typer.Option(
+        help="Storage account name, reached with your Entra ID (az login).")] = None,
+    settings: Annotated[Path, typer.Option(
+        help="local.settings.json to read app settings from.")] = ROOT / "local.settings.json",
+) -> None:
+    opts.storage, opts.account, opts.settings_file = storage, account, settings
+    opts._container = None
+
+
+@app.command()
+def send(
+    local: Annotated[bool, typer.Option("--local", help="Send to the local stand-in channel "
+                                        "(Azurite) that `make demo` and localrun read.")] = False,
+    connection_string: Annotated[str | None, typer.Option(
+        envvar="SERVICEBUS_CONNECTION_STRING", help="Service Bus connection string.")] = None,
+    namespace: Annotated[str | None, typer.Option(
+        envvar="SERVICEBUS_NAMESPACE",
+        help="Service Bus namespace, reached with your Entra ID (DefaultAzureCredential).")
+    ] = None,
+    queue: Annotated[str | None, typer.Option(
+        help="Queue name (default: the OrdersQueueName setting).")] = None,
+    count: Annotated[int, typer.Option(min=1, help="How many sample orders to generate.")] = 1,
+    rate: Annotated[float | None, typer.Option(
+        min=0.1, help="Orders per second (default: as fast as possible).")] = None,
+    file: Annotated[Path | None, typer.Option(
+        exists=True, dir_okay=False, help="Send these orders (JSON lines) instead of samples.")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Make the sample orders reproducible.")] = None,
+    reply_to: Annotated[str | None, typer.Option(
+        help="Reply queue for status messages (must match ReplyQueueAllowList).")] = None,
+) -> None:
+    """Send orders; prints each order id sent (message id = order id)."""
+    if sum(bool(x) for x in (local, connection_string, namespace)) != 1:
+        raise CliError("choose one of --local, --connection-string or --namespace", 2)
+    orders_queue = queue or opts.env().get("OrdersQueueName", "orders")
+    sender: OrderSender
+    if local:
+        sender = LocalSender(opts.container().queues, orders_queue)
+    else:
+        sender = ServiceBusSender(orders_queue, connection_string=connection_string,
+                                  namespace=namespace)
+    items = (list(orders_from_file(file)) if file else
+             [(o["order_id"], json.dumps(o).encode())
+              for o in sample_orders(count, seed=seed, reply_to=reply_to)])
+    started = time.monotonic()
+    try:
+        for i, item in enumerate(items):
+            if rate:
+                # Pace the load: send number i at i/rate seconds after the start.
+                time.sleep(max(0.0, started + i / rate - time.monotonic()))
+            for mid in sender.send([item]):
+                print(mid, flush=True)
+    finally:
+        sender.close()
+    err().print(f"sent {len(items)} order(s) to {orders_queue!r} in "
+                f"{time.monotonic() - started:.1f}s")
+
+
+def _step_table(view: dict[str, Any]) -> Table:
+    t = Table("step", "status", "attempt", "complete by", "last error", box=None)
+    for s in view["Steps"]:
+        t.add_row(s["name"], s["status"], str(s["attempt"]), s["complete_by"] or "",
+                  s["last_error"] or "")
+    return t
+
+
+@app.command()
+def status(order_id: str,
+           as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Show an order's state record, each step with its attempts and last error."""
+    try:
+        view = opts.container().operator.get(order_id)
+    except OrderNotFound:
+        raise CliError(f"no order {order_id!r}") from None
+    if as_json:
+        print(json.dumps(view, indent=2, default=str))
+        return
+    c = out()
+    c.print(f"[bold]{view['OrderID']}[/]  {view['ProcessState']}"
+            + (f"  compensation {view['Compensation']}" if view["Compensation"] else ""))
+    for k in ("LockedBy", "CompleteBy", "FailureCount", "Resubmissions", "LastError",
+              "CreatedAt", "UpdatedAt"):
+        c.print(f"  {k}: {view[k]}")
+    c.print(_step_table(view))
+    for h in view["History"]:
+        c.print(f"  earlier: {h['at']} resubmitted ({h.get('reason') or 'no reason'}); "
+                f"was: {h.get('previous_error')}")
+
+
+@app.command("list")
+def list_(
+    state: Annotated[str | None, typer.Option(
+        help="Pending, Processing, Processed or Error.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Orders per page.")] = 20,
+    continuation: Annotated[str | None, typer.Option(help="Token from the previous page.")
+                            ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List orders, optionally of one state, a page at a time."""
+    try:
+        page = opts.container().operator.list(state, limit, continuation)
+    except ValueError as e:
+        raise CliError(str(e), 2) from None
+    if as_json:
+        print(json.dumps({"orders": page.items, "continuation": page.continuation}, default=str))
+        return
+    t = Table("order", "state", "failures", "current step", "last error", "updated")
+    for o in page.items:
+        t.add_row(o["OrderID"], o["ProcessState"] + (f"/{o['Compensation']}" if o["Compensation"]
+                                                     else ""),
+                  str(o["FailureCount"]), o["CurrentStep"] or "", o["LastError"] or "",
+                  o["UpdatedAt"])
+    out().print(t)
+    if page.continuation:
+        err().print(f"more: --continuation {page.continuation}")
+
+
+def _settled(s: OrderState | None) -> bool:
+    return s is not None and s.is_settled
+
+
+@app.command()
+def watch(
+    order_ids: Annotated[list[str] | None, typer.Argument(
+        help="Order ids; '-' reads them from standard input (e.g. piped from send).")] = None,
+    timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 600,
+    interval: Annotated[float, typer.Option(help="Seconds between looks.")] = 1.0,
+) -> None:
+    """Follow orders live until each is settled (Processed, or Error with compensation done)."""
+    ids = list(order_ids or [])
+    if ids == ["-"]:
+        ids = [line.strip() for line in sys.stdin if line.strip()]
+    if not ids:
+        raise CliError("no order ids given", 2)
+    store = opts.container().store
+    deadline = time.monotonic() + timeout
+    states: dict[str, OrderState | None] = {}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err()) as progress:
+        task = progress.add_task("waiting", total=len(ids))
+        while True:
+            for oid in ids:
+                if not _settled(states.get(oid)):
+                    states[oid] = store.get_state(oid)
+            by_state = Counter(s.process_state.value if s else "not yet received"
+                               for s in states.values())
+            done = sum(_settled(s) for s in states.values())
+            progress.update(task, completed=done, description=", ".join(
+                f"{k} {v}" for k, v in sorted(by_state.items())))
+            if done == len(ids) or time.monotonic() > deadline:
+                break
+            time.sleep(interval)
+    t = Table("order", "state", "failures", "last error")
+    for oid in ids:
+        s = states.get(oid)
+        t.add_row(oid, s.process_state.value if s else "not received",
+                  str(s.failure_count) if s else "", (s.last_error or "") if s else "")
+    out().print(t)
+    if done < len(ids):
+        raise CliError(f"{len(ids) - done} order(s) not settled after {timeout:.0f}s")
+
+
+@app.command()
+def resubmit(order_id: str, reason: Annotated[str, typer.Option(
+        help="Why it can go round again (kept in its history).")] = "") -> None:
+    """Send a failed order (compensation settled) through the workflow again."""
+    try:
+        view = opts.container().operator.resubmit(order_id, reason)
+    except OrderNotFound:
+        raise CliError(f"no order {order_id!r}") from None
+    except ResubmitRefused as e:
+        raise CliError(str(e)) from None
+    out().print(f"{order_id} resubmitted: {view['ProcessState']} "
+                f"(resubmission {view['Resubmissions']})")
+
+
+@app.command()
+def alerts(limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+           as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Recent operator alerts, newest first."""
+    rows = opts.container().operator.alerts(limit)
+    _print_rows(rows, ("RaisedAt", "Kind", "OrderID", "Step", "Reason"), as_json)
+
+
+@app.command()
+def rejected(limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+             as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Invalid or conflicting orders that intake recorded, with the reason."""
+    rows = opts.container().operator.rejected(limit)
+    _print_rows(rows, ("RejectedAt", "Kind", "MessageId", "Reason"), as_json)
+
+
+def _print_rows(rows: list[dict[str, Any]], columns: tuple[str, ...], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(rows, default=str))
+        return
+    t = Table(*columns)
+    for r in rows:
+        t.add_row(*(str(r.get(c) or "") for c in columns))
+    out().print(t)
+    if not rows:
+        err().print("none")
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI; every known failure is one line on stderr and a non-zero exit code."""
+    try:
+        app(args=argv, prog_name="orders", standalone_mode=False)
+        return 0
+    except CliError as e:
+        err().print(f"[red]error:[/] {e}")
+        return e.code
+    except SettingsError as e:
+        err().print(f"[red]error:[/] {e}")
+        return 2
+    except ServiceRequestError as e:
+        err().print(f"[red]error:[/] cannot reach storage or Service Bus: {_first_line(e)}")
+        return 2
+    except ClientAuthenticationError as e:
+        err().print(f"[red]error:[/] not authorised: {_first_line(e)}")
+        return 2
+    except HttpResponseError as e:
+        err().print(f"[red]error:[/] the service refused: {_first_line(e)}")
+        return 2
+    except typer.Exit as e:
+        return int(e.exit_code)
+    except typer.Abort:
+        err().print("aborted")
+        return 130
+    except typer.TyperException as e:  # usage errors: unknown option, missing argument
+        show = getattr(e, "show", None)
+        if show is not None:
+            show(file=sys.stderr)
+        else:
+            err().print(f"[red]error:[/] {e}")
+        return int(getattr(e, "exit_code", 2))
+    finally:
+        if opts._container is not None:
+            opts._container.close()
+            opts._container = None
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+
+
+def cli() -> None:
+    """Console-script entry point (`orders`)."""
+    raise SystemExit(run())

@@ -1,0 +1,158 @@
+"""The orders CLI against Azurite: every command, and its errors as one line and an exit code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localrun.servicebus import LocalServiceBusChannel
+from orderctl.main import run
+from tests.integration.conftest import RunningHost
+from tests.integration.helpers import entities, function, order, sb_message
+from tests.integration.test_operator_api import failed_and_compensated
+
+NO_SETTINGS = ["--settings", "/nonexistent/local.settings.json"]
+
+
+def orders(*args: str) -> int:
+    return run([*NO_SETTINGS, *args])
+
+
+@pytest.fixture
+def env(app_env: Any) -> dict[str, str]:
+    return app_env()
+
+
+def test_send_local_generated_orders_prints_their_ids(
+        env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert orders("send", "--local", "--count", "3", "--seed", "1") == 0
+    ids = capsys.readouterr().out.split()
+    assert len(ids) == 3 and len(set(ids)) == 3
+    from shared import bootstrap
+
+    channel = LocalServiceBusChannel(bootstrap.container().queues, env["OrdersQueueName"])
+    sent = [json.loads(m.content) for m in channel.queue.peek_messages(max_messages=32)]
+    assert [m["message_id"] for m in sent] == ids  # message id = order id
+    import base64
+
+    bodies = [json.loads(base64.b64decode(m["body"])) for m in sent]
+    assert [b["order_id"] for b in bodies] == ids
+    assert all(m["application_properties"]["source"] == "orders-cli" for m in sent)
+
+
+def test_send_from_a_json_lines_file(env: dict[str, str], tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "orders.jsonl"
+    f.write_text(json.dumps(order("f-1")) + "\n\n" + json.dumps(order("f-2")) + "\nnot json\n")
+    assert orders("send", "--local", "--file", str(f)) == 0
+    out = capsys.readouterr().out.split()
+    assert out[:2] == ["f-1", "f-2"] and len(out) == 3  # the bad line is sent for intake to record
+
+
+def test_send_needs_exactly_one_target(env: dict[str, str],
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert orders("send", "--count", "1") == 2
+    assert orders("send", "--local", "--namespace", "x") == 2
+    assert "choose one of" in capsys.readouterr().err
+
+
+def test_status_of_an_order_and_of_an_unknown_one(env: dict[str, str],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    function("intake")(msg=sb_message(order("o-1"), message_id="o-1"))
+    assert orders("status", "o-1") == 0
+    text = capsys.readouterr().out
+    assert "o-1" in text and "Pending" in text and "reserve_inventory" in text
+    assert orders("status", "o-1", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["ProcessState"] == "Pending"
+    assert orders("status", "ghost") == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "error: no order 'ghost'"
+    assert "Traceback" not in captured.err
+
+
+def test_list_by_state_with_pages(env: dict[str, str],
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    for i in range(3):
+        function("intake")(msg=sb_message(order(f"p-{i}"), message_id=f"p-{i}"))
+    assert orders("list", "--state", "Pending", "--limit", "2", "--json") == 0
+    page = json.loads(capsys.readouterr().out)
+    assert len(page["orders"]) == 2 and page["continuation"]
+    assert orders("list", "--state", "Pending", "--limit", "2", "--continuation",
+                  page["continuation"], "--json") == 0
+    rest = json.loads(capsys.readouterr().out)
+    assert len(rest["orders"]) == 1
+    assert orders("list", "--state", "Pending", "--limit", "2") == 0
+    assert "--continuation" in capsys.readouterr().err
+    assert orders("list", "--state", "Lost") == 2
+    assert "Lost" in capsys.readouterr().err
+
+
+def test_watch_follows_orders_until_settled(run_host: Any,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    h: RunningHost = run_host(only={"intake", "scheduler_commands", "scheduler_replies",
+                                    "inventory_agent", "payment_agent", "shipping_agent",
+                                    "simulated_service"})
+    assert orders("send", "--local", "--count", "3") == 0
+    ids = capsys.readouterr().out.split()
+    assert orders("watch", *ids, "--timeout", "60", "--interval", "0.2") == 0
+    text = capsys.readouterr().out
+    assert all(i in text for i in ids) and text.count("Processed") == 3
+    assert all(s["ProcessState"] == "Processed" for s in entities(
+        h.env["StateTableName"], "RowKey eq 'state'"))
+
+
+def test_watch_gives_up_after_its_timeout(env: dict[str, str],
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    function("intake")(msg=sb_message(order("stuck"), message_id="stuck"))
+    assert orders("watch", "stuck", "never-sent", "--timeout", "0.5", "--interval", "0.1") == 1
+    captured = capsys.readouterr()
+    assert "2 order(s) not settled" in captured.err
+    assert "not received" in captured.out
+
+
+def test_resubmit(run_host: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    h: RunningHost = run_host(only=set())
+    failed_and_compensated(h, "f-1")
+    assert orders("resubmit", "f-1", "--reason", "card replaced") == 0
+    assert "resubmitted" in capsys.readouterr().out
+    assert orders("resubmit", "f-1") == 1
+    assert "Pending" in capsys.readouterr().err
+    assert orders("resubmit", "ghost") == 1
+
+
+def test_alerts_and_rejected(run_host: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    h: RunningHost = run_host(only=set())
+    failed_and_compensated(h, "f-1")
+    function("intake")(msg=sb_message(b"{oops", message_id="bad-1"))
+    assert orders("alerts", "--json") == 0
+    (alert,) = json.loads(capsys.readouterr().out)
+    assert (alert["Kind"], alert["OrderID"]) == ("OrderFailed", "f-1")
+    assert orders("rejected", "--json") == 0
+    (rej,) = json.loads(capsys.readouterr().out)
+    assert rej["MessageId"] == "bad-1" and "JSON" in rej["Reason"]
+    assert orders("alerts") == 0 and "OrderFailed" in capsys.readouterr().out
+
+
+def test_unreachable_storage_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    unreachable = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
+                   "AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/"
+                   "K1SZFPTOtr/KBHBeksoGMGw==;TableEndpoint=http://127.0.0.1:9/devstoreaccount1;"
+                   "QueueEndpoint=http://127.0.0.1:9/devstoreaccount1;")
+    assert run([*NO_SETTINGS, "--storage", unreachable, "status", "o-1"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot reach storage")
+
+
+def test_bad_connection_string_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run([*NO_SETTINGS, "--storage", "not-a-connection-string", "list"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "malformed" in lines[0]
+
+
+def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    for cmd in ("send", "status", "list", "watch", "resubmit", "alerts", "rejected"):
+        assert run([cmd, "--help"]) == 0, cmd
+        assert "Usage" in capsys.readouterr().out
