@@ -25,8 +25,14 @@ def _load_local_settings(path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["demo"]:
+        from localrun.demo import main as demo
+
+        return demo(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m localrun")
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("demo", help="the whole pipeline with faults, one command (make demo)")
     host = sub.add_parser("host", help="run the function app against Azurite")
     host.add_argument("--port", type=int, default=7071, help="HTTP port (default 7071)")
     host.add_argument("--poll-interval", type=float, default=None,

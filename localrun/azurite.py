@@ -7,6 +7,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,14 @@ DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFP
 
 class AzuriteError(RuntimeError):
     pass
+
+
+def _die_with_parent() -> None:
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -70,13 +79,15 @@ class Azurite:
         loc = Path(tempfile.mkdtemp(prefix="azurite-")) if location is None else location
         loc.mkdir(parents=True, exist_ok=True)
         blob, queue, table = ports or (free_port(), free_port(), free_port())
-        # Started directly, not through npx, so that this PID is the server's own.
+        # Started directly, not through npx, so that this PID is the server's own. On Linux it
+        # is also told to stop if we die, so even a killed parent leaves no server behind.
         proc = subprocess.Popen(
             [str(binary), "--silent", "--disableTelemetry", "--skipApiVersionCheck",
              "--location", str(loc), "--blobHost", "127.0.0.1", "--queueHost", "127.0.0.1",
              "--tableHost", "127.0.0.1", "--blobPort", str(blob), "--queuePort", str(queue),
              "--tablePort", str(table)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         deadline = time.monotonic() + timeout
         try:

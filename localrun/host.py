@@ -86,6 +86,7 @@ class HostStats:
     failures: dict[str, int] = field(default_factory=dict)
     poisoned: int = 0
     dead_lettered: int = 0
+    listener_failures: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def count(self, name: str, ok: bool) -> None:
@@ -111,7 +112,8 @@ class LocalFunctionHost:
                  storage_connection: str, host_json: Path | Mapping[str, Any],
                  http_port: int | None = None, poll_interval: float | None = None,
                  lease_seconds: float = 300.0, max_delivery_count: int = 10,
-                 only: set[str] | None = None) -> None:
+                 only: set[str] | None = None,
+                 queue_options: Mapping[str, Any] | None = None) -> None:
         self._settings = settings
         host = (json.loads(Path(host_json).read_text()) if isinstance(host_json, Path)
                 else dict(host_json))
@@ -119,7 +121,9 @@ class LocalFunctionHost:
         self._poll_max = poll_interval or self.queue_options.max_polling_interval
         self._lease = lease_seconds
         self._max_delivery = max_delivery_count
-        self._queues = QueueServiceClient.from_connection_string(storage_connection)
+        # queue_options reach the SDK client (a metering hook counts the host's polling too).
+        self._queues = QueueServiceClient.from_connection_string(storage_connection,
+                                                                 **(queue_options or {}))
         self._http_port = http_port
         self._functions = [f for f in self._index(app) if only is None or f.name in only]
         self._stop = threading.Event()
@@ -155,6 +159,12 @@ class LocalFunctionHost:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> LocalFunctionHost:
+        # Like the host at start-up: every %Setting% in a binding must resolve, or nothing runs.
+        for f in self._functions:
+            for b in f.bindings:
+                for v in b.values():
+                    if isinstance(v, str):
+                        self.resolve(v)
         http_routes = []
         for f in self._functions:
             kind = f.trigger["type"]
@@ -174,7 +184,15 @@ class LocalFunctionHost:
         return self
 
     def _spawn(self, name: str, target: Callable[[Any], None], arg: Any) -> None:
-        t = threading.Thread(target=target, args=(arg,), name=f"host-{name}", daemon=True)
+        def guarded(arg: Any) -> None:
+            try:
+                target(arg)
+            except Exception:
+                log.critical("the %s listener stopped", name, exc_info=True)
+                self.stats.listener_failures.append(name)
+                raise
+
+        t = threading.Thread(target=guarded, args=(arg,), name=f"host-{name}", daemon=True)
         t.start()
         self._threads.append(t)
 

@@ -108,6 +108,8 @@ class OrderState:
     compensation_failure_count: int = 0
     reply_to: str | None = None
     last_error: str | None = None
+    # The step whose failure put the order in Error.
+    failed_step: str | None = None
     # How often an operator resubmitted the order, and what happened before each time.
     generation: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -276,6 +278,7 @@ def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
     new.compensation = None
     new.compensation_failure_count = 0
     new.last_error = None
+    new.failed_step = None
     for s in new.steps:
         if s.status is not StepStatus.COMPLETED:
             s.status = StepStatus.NOT_STARTED
@@ -360,6 +363,7 @@ def _after_do(new: OrderState, step: StepState, reply: AgentReply, scheduler_id:
     step.in_doubt = False
     step.last_error = reply.error
     new.process_state = ProcessState.ERROR
+    new.failed_step = step.name
     new.last_error = f"{step.name}: {reply.error}"
     events = [Event("failed", step.name, reply.error)]
     return _next_compensation(new, scheduler_id, now, workflow, events)
@@ -423,6 +427,7 @@ def _expire_step(new: OrderState, now: datetime, policy: RetryPolicy) -> Supervi
     if step is not None:
         step.status = StepStatus.FAILED
     new.process_state = ProcessState.ERROR
+    new.failed_step = step.name if step else None
     new.compensation = CompensationState.PENDING
     new.complete_by = now + policy.pending_grace
     new.last_error = f"gave up after {new.failure_count} failures: {why}"

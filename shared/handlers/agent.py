@@ -1,7 +1,8 @@
 """An Agent: performs one step against one remote service, inside the step's complete-by time.
 
 Retries transient faults with exponential backoff and jitter while time remains, behind a circuit
-breaker so a service that keeps failing is not hammered. Replies ok, or with an error for a fault
+breaker so a service that keeps failing is not hammered (while it is open the Agent waits for it,
+within the budget, without calling). Replies ok, or with an error for a fault
 it knows is permanent. Once the complete-by time has passed it stops and sends nothing: the
 Supervisor may already have started another attempt.
 """
@@ -15,7 +16,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import pybreaker
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
 from shared.adapters.queues import MessageSender
@@ -24,6 +24,7 @@ from shared.adapters.remote_service import (
     RemoteServiceClient,
     TransientServiceError,
 )
+from shared.circuit_breaker import CircuitBreaker, CircuitOpen
 from shared.clock import Clock
 from shared.domain.messages import Action, AgentReply, AgentRequest, ReplyOutcome
 
@@ -37,12 +38,9 @@ class AgentRetryPolicy:
     call_timeout: float
 
 
-def new_breaker(name: str, failures: int, reset_seconds: float) -> pybreaker.CircuitBreaker:
+def new_breaker(name: str, failures: int, reset_seconds: float) -> CircuitBreaker:
     # A refusal (permanent fault) is the service working as designed, not a sign of ill health.
-    return pybreaker.CircuitBreaker(
-        fail_max=failures, reset_timeout=reset_seconds, name=name,
-        exclude=[PermanentServiceError],
-    )
+    return CircuitBreaker(name, failures, reset_seconds, ignore=(PermanentServiceError,))
 
 
 class _Expired(Exception):
@@ -52,7 +50,7 @@ class _Expired(Exception):
 class Agent:
     def __init__(self, *, name: str, client: RemoteServiceClient, sender: MessageSender,
                  responses_queue: str, policy: AgentRetryPolicy,
-                 breaker: pybreaker.CircuitBreaker, clock: Clock,
+                 breaker: CircuitBreaker, clock: Clock,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.name = name
         self._client = client
@@ -79,7 +77,7 @@ class Agent:
             reply = AgentReply(order_id=req.order_id, step=req.step, action=req.action,
                                attempt=req.attempt, outcome=ReplyOutcome.PERMANENT_ERROR,
                                error=str(e))
-        except (TransientServiceError, pybreaker.CircuitBreakerError, _Expired) as e:
+        except (TransientServiceError, CircuitOpen, _Expired) as e:
             log.warning("agent %s: %s gave up, no reply: %s", self.name, where, e)
             return None
         if self._remaining(req.complete_by) <= 0:
@@ -112,7 +110,8 @@ class Agent:
             )
 
         retrying = Retrying(
-            retry=retry_if_exception_type(TransientServiceError),
+            # An open breaker means "not now": wait for it within the budget, without calling.
+            retry=retry_if_exception_type((TransientServiceError, CircuitOpen)),
             wait=wait_exponential_jitter(multiplier=self._policy.base_delay,
                                          max=self._policy.max_delay,
                                          jitter=self._policy.base_delay),

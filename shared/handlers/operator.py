@@ -47,6 +47,7 @@ def state_view(s: OrderState) -> dict[str, Any]:
         "Compensation": s.compensation.value if s.compensation else None,
         "CurrentStep": s.current_step.name if s.current_step else None,
         "LastError": s.last_error,
+        "FailedStep": s.failed_step,
         "Resubmissions": s.generation,
         "CreatedAt": s.created_at.isoformat(),
         "UpdatedAt": s.updated_at.isoformat(),

@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
-import pybreaker
 import pytest
 
 from shared.adapters.remote_service import RemoteServiceClient
+from shared.circuit_breaker import CircuitBreaker
 from shared.domain.messages import Action, AgentRequest, idempotency_key
 from shared.handlers.agent import Agent, AgentRetryPolicy
 from tests.integration.conftest import RunningHost
@@ -46,7 +46,8 @@ def test_ok_call_replies_and_the_effect_is_recorded_once(run_host: Any) -> None:
 
 
 def test_transient_faults_are_retried_within_the_budget(run_host: Any) -> None:
-    h: RunningHost = run_host(only=SIM_ONLY, SimTransientErrorRate="0.6")
+    h: RunningHost = run_host(only=SIM_ONLY, SimTransientErrorRate="0.6",
+                              CircuitBreakerFailures="50")
     replies = [h.container.agents["payment"].handle(request(order_id=f"o-{i}", seconds=20))
                for i in range(5)]
     assert all(r is not None and r.outcome == "ok" for r in replies)
@@ -120,14 +121,14 @@ def test_circuit_breaker_stops_calling_a_service_that_keeps_failing() -> None:
         def send(self, queue: str, body: str, delay: timedelta = timedelta(0)) -> None:
             sent.append(body)
 
-    breaker = pybreaker.CircuitBreaker(fail_max=3, reset_timeout=60)
+    breaker = CircuitBreaker("payment", 3, 60)
     agent = Agent(name="payment", client=remote, sender=Sender(),  # type: ignore[arg-type]
                   responses_queue="r", policy=AgentRetryPolicy(0.001, 0.002, 1),
                   breaker=breaker, clock=lambda: datetime.now(UTC))
-    assert agent.handle(request()) is None
-    assert remote.calls == 3 and breaker.current_state == "open"
-    assert agent.handle(request(order_id="o-2")) is None
-    assert remote.calls == 3  # open: no call at all
+    assert agent.handle(request(seconds=0.5)) is None
+    assert remote.calls == 3 and breaker.state == "open"
+    assert agent.handle(request(order_id="o-2", seconds=0.5)) is None
+    assert remote.calls == 3  # open: the Agent waited out its budget without calling
     assert sent == []
 
 

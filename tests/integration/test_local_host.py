@@ -125,3 +125,16 @@ def test_queue_output_binding_is_sent_after_the_function_returns(app_env: Any) -
         msgs = wait_until(lambda: list(out.peek_messages()), timeout=10, message="output")
     assert [m.content for m in msgs] == [host_b64("HELLO")]  # type: ignore[attr-defined]
 
+
+
+def test_a_binding_setting_missing_at_start_stops_the_host(app_env: Any) -> None:
+    import function_app
+
+    env = app_env()
+    del env["OrdersQueueName"]
+    host = LocalFunctionHost(function_app.app, settings=env,
+                             storage_connection=env["AzureWebJobsStorage"],
+                             host_json=FAST_RETRIES)
+    with pytest.raises(HostConfigError, match="OrdersQueueName"):
+        host.start()
+    host.stop()

@@ -154,6 +154,7 @@ def test_permanent_error_fails_the_order_and_starts_undoing_completed_steps() ->
     st = t.state
     assert st.process_state is ProcessState.ERROR
     assert st.step("charge_payment").status is StepStatus.FAILED
+    assert st.failed_step == "charge_payment"
     assert not st.step("charge_payment").in_doubt  # refused: nothing to undo for it
     assert st.compensation is CompensationState.RUNNING
     assert st.step("reserve_inventory").status is StepStatus.COMPENSATING
@@ -232,6 +233,7 @@ def test_supervisor_fails_the_order_at_the_threshold_and_undoes_the_step_in_doub
     assert st.process_state is ProcessState.ERROR and st.failure_count == 3
     assert st.compensation is CompensationState.PENDING and st.locked_by is None
     assert st.step("charge_payment").status is StepStatus.FAILED
+    assert st.failed_step == "charge_payment"
     assert [e.kind for e in d.transition.events] == ["failed"]
     # The charge may have gone through before the timeout: it is undone first.
     c = begin_compensation(st, "s1", T0, WF).state
@@ -301,6 +303,7 @@ def test_resubmit_sends_a_settled_failed_order_round_again_and_keeps_its_history
     assert (r.process_state, r.locked_by, r.failure_count, r.compensation) == (
         ProcessState.PENDING, None, 0, None)
     assert r.generation == 1 and r.complete_by == later + timedelta(seconds=30)
+    assert r.failed_step is None
     assert all(st.status is StepStatus.NOT_STARTED for st in r.steps)
     assert r.step("reserve_inventory").attempt == s.step("reserve_inventory").attempt
     (h,) = r.history

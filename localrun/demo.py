@@ -1,0 +1,258 @@
+"""`make demo`: the whole pipeline on this machine, with faults, in one command.
+
+Starts a private Azurite (data in .azurite/demo, wiped first), runs the function app in the
+local host (HTTP on http://localhost:7071/api, as `func start` would), sends a batch of orders
+through the local orders channel with faults injected, shows progress live, and ends with a
+summary read back from the store and the storage meter. Stops everything it started, on
+Ctrl-C too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / ".azurite" / "demo"
+
+DEMO_SETTINGS = {
+    "SimulatorsEnabled": "true",
+    "SimTransientErrorRate": "0.2",
+    "SimPermanentErrorRate": "0.03",
+    "SimHangRate": "0.02",
+    "SimHangSeconds": "12",
+    "SimLatencyMs": "20",
+    "StepBudgetSeconds": "reserve_inventory=10,charge_payment=10,arrange_shipping=10",
+    # Each tick reads two entities per order in flight: every 3 s keeps it a fraction of
+    # what Azurite serves, and well inside the step budgets.
+    "SupervisorSchedule": "*/3 * * * * *",
+    "FailureThreshold": "3",
+    "RetryBackoffSeconds": "1",
+    "RetryBackoffMaxSeconds": "4",
+    "PendingGraceSeconds": "10",
+    "AgentRetryBaseSeconds": "0.1",
+    "AgentRetryMaxSeconds": "1",
+    "CircuitBreakerFailures": "8",
+    "CircuitBreakerResetSeconds": "3",
+}
+LOG = ROOT / ".azurite" / "demo.log"
+
+
+@dataclass
+class Snapshot:
+    total: int
+    states: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def settled(self) -> list[dict[str, Any]]:
+        return [s for s in self.states if s["ProcessState"] == "Processed" or (
+            s["ProcessState"] == "Error" and s.get("Compensation") in ("Done", "Failed"))]
+
+    def by_state(self) -> Counter[str]:
+        c: Counter[str] = Counter()
+        for s in self.states:
+            label = s["ProcessState"]
+            if label == "Error":
+                label += f" (compensation {s.get('Compensation') or 'pending'})"
+            c[label] += 1
+        c["not yet received"] = self.total - len(self.states)
+        return c
+
+    def retries(self) -> int:
+        return sum(int(s.get("FailureCount", 0)) for s in self.states)
+
+    def step_failures(self) -> Counter[str]:
+        return Counter(s.get("FailedStep") or "?" for s in self.states
+                       if s["ProcessState"] == "Error")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def _progress_table(snap: Snapshot, elapsed: float) -> Table:
+    t = Table(title=f"{len(snap.settled)}/{snap.total} orders settled  ({elapsed:.0f}s)",
+              show_header=True)
+    t.add_column("state")
+    t.add_column("orders", justify="right")
+    for k, v in sorted(snap.by_state().items()):
+        if v:
+            t.add_row(k, str(v))
+    t.add_row("[dim]retries (timeouts)[/]", str(snap.retries()))
+    for step, n in sorted(snap.step_failures().items()):
+        t.add_row(f"[dim]failed at {step}[/]", str(n))
+    return t
+
+
+def run_demo(orders: int, port: int, timeout: float, console: Console) -> int:
+    from localrun.azurite import Azurite
+
+    if not _port_free(port):
+        console.print(f"[red]error:[/] port {port} is in use (is `func start` running?); "
+                      f"try: make demo PORT=7072")
+        return 2
+    shutil.rmtree(DATA, ignore_errors=True)
+    DATA.mkdir(parents=True)
+    # The app's own log goes to a file: the screen is for the progress.
+    logging.basicConfig(filename=LOG, filemode="w", level=logging.WARNING, force=True,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    console.print(f"starting Azurite (data in {DATA.relative_to(ROOT)}) ...")
+    az = Azurite.start(location=DATA)
+    host = None
+    container = None
+    stopping = False
+
+    def on_term(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        from localrun.host import LocalFunctionHost
+        from localrun.metering import StorageMeter
+        from orderctl.samples import sample_orders
+        from orderctl.senders import LocalSender
+        from shared import bootstrap
+        from shared.settings import load_settings
+
+        base = f"http://127.0.0.1:{port}/api/sim"
+        template = json.loads((ROOT / "local.settings.template.json").read_text())["Values"]
+        env = {**template, **DEMO_SETTINGS, "AzureWebJobsStorage": az.connection_string,
+               "ServiceBusConnection": "local",
+               "InventoryServiceUrl": f"{base}/inventory", "PaymentServiceUrl": f"{base}/payment",
+               "ShippingServiceUrl": f"{base}/shipping"}
+        os.environ.update(env)
+        import function_app  # it checks the settings on import, as the host would
+
+        meter = StorageMeter()
+        settings = load_settings()
+        container = bootstrap.build(settings, table_options=meter.table_options,
+                                    queue_options=meter.queue_options)
+        bootstrap.reset(container)
+        container.ensure_resources()
+        # A second, unmetered client for this screen, so its reads don't count as the app's.
+        watcher = bootstrap.build(settings).tables.get_table_client(settings.state_table)
+        host = LocalFunctionHost(function_app.app, settings=dict(os.environ),
+                                 storage_connection=az.connection_string,
+                                 host_json=ROOT / "host.json", http_port=port,
+                                 poll_interval=0.2,
+                                 queue_options=meter.queue_options).start()
+        console.print(f"function app running: http://localhost:{port}/api "
+                      f"({len(host.functions)} functions)")
+        sender = LocalSender(bootstrap.build(settings).queues, settings.orders_queue)
+        ids = sender.send((o["order_id"], json.dumps(o).encode())
+                          for o in sample_orders(orders))
+        meter.reset()  # count from here: the app's work, not the demo's set-up
+        console.print(f"sent {len(ids)} orders with faults: "
+                      f"{float(env['SimTransientErrorRate']):.0%} transient errors, "
+                      f"{float(env['SimPermanentErrorRate']):.0%} refusals, "
+                      f"{float(env['SimHangRate']):.0%} hangs")
+        started = time.monotonic()
+
+        def look() -> Snapshot:
+            return Snapshot(orders, [dict(e) for e in watcher.query_entities(
+                "RowKey eq 'state'")])
+
+        snap = look()
+        if console.is_terminal:
+            with Live(_progress_table(snap, 0), console=console, refresh_per_second=4) as live:
+                while len(snap.settled) < orders and time.monotonic() - started < timeout:
+                    time.sleep(0.5)
+                    snap = look()
+                    live.update(_progress_table(snap, time.monotonic() - started))
+        else:
+            last = 0.0
+            while len(snap.settled) < orders and time.monotonic() - started < timeout:
+                time.sleep(0.5)
+                snap = look()
+                if time.monotonic() - last > 2:
+                    last = time.monotonic()
+                    console.print(f"progress: {len(snap.settled)}/{orders} settled; " + ", ".join(
+                        f"{k} {v}" for k, v in sorted(snap.by_state().items()) if v))
+        elapsed = time.monotonic() - started
+        usage = meter.snapshot()
+        stopping = True
+        _summary(console, snap, elapsed, usage, orders)
+        if len(snap.settled) < orders:
+            console.print(f"[red]{orders - len(snap.settled)} orders not settled after "
+                          f"{timeout:.0f}s[/]")
+            return 1
+        return 0
+    except KeyboardInterrupt:
+        console.print("interrupted: stopping everything ...")
+        return 130
+    finally:
+        if host is not None:
+            host.stop()
+        if container is not None:
+            container.close()
+        az.stop()
+        if stopping:
+            console.print(f"stopped the function app and Azurite; the app's log is in "
+                          f"{LOG.relative_to(ROOT)}")
+
+
+def _summary(console: Console, snap: Snapshot, elapsed: float, usage: dict[str, Any],
+             orders: int) -> None:
+    states = snap.states
+    processed = sum(s["ProcessState"] == "Processed" for s in states)
+    failed = [s for s in states if s["ProcessState"] == "Error"]
+    compensated = sum(s.get("Compensation") == "Done" for s in failed)
+    retried = sum(int(s.get("FailureCount", 0)) > 0 for s in states)
+    req = usage["requests"]
+    table_reads = req.get("table.read", 0) + req.get("table.query", 0)
+    table_writes = sum(n for k, n in req.items() if k.startswith("table.") and k not in (
+        "table.read", "table.query"))
+    sends = req.get("queue.send", 0)
+    t = Table(title="summary (read back from the store and the storage meter)")
+    t.add_column("")
+    t.add_column("", justify="right")
+    for label, value in [
+        ("orders", orders),
+        ("processed", processed),
+        ("failed (Error)", len(failed)),
+        ("  of which compensated", compensated),
+        ("orders retried after a timeout", retried),
+        ("retries in all", snap.retries()),
+        *[(f"failed at {k}", v) for k, v in sorted(snap.step_failures().items())],
+        ("elapsed", f"{elapsed:.1f}s"),
+        ("orders per second", f"{len(snap.settled) / elapsed:.1f}" if elapsed else "-"),
+        ("table reads per order", f"{table_reads / orders:.1f}"),
+        ("table writes per order", f"{table_writes / orders:.1f}"),
+        ("queue messages sent per order", f"{sends / orders:.1f} (+1 Service Bus)"),
+        ("queue receives per order (incl. empty polls)",
+         f"{req.get('queue.receive', 0) / orders:.1f}"),
+        ("storage transactions per order", f"{sum(req.values()) / orders:.1f}"),
+    ]:
+        t.add_row(label, str(value))
+    console.print(t)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m localrun demo")
+    p.add_argument("--orders", type=int, default=100)
+    p.add_argument("--port", type=int, default=7071)
+    p.add_argument("--timeout", type=float, default=600)
+    args = p.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    return run_demo(args.orders, args.port, args.timeout, Console(highlight=False))
