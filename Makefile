@@ -7,7 +7,10 @@ STAMP := $(VENV)/.installed
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
-.PHONY: test lint unit install clean
+.PHONY: test lint unit install clean demo
+
+ORDERS ?= 100
+PORT ?= 7071
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +33,10 @@ lint: $(STAMP)
 
 test: install lint
 	$(PY) -m pytest
+
+# The whole pipeline on this machine with faults: Azurite, the function app, live progress.
+demo: install
+	$(PY) -m localrun demo --orders $(ORDERS) --port $(PORT)
 
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit

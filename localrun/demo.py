@@ -49,7 +49,6 @@ DEMO_SETTINGS = {
     "CircuitBreakerFailures": "8",
     "CircuitBreakerResetSeconds": "3",
 }
-LOG = ROOT / ".azurite" / "demo.log"
 
 
 @dataclass
@@ -103,20 +102,23 @@ def _progress_table(snap: Snapshot, elapsed: float) -> Table:
     return t
 
 
-def run_demo(orders: int, port: int, timeout: float, console: Console) -> int:
+def run_demo(orders: int, port: int, timeout: float, console: Console,
+             data: Path = DATA) -> int:
     from localrun.azurite import Azurite
+
+    log_file = data.parent / "demo.log"
 
     if not _port_free(port):
         console.print(f"[red]error:[/] port {port} is in use (is `func start` running?); "
                       f"try: make demo PORT=7072")
         return 2
-    shutil.rmtree(DATA, ignore_errors=True)
-    DATA.mkdir(parents=True)
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir(parents=True)
     # The app's own log goes to a file: the screen is for the progress.
-    logging.basicConfig(filename=LOG, filemode="w", level=logging.WARNING, force=True,
+    logging.basicConfig(filename=log_file, filemode="w", level=logging.WARNING, force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    console.print(f"starting Azurite (data in {DATA.relative_to(ROOT)}) ...")
-    az = Azurite.start(location=DATA)
+    console.print(f"starting Azurite (data in {data}) ...")
+    az = Azurite.start(location=data)
     host = None
     container = None
     stopping = False
@@ -207,7 +209,7 @@ def run_demo(orders: int, port: int, timeout: float, console: Console) -> int:
         az.stop()
         if stopping:
             console.print(f"stopped the function app and Azurite; the app's log is in "
-                          f"{LOG.relative_to(ROOT)}")
+                          f"{log_file}")
 
 
 def _summary(console: Console, snap: Snapshot, elapsed: float, usage: dict[str, Any],
@@ -253,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--orders", type=int, default=100)
     p.add_argument("--port", type=int, default=7071)
     p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--data", type=Path, default=DATA, help="Azurite data folder (wiped first)")
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    return run_demo(args.orders, args.port, args.timeout, Console(highlight=False))
+    return run_demo(args.orders, args.port, args.timeout, Console(highlight=False),
+                    args.data.resolve())

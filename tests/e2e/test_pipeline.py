@@ -36,16 +36,16 @@ CRASHED = 5
 STEPS = {"reserve_inventory": "inventory", "charge_payment": "payment",
          "arrange_shipping": "shipping"}
 FAULTS = {
-    "StepBudgetSeconds": "reserve_inventory=20,charge_payment=20,arrange_shipping=20",
+    "StepBudgetSeconds": "reserve_inventory=8,charge_payment=8,arrange_shipping=8",
     "FailureThreshold": "3",
     "RetryBackoffSeconds": "1",
     "RetryBackoffMaxSeconds": "2",
     "PendingGraceSeconds": "5",
-    "SupervisorSchedule": "*/1 * * * * *",
+    "SupervisorSchedule": "*/2 * * * * *",
     "SimTransientErrorRate": "0.25",
     "SimPermanentErrorRate": "0.04",
     "SimHangRate": "0.03",
-    "SimHangSeconds": "25",
+    "SimHangSeconds": "10",
     "CircuitBreakerFailures": "10",
     "CircuitBreakerResetSeconds": "2",
 }
