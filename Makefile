@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
-.PHONY: test lint unit install clean demo
+.PHONY: test lint unit install clean demo bench
 
 ORDERS ?= 100
 PORT ?= 7071
@@ -37,6 +37,10 @@ test: install lint
 # The whole pipeline on this machine with faults: Azurite, the function app, live progress.
 demo: install
 	$(PY) -m localrun demo --orders $(ORDERS) --port $(PORT)
+
+# Transactions per order, throughput, latency, Supervisor cost, recovery: bench-report/.
+bench: install
+	$(PY) -m localrun bench --out bench-report
 
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit

@@ -30,9 +30,14 @@ def main(argv: list[str] | None = None) -> int:
         from localrun.demo import main as demo
 
         return demo(argv[1:])
+    if argv[:1] == ["bench"]:
+        from localrun.bench import main as bench
+
+        return bench(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m localrun")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="the whole pipeline with faults, one command (make demo)")
+    sub.add_parser("bench", help="transactions, throughput, latency, supervisor cost (make bench)")
     host = sub.add_parser("host", help="run the function app against Azurite")
     host.add_argument("--port", type=int, default=7071, help="HTTP port (default 7071)")
     host.add_argument("--poll-interval", type=float, default=None,

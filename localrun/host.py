@@ -49,6 +49,14 @@ log = logging.getLogger("localrun.host")
 _SETTING = re.compile(r"%([^%]+)%")
 
 
+_current = threading.local()
+
+
+def current_function() -> str | None:
+    """The function this thread is running for the local host, if any (for metering)."""
+    return getattr(_current, "function", None)
+
+
 class HostConfigError(RuntimeError):
     pass
 
@@ -220,12 +228,15 @@ class LocalFunctionHost:
 
     def invoke(self, f: _Function, trigger_value: Any) -> Any:
         outs = {b["name"]: _Out() for b in f.outputs if b["name"] != "$return"}
+        _current.function = f.name
         try:
             result = f.call(**{f.trigger["name"]: trigger_value}, **outs)
         except Exception:
             self.stats.count(f.name, ok=False)
             log.exception("function %s failed", f.name)
             raise
+        finally:
+            _current.function = None
         self.stats.count(f.name, ok=True)
         for b in f.outputs:
             if b["type"] == "queue" and b["name"] in outs and outs[b["name"]].get() is not None:
@@ -423,13 +434,17 @@ def _serve_http(host: LocalFunctionHost, functions: list[_Function],
             return self._reply(404, b"no function for this route", {})
 
         def _reply(self, status: int, body: bytes, headers: dict[str, str]) -> None:
-            self.send_response(status)
-            for k, v in headers.items():
-                if k.lower() != "content-length":
-                    self.send_header(k, v)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(status)
+                for k, v in headers.items():
+                    if k.lower() != "content-length":
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                # The caller gave up (an Agent at its complete-by): nobody to answer.
+                self.close_connection = True
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _dispatch
 

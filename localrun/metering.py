@@ -51,6 +51,9 @@ class _ServiceHook:
         http = response.http_request
         path, _, query = http.url.partition("?")
         entities = 0
+        op = _operation(self._service, http.method, path, query)
+        if op == "receive" and b"<QueueMessage>" not in (response.http_response.body() or b""):
+            op = "receive.empty"  # a poll that found nothing: time-driven, not per order
         if (self._service == "table" and http.method == "GET"
                 and response.http_response.status_code == 200):
             try:
@@ -58,8 +61,7 @@ class _ServiceHook:
                 entities = len(body["value"]) if "value" in body else 1
             except (ValueError, KeyError, TypeError):
                 entities = 0
-        self._meter.record(self._service, _operation(self._service, http.method, path, query),
-                           entities)
+        self._meter.record(self._service, op, entities)
 
 
 class StorageMeter:
@@ -68,13 +70,18 @@ class StorageMeter:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.requests: Counter[tuple[str, str]] = Counter()
+        self.by_function: Counter[tuple[str, str, str]] = Counter()
         self.entities_read = 0
         self.table_options = {"raw_response_hook": _ServiceHook(self, "table")}
         self.queue_options = {"raw_response_hook": _ServiceHook(self, "queue")}
 
     def record(self, service: str, operation: str, entities: int) -> None:
+        from localrun.host import current_function
+
+        fn = current_function() or "-"
         with self._lock:
             self.requests[(service, operation)] += 1
+            self.by_function[(fn, service, operation)] += 1
             self.entities_read += entities
 
     def count(self, service: str, operation: str) -> int:
@@ -86,7 +93,15 @@ class StorageMeter:
             return {"requests": {f"{s}.{o}": n for (s, o), n in sorted(self.requests.items())},
                     "entities_read": self.entities_read}
 
+    def per_function(self) -> dict[str, dict[str, int]]:
+        with self._lock:
+            out: dict[str, dict[str, int]] = {}
+            for (fn, svc, op), n in sorted(self.by_function.items()):
+                out.setdefault(fn, {})[f"{svc}.{op}"] = n
+            return out
+
     def reset(self) -> None:
         with self._lock:
             self.requests.clear()
+            self.by_function.clear()
             self.entities_read = 0

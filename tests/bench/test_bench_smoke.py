@@ -1,0 +1,36 @@
+"""A few orders through `make bench`, so the benchmark cannot rot.
+
+Timings are not asserted here (the report says whether targets were met). Request counts are:
+they are deterministic for a fault-free order, and they are the cloud bill.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from localrun.bench import Scale, run_bench
+
+
+def test_bench_smoke_writes_a_complete_report(tmp_path: Path) -> None:
+    results = run_bench(tmp_path, Scale.smoke())
+    for name in ("report.json", "report.md", "chart.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert set(report) >= {"transactions", "ceiling", "throughput", "supervisor", "recovery",
+                           "memory_peak_mb", "machine"}
+    assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    three = next(t for t in results["transactions"]
+                 if t["workflow"] == "3-step" and t["transient_fault_rate"] == 0)
+    # One atomic intake + four transitions + the in-flight index entry and its removal.
+    assert three["table_writes"] == 7
+    assert three["scheduler_table_reads"] == 4
+    assert three["queue_sends"] == 7
+    one = next(t for t in results["transactions"]
+               if t["workflow"] == "1-step" and t["transient_fault_rate"] == 0)
+    assert one["table_writes"] == 5 and one["queue_sends"] == 3
+    s = results["supervisor"]
+    assert s["after"]["entities_read"] == s["before"]["entities_read"] == 2 * s["expired"]
+    assert results["throughput"]["orders_per_s"] > 0
+    assert "Targets:" in (tmp_path / "report.md").read_text()
