@@ -261,15 +261,26 @@ class Bench:
             assert s is not None
             store.save(claim(s, "bench", past, c.workflow).state)
 
+        state_table = c.tables.get_table_client(c.settings.state_table)
+
+        def point_reads() -> float:
+            t0 = time.perf_counter()
+            for i in range(self.scale.expired_steps):
+                state_table.get_entity(f"late-{i:04d}", "state")
+            return time.perf_counter() - t0
+
         def tick() -> dict[str, Any]:
+            clock_now[0] += timedelta(hours=2)  # every one of them overdue again
             meter.reset()
             t0 = time.perf_counter()
             report = c.supervisor.tick()
             took = time.perf_counter() - t0
             snap = meter.snapshot()
             return {"seconds": took, "entities_read": snap["entities_read"],
-                    "requests": snap["requests"], "acted_on": report.retried + report.rescued}
+                    "requests": snap["requests"], "acted_on": report.retried + report.rescued,
+                    "azurite_point_reads_s": point_reads()}
 
+        tick()  # warm-up: the first tick resets the claimed steps; later ones rescue them
         before = tick()
 
         def completed(i: int) -> None:
@@ -286,8 +297,6 @@ class Bench:
 
         with ThreadPoolExecutor(8) as ex:
             list(ex.map(completed, range(self.scale.completed_orders)))
-        # The first tick reset the 50; far enough ahead, they are overdue again (as Pending).
-        clock_now[0] += timedelta(hours=2)
         after = tick()
         c.close()
         return {"expired": self.scale.expired_steps, "completed_added": self.scale.completed_orders,
@@ -417,7 +426,12 @@ def markdown(r: dict[str, Any]) -> str:
         f"{s['after']['seconds'] * 1000:.0f} ms |", "",
         f"Ratio: entities {s['entities_ratio']:.2f}, time {s['time_ratio']:.2f}. The tick reads "
         "the in-flight index partition (a key-range query) and one state record per order in "
-        "flight; it acts on each overdue one (a write and a message), which dominates its time.",
+        "flight, and acts on each overdue one (a write and a message). Both ticks do the same "
+        "work (the same orders, rescued). Azurite's own time for the same point reads went from "
+        f"{s['before']['azurite_point_reads_s'] * 1000:.0f} ms to "
+        f"{s['after']['azurite_point_reads_s'] * 1000:.0f} ms: its in-memory table gets slower "
+        "as it grows, where Table Storage serves a point read by key at a cost independent of "
+        "the table's size.",
         "", "## Recovery", ""]
     rc = r["recovery"]
     lines += [

@@ -294,6 +294,10 @@ def supervise(state: OrderState, now: datetime, policy: RetryPolicy) -> Supervis
     Knows nothing of the business: only of states, deadlines and counts.
     """
     if state.is_settled:
+        # The Scheduler drops a settled order from the index itself; step in only when it
+        # evidently did not (it died first), so the two do not both delete it.
+        if state.updated_at + policy.pending_grace > now:
+            return None
         return SupervisorDecision(Transition(state), kind="forget")
     deadline = state.complete_by
     if state.process_state is ProcessState.PENDING and deadline is None:

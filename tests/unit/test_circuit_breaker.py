@@ -42,14 +42,25 @@ def test_opens_after_consecutive_failures_and_then_does_not_call() -> None:
     assert calls == []
 
 
-def test_a_success_resets_the_count() -> None:
-    b = CircuitBreaker("svc", 2, 10, clock=Clock())
-    with pytest.raises(Boom):
-        b.call(fail)
-    assert b.call(lambda: "ok") == "ok"
-    with pytest.raises(Boom):
-        b.call(fail)
+def test_a_mostly_healthy_service_does_not_trip_it() -> None:
+    b = CircuitBreaker("svc", 3, 10, clock=Clock())
+    for _ in range(5):  # a few failures in a clump, among many successes
+        for _ in range(3):
+            assert b.call(lambda: "ok") == "ok"
+        with pytest.raises(Boom):
+            b.call(fail)
     assert b.state == "closed"
+
+
+def test_failures_that_dominate_trip_it_even_when_interleaved() -> None:
+    b = CircuitBreaker("svc", 3, 10, clock=Clock())
+    for _ in range(2):
+        with pytest.raises(Boom):
+            b.call(fail)
+        assert b.call(lambda: "ok") == "ok"
+    with pytest.raises(Boom):
+        b.call(fail)  # 3 failures of the last 5 calls
+    assert b.state == "open"
 
 
 def test_half_open_allows_one_trial_that_closes_or_reopens() -> None:

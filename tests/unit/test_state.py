@@ -269,8 +269,10 @@ def test_supervisor_retries_then_gives_up_an_overdue_compensation() -> None:
     assert [e.kind for e in d.transition.events] == ["compensation_failed"]
 
 
-def test_supervisor_forgets_settled_orders() -> None:
-    d = supervise(after_steps(3), T0 + timedelta(days=1), POLICY)
+def test_supervisor_forgets_settled_orders_the_scheduler_did_not() -> None:
+    done = after_steps(3)
+    assert supervise(done, T0 + POLICY.pending_grace - timedelta(seconds=1), POLICY) is None
+    d = supervise(done, T0 + timedelta(days=1), POLICY)
     assert d is not None and d.forget
 
 
