@@ -32,6 +32,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
+STEADY_RATE = 5.0  # orders per second: well below the ceiling, so latency is not queueing
 TARGETS = {"table_writes": 7, "scheduler_table_reads": 4, "queue_sends": 7,
            "throughput_ratio": 0.6, "tick_time_ratio": 1.2}
 
@@ -43,12 +44,13 @@ class Scale:
     completed_orders: int = 10_000
     expired_steps: int = 50
     recovery_orders: int = 200
+    latency_orders: int = 100
     ceiling_ops: int = 2000
 
     @classmethod
     def smoke(cls) -> Scale:
         return cls(transactions_orders=8, throughput_orders=20, completed_orders=200,
-                   expired_steps=10, recovery_orders=20, ceiling_ops=200)
+                   expired_steps=10, recovery_orders=20, latency_orders=10, ceiling_ops=200)
 
 
 def names(tag: str) -> dict[str, str]:
@@ -112,7 +114,8 @@ class Bench:
                 "ShippingServiceUrl": f"{base}/shipping", **overrides}
 
     def run_orders(self, tag: str, n: int, workflow: Any = None, timeout: float = 900,
-                   **overrides: str) -> Run:
+                   rate: float | None = None, **overrides: str) -> Run:
+        """Send n orders (all at once, or at `rate` per second) and wait until all settle."""
         from azure.data.tables import TableServiceClient
         from azure.storage.queue import QueueServiceClient
 
@@ -146,7 +149,9 @@ class Bench:
             meter.reset()
             sent_at: dict[str, float] = {}
             started = time.time()
-            for o in orders:
+            for i, o in enumerate(orders):
+                if rate:
+                    time.sleep(max(0.0, started + i / rate - time.time()))
                 sent_at[o["order_id"]] = time.time()
                 sender.send([(o["order_id"], json.dumps(o).encode())])
             deadline = time.monotonic() + timeout
@@ -231,11 +236,16 @@ class Bench:
         bound = 1 / seconds_per_order
         achieved = run.orders / run.elapsed
         lat = run.latencies()
+        steady = self.run_orders("lat", self.scale.latency_orders, rate=STEADY_RATE)
+        slat = steady.latencies()
         return {
             "orders": run.orders, "elapsed_s": run.elapsed, "orders_per_s": achieved,
             "bound_orders_per_s": bound, "ratio_to_bound": achieved / bound,
             "latency_s": {"p50": percentile(lat, 50), "p95": percentile(lat, 95),
                           "p99": percentile(lat, 99)},
+            "steady_rate": STEADY_RATE, "steady_orders": steady.orders,
+            "steady_latency_s": {"p50": percentile(slat, 50), "p95": percentile(slat, 95),
+                                 "p99": percentile(slat, 99)},
         }, run
 
     def supervisor(self) -> dict[str, Any]:
@@ -307,7 +317,8 @@ class Bench:
     def recovery(self) -> dict[str, Any]:
         budget, interval, backoff = 5, 2, 1
         run = self.run_orders(
-            "rc", self.scale.recovery_orders, SimHangRate="0.1", SimHangSeconds=str(budget + 3),
+            "rc", self.scale.recovery_orders, rate=STEADY_RATE, SimHangRate="0.1",
+            SimHangSeconds=str(budget + 3),
             StepBudgetSeconds=",".join(f"{s}={budget}" for s in (
                 "reserve_inventory", "charge_payment", "arrange_shipping")),
             SupervisorSchedule=f"*/{interval} * * * * *", RetryBackoffSeconds=str(backoff),
@@ -413,8 +424,12 @@ def markdown(r: dict[str, Any]) -> str:
         "(8 threads each).",
         f"- Bound they imply for one order's writes and messages: "
         f"{tp['bound_orders_per_s']:.1f} orders/s; achieved **{tp['ratio_to_bound']:.0%}** of it.",
-        f"- Latency send → Processed: p50 {tp['latency_s']['p50']:.2f} s, p95 "
-        f"{tp['latency_s']['p95']:.2f} s, p99 {tp['latency_s']['p99']:.2f} s.",
+        f"- Latency send → Processed, all {tp['orders']} sent at once: p50 "
+        f"{tp['latency_s']['p50']:.2f} s, p95 {tp['latency_s']['p95']:.2f} s, p99 "
+        f"{tp['latency_s']['p99']:.2f} s (mostly waiting in queues behind the burst).",
+        f"- Latency at a steady {tp['steady_rate']:.0f} orders/s ({tp['steady_orders']} "
+        f"orders): p50 {tp['steady_latency_s']['p50']:.2f} s, p95 "
+        f"{tp['steady_latency_s']['p95']:.2f} s, p99 {tp['steady_latency_s']['p99']:.2f} s.",
         f"- Peak resident memory of the bench process (local host and harness): "
         f"{r['memory_peak_mb']:.0f} MB.", "", "## Supervisor cost", ""]
     s = r["supervisor"]
@@ -435,7 +450,8 @@ def markdown(r: dict[str, Any]) -> str:
         "", "## Recovery", ""]
     rc = r["recovery"]
     lines += [
-        f"Agents silent for {rc['silent_rate']:.0%} of requests ({rc['orders']} orders, "
+        f"Agents silent for {rc['silent_rate']:.0%} of requests ({rc['orders']} orders at "
+        f"{STEADY_RATE:.0f}/s, "
         f"{rc['orders_with_lost_steps']} lost at least one step, {rc['failed_orders']} failed): "
         f"time added per lost step p50 {rc['recovery_per_lost_step_s']['p50']:.1f} s, p95 "
         f"{rc['recovery_per_lost_step_s']['p95']:.1f} s, against complete-by "
@@ -462,8 +478,26 @@ def _targets(r: dict[str, Any]) -> str:
         ("Supervisor: 10,000 completed change tick time ≤ 1.2x", r["supervisor"]["time_ratio"]
          <= TARGETS["tick_time_ratio"]),
     ]
-    return "Targets: " + "; ".join(f"{name}: {'met' if ok else '**missed**'}"
-                                   for name, ok in checks) + "."
+    lines = ["Targets: " + "; ".join(f"{name}: {'met' if ok else '**missed**'}"
+                                     for name, ok in checks) + "."]
+    tp, sup = r["throughput"], r["supervisor"]
+    why = {
+        "throughput ≥ 60% of the ceiling": (
+            f"Throughput reached {tp['ratio_to_bound']:.0%} of a bound that counts only each "
+            "order's writes and message cycles. The app also reads "
+            f"{three['table_reads']:.1f} entities per order, and the host polls its queues; all "
+            "of it shares two cores with Azurite. Proposed: fewer polls (a longer "
+            "maxPollingInterval when idle) and a bound that includes reads."),
+        "Supervisor: 10,000 completed change tick time ≤ 1.2x": (
+            f"Entities read did not change ({sup['before']['entities_read']} → "
+            f"{sup['after']['entities_read']}); the time did ({sup['time_ratio']:.2f}x) because "
+            "Azurite's own point reads slowed from "
+            f"{sup['before']['azurite_point_reads_s'] * 1000:.0f} to "
+            f"{sup['after']['azurite_point_reads_s'] * 1000:.0f} ms as its table grew. "
+            "That is the emulator; the tick's work is the same."),
+    }
+    lines += [f"- Missed: {why.get(name, name)}" for name, ok in checks if not ok]
+    return "\n".join(lines)
 
 
 def chart(path: Path, run: Run) -> None:
