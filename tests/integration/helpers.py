@@ -61,3 +61,19 @@ def entities(table: str, query: str = "", **params: Any) -> list[dict[str, Any]]
     if not query:
         return [dict(e) for e in t.list_entities()]
     return [dict(e) for e in t.query_entities(query, parameters=params)]
+
+
+def race_on_save(stores: list[Any]) -> None:
+    """Make these stores' writers read before any of them writes: a real race for the
+    conditional write, instead of one finishing before the other starts."""
+    import threading
+
+    all_read = threading.Barrier(len(stores))
+    for store in stores:
+        real_save = store.save
+
+        def save(state: Any, real_save: Any = real_save) -> Any:
+            all_read.wait(timeout=10)
+            return real_save(state)
+
+        store.save = save

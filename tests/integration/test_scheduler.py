@@ -8,11 +8,17 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.state_store import TableOrderStore
 from shared.domain.messages import AgentReply
 from shared.handlers.scheduler import Outcome
 from tests.integration.conftest import Pipeline
-from tests.integration.helpers import drain_json, entities, function, order, sb_message
+from tests.integration.helpers import (
+    drain_json,
+    entities,
+    function,
+    order,
+    race_on_save,
+    sb_message,
+)
 
 intake = function("intake")
 
@@ -40,17 +46,7 @@ def test_two_schedulers_racing_for_one_order_exactly_one_wins(pipeline: Pipeline
     cmd = accept(pipeline)
     schedulers = [pipeline.sibling("scheduler-a").scheduler,
                   pipeline.sibling("scheduler-b").scheduler]
-    # Both read the Pending record before either writes: a real race for the conditional write.
-    both_read = threading.Barrier(2)
-    for s in schedulers:
-        store: TableOrderStore = s._store
-        real_save = store.save
-
-        def save(state: Any, real_save: Any = real_save) -> Any:
-            both_read.wait(timeout=10)
-            return real_save(state)
-
-        store.save = save  # type: ignore[method-assign]
+    race_on_save([s._store for s in schedulers])
     results: dict[str, Outcome] = {}
 
     def run(s: Any) -> None:

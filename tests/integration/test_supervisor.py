@@ -5,16 +5,14 @@ from __future__ import annotations
 import json
 import threading
 from datetime import timedelta
-from typing import Any
 
 from azure.storage.queue import QueueServiceClient
 
-from shared.adapters.state_store import TableOrderStore
 from shared.domain.order import parse_order
 from shared.domain.state import ProcessState, new_order_state
 from shared.handlers.supervisor import TickReport
 from tests.integration.conftest import Pipeline
-from tests.integration.helpers import drain_json, entities, order
+from tests.integration.helpers import drain_json, entities, order, race_on_save
 from tests.integration.test_scheduler import accept, drain_json_eventually, reply, state
 
 
@@ -97,16 +95,7 @@ def test_two_supervisors_at_once_recover_each_step_once(pipeline: Pipeline) -> N
     claimed_and_lost(pipeline)
     pipeline.clock.advance(seconds=31)
     supervisors = [pipeline.sibling("a").supervisor, pipeline.sibling("b").supervisor]
-    both_read = threading.Barrier(2)
-    for sup in supervisors:
-        store: TableOrderStore = sup._store
-        real_save = store.save
-
-        def save(s: Any, real_save: Any = real_save) -> Any:
-            both_read.wait(timeout=10)
-            return real_save(s)
-
-        store.save = save  # type: ignore[method-assign]
+    race_on_save([s._store for s in supervisors])
     reports: list[TickReport] = []
     threads = [threading.Thread(target=lambda s=s: reports.append(s.tick()))
                for s in supervisors]
