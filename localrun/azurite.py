@@ -15,8 +15,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ACCOUNT = "devstoreaccount1"
-# The well-known Azurite development key: public, and only ever valid against a local emulator.
-DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
 class AzuriteError(RuntimeError):
@@ -63,7 +61,9 @@ class Azurite:
     @property
     def connection_string(self) -> str:
         return (
-            f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={DEV_KEY};"
+            # The well-known Azurite development key: public, valid only against an emulator.
+            f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};"
+            "AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;"
             f"BlobEndpoint=http://127.0.0.1:{self.blob_port}/{ACCOUNT};"
             f"QueueEndpoint=http://127.0.0.1:{self.queue_port}/{ACCOUNT};"
             f"TableEndpoint=http://127.0.0.1:{self.table_port}/{ACCOUNT};"

@@ -137,10 +137,9 @@ def test_alerts_and_rejected(run_host: Any, capsys: pytest.CaptureFixture[str]) 
 
 
 def test_unreachable_storage_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    unreachable = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
-                   "AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/"
-                   "K1SZFPTOtr/KBHBeksoGMGw==;TableEndpoint=http://127.0.0.1:9/devstoreaccount1;"
-                   "QueueEndpoint=http://127.0.0.1:9/devstoreaccount1;")
+    from shared.settings import AZURITE_CONNECTION
+
+    unreachable = AZURITE_CONNECTION.replace(":10001/", ":9/").replace(":10002/", ":9/")
     assert run([*NO_SETTINGS, "--storage", unreachable, "status", "o-1"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: cannot reach storage")
