@@ -99,7 +99,12 @@ class Scheduler:
                                   f"{MAX_CONFLICT_RETRIES} attempts")
 
     def _carry_out(self, stored: StoredOrder, state: OrderState, t: Transition) -> None:
-        """After the write: dispatch the step it started, tell who needs telling."""
+        """After the write: tell who needs telling, then dispatch the step it started.
+
+        In that order because only the telling is lost if we die here: a step that was never
+        dispatched is overdue at its complete-by and the Supervisor has it retried.
+        """
+        self._notifier.publish(state.order_id, state.reply_to, t.events, state.updated_at)
         step = state.current_step
         if step is not None and step.complete_by is not None:
             action = Action.UNDO if step.status is StepStatus.COMPENSATING else Action.DO
@@ -113,6 +118,5 @@ class Scheduler:
                 order=stored.order,
             )
             self._sender.send(self._agent_queues[definition.agent], request.to_json())
-        self._notifier.publish(state.order_id, state.reply_to, t.events, state.updated_at)
         if state.is_settled:
             self._store.forget(state.order_id)

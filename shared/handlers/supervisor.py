@@ -66,12 +66,14 @@ class Supervisor:
             except ConcurrencyConflict:
                 report.lost_races += 1  # someone moved it first: their move stands
                 continue
+            # Alerts first: a lost command is recovered (the record is overdue again after its
+            # new CompleteBy), a lost alert would not be.
+            self._notifier.publish(saved.order_id, saved.reply_to, decision.transition.events,
+                                   now)
             if decision.command is not None:
                 cmd = SchedulerCommand(kind=CommandKind(decision.command), order_id=saved.order_id,
                                        reason=decision.reason)
                 self._sender.send(self._scheduler_queue, cmd.to_json(), decision.delay)
-            self._notifier.publish(saved.order_id, saved.reply_to, decision.transition.events,
-                                   now)
             if decision.kind == "fail":
                 report.failed += 1
             elif decision.kind == "rescue":

@@ -203,3 +203,30 @@ def drain_json_eventually(p: Pipeline, queue_setting: str, n: int = 1,
     return got
 
 
+
+
+def test_dying_before_dispatching_the_undo_still_raises_the_alert(pipeline: Pipeline) -> None:
+    env, c = pipeline.env, pipeline.container
+    c.scheduler.handle_command(accept(pipeline))
+    (req,) = drain_json(env["InventoryRequestsQueueName"])
+    c.scheduler.handle_reply(reply(req))
+    (pay,) = drain_json(env["PaymentRequestsQueueName"])
+    dying = pipeline.sibling("doomed")
+
+    def die(*a: object, **k: object) -> None:
+        raise RuntimeError("process died")
+
+    dying.scheduler._sender.send = die  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        dying.scheduler.handle_reply(reply(pay, "permanent_error", "HTTP 422 card declined"))
+    (alert,) = entities(env["OperatorAlertsTableName"])
+    assert (alert["Kind"], alert["OrderID"]) == ("OrderFailed", "o-1")
+    # The undo was never sent; the Supervisor finds it overdue and has it sent again.
+    assert drain_json(env["InventoryRequestsQueueName"]) == []
+    pipeline.clock.advance(seconds=31)
+    assert c.supervisor.tick().retried == 1
+    (cmd,) = drain_json_eventually(pipeline, "SchedulerQueueName", timeout=5)
+    assert cmd["kind"] == "compensate"
+    c.scheduler.handle_command(json.dumps(cmd))
+    (undo,) = drain_json(env["InventoryRequestsQueueName"])
+    assert undo["action"] == "undo"
