@@ -98,3 +98,11 @@ def test_no_keys_or_connection_strings_in_the_infrastructure() -> None:
 def test_flex_consumption_settings_the_platform_rejects_are_not_set() -> None:
     settings = bicep_names(INFRA).app_settings
     assert not {"FUNCTIONS_WORKER_RUNTIME", "FUNCTIONS_EXTENSION_VERSION"} & set(settings)
+
+
+def test_parameters_file_names_only_parameters_main_bicep_declares() -> None:
+    declared = set(parse(INFRA / "main.bicep")["parameters"])
+    given = json.loads((INFRA / "main.parameters.json").read_text())["parameters"]
+    assert set(given) <= declared
+    required = {"environmentName", "location"}
+    assert required <= set(given)
