@@ -30,6 +30,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from localrun.appsettings import isolated_names, local_app_settings
+from shared.adapters.state_store import state_from_entity
+
 ROOT = Path(__file__).resolve().parent.parent
 
 STEADY_RATE = 5.0  # orders per second: well below the ceiling, so latency is not queueing
@@ -51,18 +54,6 @@ class Scale:
     def smoke(cls) -> Scale:
         return cls(transactions_orders=8, throughput_orders=20, completed_orders=200,
                    expired_steps=10, recovery_orders=20, latency_orders=10, ceiling_ops=200)
-
-
-def names(tag: str) -> dict[str, str]:
-    t = f"{tag}{uuid.uuid4().hex[:6]}"
-    return {
-        "OrdersQueueName": f"orders-{t}", "SchedulerQueueName": f"sched-{t}",
-        "AgentResponsesQueueName": f"replies-{t}", "InventoryRequestsQueueName": f"inv-{t}",
-        "PaymentRequestsQueueName": f"pay-{t}", "ShippingRequestsQueueName": f"ship-{t}",
-        "StateTableName": f"State{t}", "InFlightTableName": f"InFlight{t}",
-        "RejectedOrdersTableName": f"Rejected{t}", "OperatorAlertsTableName": f"Alerts{t}",
-        "SimulatorTableName": f"Effects{t}",
-    }
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -102,16 +93,14 @@ class Bench:
         self.port = free_port()
 
     def base_env(self, tag: str, **overrides: str) -> dict[str, str]:
-        template = json.loads((ROOT / "local.settings.template.json").read_text())["Values"]
-        base = f"http://127.0.0.1:{self.port}/api/sim"
-        return {**template, **names(tag), "AzureWebJobsStorage": self.connection,
-                "SimulatorsEnabled": "true", "SimTransientErrorRate": "0",
-                "SimPermanentErrorRate": "0", "SimHangRate": "0", "SimLatencyMs": "0",
-                "SupervisorSchedule": "*/5 * * * * *", "PendingGraceSeconds": "30",
-                "StepBudgetSeconds": "", "AgentRetryBaseSeconds": "0.05",
-                "AgentRetryMaxSeconds": "0.5",
-                "InventoryServiceUrl": f"{base}/inventory", "PaymentServiceUrl": f"{base}/payment",
-                "ShippingServiceUrl": f"{base}/shipping", **overrides}
+        defaults = {"SimTransientErrorRate": "0", "SimPermanentErrorRate": "0",
+                    "SimHangRate": "0", "SimLatencyMs": "0",
+                    "SupervisorSchedule": "*/5 * * * * *", "PendingGraceSeconds": "30",
+                    "StepBudgetSeconds": "", "AgentRetryBaseSeconds": "0.05",
+                    "AgentRetryMaxSeconds": "0.5"}
+        return local_app_settings(
+            self.connection, self.port, **isolated_names(f"{tag}{uuid.uuid4().hex[:6]}"),
+            **{**defaults, **overrides})
 
     def run_orders(self, tag: str, n: int, workflow: Any = None, timeout: float = 900,
                    rate: float | None = None, **overrides: str) -> Run:
@@ -158,9 +147,9 @@ class Bench:
             done_at: dict[str, float] = {}
             states: list[dict[str, Any]] = []
             while time.monotonic() < deadline:
-                states = [dict(e) for e in watcher.query_entities("RowKey eq 'state'")]
+                states = list(watcher.query_entities("RowKey eq 'state'"))
                 for s in states:
-                    if _settled(s) and s["OrderID"] not in done_at:
+                    if state_from_entity(s).is_settled and s["OrderID"] not in done_at:
                         done_at[s["OrderID"]] = s["UpdatedAt"].timestamp()
                 if len(done_at) == n:
                     break
@@ -251,6 +240,7 @@ class Bench:
     def supervisor(self) -> dict[str, Any]:
         from localrun.metering import StorageMeter
         from shared import bootstrap
+        from shared.adapters.state_store import state_to_entity
         from shared.domain.order import parse_order
         from shared.domain.state import ProcessState, claim, new_order_state
         from shared.settings import load_settings
@@ -297,8 +287,6 @@ class Bench:
             o = parse_order(json.dumps(_order(f"done-{i:06d}")))
             s = new_order_state(o.order_id, c.workflow, past)
             s.process_state = ProcessState.PROCESSED
-            from shared.adapters.state_store import state_to_entity
-
             c.tables.get_table_client(c.settings.state_table).submit_transaction([
                 ("create", {"PartitionKey": o.order_id, "RowKey": "order",
                             "Document": json.dumps(o.document()), "Fingerprint": o.fingerprint()}),
@@ -343,11 +331,6 @@ class Bench:
 def _order(order_id: str) -> dict[str, Any]:
     return {"order_id": order_id, "customer_id": "bench",
             "items": [{"sku": "SKU-TEA", "quantity": 1, "unit_price": "4.50"}]}
-
-
-def _settled(s: dict[str, Any]) -> bool:
-    return s["ProcessState"] == "Processed" or (
-        s["ProcessState"] == "Error" and s.get("Compensation") in ("Done", "Failed"))
 
 
 APP_FUNCTIONS_EXCLUDED = {"simulated_service"}  # the remote services' own storage: not our bill

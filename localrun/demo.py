@@ -58,8 +58,9 @@ class Snapshot:
 
     @property
     def settled(self) -> list[dict[str, Any]]:
-        return [s for s in self.states if s["ProcessState"] == "Processed" or (
-            s["ProcessState"] == "Error" and s.get("Compensation") in ("Done", "Failed"))]
+        from shared.adapters.state_store import state_from_entity
+
+        return [s for s in self.states if state_from_entity(s).is_settled]
 
     def by_state(self) -> Counter[str]:
         c: Counter[str] = Counter()
@@ -128,6 +129,10 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
 
     signal.signal(signal.SIGTERM, on_term)
     try:
+        from azure.data.tables import TableServiceClient
+        from azure.storage.queue import QueueServiceClient
+
+        from localrun.appsettings import local_app_settings
         from localrun.host import LocalFunctionHost
         from localrun.metering import StorageMeter
         from orderctl.samples import sample_orders
@@ -135,12 +140,7 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
         from shared import bootstrap
         from shared.settings import load_settings
 
-        base = f"http://127.0.0.1:{port}/api/sim"
-        template = json.loads((ROOT / "local.settings.template.json").read_text())["Values"]
-        env = {**template, **DEMO_SETTINGS, "AzureWebJobsStorage": az.connection_string,
-               "ServiceBusConnection": "local",
-               "InventoryServiceUrl": f"{base}/inventory", "PaymentServiceUrl": f"{base}/payment",
-               "ShippingServiceUrl": f"{base}/shipping"}
+        env = local_app_settings(az.connection_string, port, **DEMO_SETTINGS)
         os.environ.update(env)
         import function_app  # it checks the settings on import, as the host would
 
@@ -150,8 +150,9 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
                                     queue_options=meter.queue_options)
         bootstrap.reset(container)
         container.ensure_resources()
-        # A second, unmetered client for this screen, so its reads don't count as the app's.
-        watcher = bootstrap.build(settings).tables.get_table_client(settings.state_table)
+        # Unmetered clients for this screen and the sending, so they don't count as the app's.
+        watcher = TableServiceClient.from_connection_string(az.connection_string) \
+            .get_table_client(settings.state_table)
         host = LocalFunctionHost(function_app.app, settings=dict(os.environ),
                                  storage_connection=az.connection_string,
                                  host_json=ROOT / "host.json", http_port=port,
@@ -159,7 +160,8 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
                                  queue_options=meter.queue_options).start()
         console.print(f"function app running: http://localhost:{port}/api "
                       f"({len(host.functions)} functions)")
-        sender = LocalSender(bootstrap.build(settings).queues, settings.orders_queue)
+        sender = LocalSender(QueueServiceClient.from_connection_string(az.connection_string),
+                             settings.orders_queue)
         ids = sender.send((o["order_id"], json.dumps(o).encode())
                           for o in sample_orders(orders))
         meter.reset()  # count from here: the app's work, not the demo's set-up
@@ -170,8 +172,7 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
         started = time.monotonic()
 
         def look() -> Snapshot:
-            return Snapshot(orders, [dict(e) for e in watcher.query_entities(
-                "RowKey eq 'state'")])
+            return Snapshot(orders, list(watcher.query_entities("RowKey eq 'state'")))
 
         snap = look()
         if console.is_terminal:

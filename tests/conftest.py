@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from localrun.appsettings import isolated_names
 from localrun.azurite import Azurite
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,17 +31,7 @@ def unique_settings(connection: str, **overrides: str) -> dict[str, str]:
     settings = {
         "AzureWebJobsStorage": connection,
         "ServiceBusConnection": "local",
-        "OrdersQueueName": f"orders-{t}",
-        "SchedulerQueueName": f"sched-{t}",
-        "AgentResponsesQueueName": f"replies-{t}",
-        "InventoryRequestsQueueName": f"inventory-{t}",
-        "PaymentRequestsQueueName": f"payment-{t}",
-        "ShippingRequestsQueueName": f"shipping-{t}",
-        "StateTableName": f"State{t}",
-        "InFlightTableName": f"InFlight{t}",
-        "RejectedOrdersTableName": f"Rejected{t}",
-        "OperatorAlertsTableName": f"Alerts{t}",
-        "SimulatorTableName": f"Effects{t}",
+        **isolated_names(t),
         "SupervisorSchedule": "*/1 * * * * *",
         "ReplyQueueAllowList": f"status-{t}*",
         "SimulatorsEnabled": "true",
