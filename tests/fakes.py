@@ -1,0 +1,188 @@
+"""In-memory adapters behind the same interfaces as the real ones, for the service layer's tests.
+
+Each takes a ``fault`` hook, called with the operation's name before the operation runs, so a
+test can make the process die (raise ``Crash``) or the store fail (raise ``StorageDown``) at any
+point between two writes or sends. ``tests/integration/test_store_contract.py`` holds the fake
+store and the Azurite one to the same behaviour.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from shared.adapters.alerts import OperatorAlert
+from shared.adapters.rejections import Rejection
+from shared.adapters.state_store import (
+    ConcurrencyConflict,
+    InFlightEntry,
+    OrderAlreadyExists,
+    StoredOrder,
+)
+from shared.domain.order import Order
+from shared.domain.state import OrderState
+
+Fault = Callable[[str], None]
+
+
+def no_fault(_: str) -> None:
+    return None
+
+
+class Crash(BaseException):  # noqa: N818 - it is not an error the code may handle
+    """The process died here. BaseException, so no handler's ``except Exception`` catches it."""
+
+
+class StorageDown(Exception):
+    """The store or the queue service did not answer."""
+
+
+class FakeOrderStore:
+    """Orders, state records and the in-flight index, in dicts; versions are a counter."""
+
+    def __init__(self, fault: Fault = no_fault) -> None:
+        self.fault = fault
+        self.orders: dict[str, tuple[dict[str, Any], str]] = {}
+        self.states: dict[str, OrderState] = {}
+        self.corrupt: dict[str, str] = {}  # order id -> why its record cannot be read
+        self.index: dict[str, InFlightEntry] = {}
+        self._versions = itertools.count(1)
+
+    def _stamp(self, state: OrderState) -> OrderState:
+        stored = copy.deepcopy(state)
+        stored.version = f"v{next(self._versions)}"
+        self.states[state.order_id] = stored
+        return copy.deepcopy(stored)
+
+    def _read(self, order_id: str) -> OrderState | None:
+        s = self.states.get(order_id)
+        return copy.deepcopy(s) if s is not None else None
+
+    def create(self, order: Order, state: OrderState) -> OrderState:
+        self.track(state)
+        self.fault("store.create")
+        if order.order_id in self.states or order.order_id in self.orders:
+            raise OrderAlreadyExists(order.order_id, self.orders[order.order_id][1]
+                                     if order.order_id in self.orders else None)
+        self.orders[order.order_id] = (order.document(), order.fingerprint())
+        return self._stamp(state)
+
+    def load(self, order_id: str) -> StoredOrder | None:
+        self.fault("store.load")
+        state = self._read(order_id)
+        if state is None or order_id not in self.orders:
+            return None
+        doc, fingerprint = self.orders[order_id]
+        return StoredOrder(order=copy.deepcopy(doc), fingerprint=fingerprint, state=state)
+
+    def get_state(self, order_id: str) -> OrderState | None:
+        self.fault("store.get_state")
+        return self._read(order_id)
+
+    def save(self, state: OrderState) -> OrderState:
+        if state.version is None:
+            raise ValueError("save() needs a state read from the store")
+        self.fault("store.save")
+        current = self.states.get(state.order_id)
+        if current is None or current.version != state.version:
+            raise ConcurrencyConflict(f"order {state.order_id}: version {state.version}")
+        self.corrupt.pop(state.order_id, None)
+        saved = self._stamp(state)
+        state.version = saved.version
+        return saved
+
+    def track(self, state: OrderState) -> None:
+        self.fault("store.track")
+        self.index[state.order_id] = InFlightEntry(state.order_id, state.updated_at)
+
+    def in_flight(self) -> Iterator[InFlightEntry]:
+        self.fault("store.in_flight")
+        yield from list(self.index.values())
+
+    def forget(self, order_id: str) -> None:
+        self.fault("store.forget")
+        self.index.pop(order_id, None)
+
+    def list_states(self, process_state: str | None, limit: int,
+                    continuation: str | None) -> tuple[list[OrderState], str | None]:
+        self.fault("store.list_states")
+        items = [copy.deepcopy(s) for s in self.states.values()
+                 if process_state is None or s.process_state.value == process_state]
+        return items[:limit], None
+
+
+@dataclass
+class QueuedMessage:
+    id: int
+    body: str
+    visible_at: datetime
+    dequeue_count: int = 0
+
+
+class FakeQueues:
+    """Storage queues: delayed visibility, a lease on receive, a poison queue after N tries."""
+
+    def __init__(self, clock: Callable[[], datetime], fault: Fault = no_fault,
+                 max_dequeue: int = 5, lease: timedelta = timedelta(seconds=10)) -> None:
+        self.clock = clock
+        self.fault = fault
+        self.max_dequeue = max_dequeue
+        self.lease = lease
+        self.queues: dict[str, list[QueuedMessage]] = {}
+        self.poison: dict[str, list[QueuedMessage]] = {}
+        self.sent: list[tuple[str, str]] = []
+        self._ids = itertools.count(1)
+
+    def send(self, queue: str, body: str, delay: timedelta = timedelta(0)) -> None:
+        self.fault("queue.send")
+        self.sent.append((queue, body))
+        self.queues.setdefault(queue, []).append(
+            QueuedMessage(next(self._ids), body, self.clock() + max(delay, timedelta(0))))
+
+    def visible(self, queue: str) -> list[QueuedMessage]:
+        now = self.clock()
+        return [m for m in self.queues.get(queue, []) if m.visible_at <= now]
+
+    def receive(self, queue: str, message: QueuedMessage) -> QueuedMessage | None:
+        """Take a visible message for processing; None when it went to the poison queue."""
+        message.dequeue_count += 1
+        message.visible_at = self.clock() + self.lease
+        if message.dequeue_count > self.max_dequeue:
+            self.queues[queue].remove(message)
+            self.poison.setdefault(queue, []).append(message)
+            return None
+        return message
+
+    def complete(self, queue: str, message: QueuedMessage) -> None:
+        self.queues[queue].remove(message)
+
+    def abandon(self, message: QueuedMessage) -> None:
+        """The function failed: the host lets the message become visible after the lease."""
+
+
+@dataclass
+class FakeAlertSink:
+    fault: Fault = no_fault
+    alerts: list[OperatorAlert] = field(default_factory=list)
+
+    def raise_alert(self, alert: OperatorAlert) -> None:
+        self.fault("alerts.raise")
+        self.alerts.append(alert)
+
+    def of(self, order_id: str, kind: str | None = None) -> list[OperatorAlert]:
+        return [a for a in self.alerts
+                if a.order_id == order_id and (kind is None or a.kind == kind)]
+
+
+@dataclass
+class FakeRejections:
+    fault: Fault = no_fault
+    rows: list[Rejection] = field(default_factory=list)
+
+    def record(self, r: Rejection) -> None:
+        self.fault("rejections.record")
+        self.rows.append(r)

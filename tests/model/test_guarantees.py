@@ -1,0 +1,311 @@
+"""The product's promise, searched for counter-examples rather than shown by examples.
+
+A hypothesis state machine drives the real handlers (intake, Scheduler, Agents, Supervisor,
+operator resubmit) over the in-memory adapters, with the things that happen in production as
+rules: deliveries and duplicate deliveries, messages handled in any order, Agent calls that
+succeed, are refused, fail transiently or succeed with the reply lost, Supervisor ticks at any
+time, the process dying at any point between a write and its effects, the store failing, and
+operator resubmits (forced or not). A model of the remote services records every effect.
+
+After every step: no business effect stands twice. At the end, time runs on without faults, and
+then: every order is settled, a Processed order's work stands once per step, a failed and
+compensated order has nothing left standing, and every failure reached an operator.
+
+``HYPOTHESIS_PROFILE=soak`` runs many more examples (``make soak``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from shared.adapters.alerts import COMPENSATION_FAILED, ORDER_FAILED
+from shared.adapters.remote_service import PermanentServiceError, TransientServiceError
+from shared.circuit_breaker import CircuitBreaker
+from shared.domain.state import CompensationState, ProcessState, RetryPolicy, exponential_backoff
+from shared.domain.workflow import ORDER_FULFILMENT
+from shared.handlers.agent import Agent, AgentRetryPolicy
+from shared.handlers.intake import IntakeHandler
+from shared.handlers.notify import Notifier
+from shared.handlers.operator import Operator, ResubmitRefused
+from shared.handlers.scheduler import Scheduler
+from shared.handlers.supervisor import Supervisor
+from tests.conftest import FakeClock
+from tests.fakes import (
+    Crash,
+    FakeAlertSink,
+    FakeOrderStore,
+    FakeQueues,
+    FakeRejections,
+    StorageDown,
+)
+
+SCHEDULER_Q = "scheduler-commands"
+RESPONSES_Q = "agent-responses"
+AGENT_QS = {"inventory": "inventory-requests", "payment": "payment-requests",
+            "shipping": "shipping-requests"}
+SERVICE_OF_STEP = {s.name: s.agent for s in ORDER_FULFILMENT.steps}
+WORK_QUEUES = [SCHEDULER_Q, RESPONSES_Q, *AGENT_QS.values()]
+ORDER_IDS = ["o-1", "o-2"]
+
+OUTCOMES = st.sampled_from(["ok", "ok", "ok", "transient", "refuse", "lost"])
+FAULTS = st.one_of(st.none(), st.tuples(st.integers(1, 8), st.sampled_from(["crash", "down"])))
+
+
+class ModelServices:
+    """What the remote services did, whatever the app believes: effects by idempotency key."""
+
+    def __init__(self) -> None:
+        self.status: dict[tuple[str, str], str] = {}  # (service, do-key) -> applied/undone/voided
+        self.owner: dict[tuple[str, str], tuple[str, str]] = {}  # -> (order, step)
+
+    def do(self, service: str, key: str, order_id: str, step: str) -> dict[str, Any]:
+        current = self.status.get((service, key))
+        if current is None:
+            self.status[(service, key)] = "applied"
+            self.owner[(service, key)] = (order_id, step)
+            return {"status": "applied", "key": key}
+        if current == "applied":
+            return {"status": "applied", "key": key, "duplicate": True}
+        raise PermanentServiceError(f"HTTP 409 {key} was {current}")
+
+    def undo(self, service: str, target: str, order_id: str, step: str) -> dict[str, Any]:
+        current = self.status.get((service, target))
+        if current is None:
+            self.status[(service, target)] = "voided"
+            self.owner[(service, target)] = (order_id, step)
+            return {"status": "voided", "key": target}
+        if current == "applied":
+            self.status[(service, target)] = "undone"
+            return {"status": "undone", "key": target}
+        return {"status": current, "key": target, "duplicate": True}
+
+    def standing(self, order_id: str) -> Counter[str]:
+        return Counter(step for k, (o, step) in self.owner.items()
+                       if o == order_id and self.status[k] == "applied")
+
+
+class ModelClient:
+    """An Agent's remote-service client whose every call's fate the test chooses."""
+
+    def __init__(self, service: str, model: ModelServices, machine: PipelineMachine) -> None:
+        self._service = service
+        self._model = model
+        self._machine = machine
+
+    def call(self, operation: str, idempotency_key: str, body: dict[str, Any],
+             timeout: float) -> dict[str, Any]:
+        outcome = self._machine.outcome()
+        if outcome == "transient":
+            raise TransientServiceError("HTTP 503")
+        undo = "compensates" in body
+        if outcome == "refuse":
+            raise PermanentServiceError(f"HTTP 422 {operation} refused")
+        if undo:
+            result = self._model.undo(self._service, body["compensates"], body["order_id"],
+                                      body["step"])
+        else:
+            result = self._model.do(self._service, idempotency_key, body["order_id"],
+                                    body["step"])
+        if outcome == "lost":
+            raise TransientServiceError("read timeout (the work was done)")
+        return result
+
+
+@dataclass
+class FaultPlan:
+    countdown: int
+    kind: str
+
+
+class PipelineMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock(datetime(2026, 1, 1, 12, 0, tzinfo=UTC))
+        self.plan: FaultPlan | None = None
+        self.draw_outcome: Any = None
+        self.store = FakeOrderStore(self.fault)
+        self.queues = FakeQueues(self.clock, self.fault)
+        self.alerts = FakeAlertSink(self.fault)
+        self.model = ModelServices()
+        notifier = Notifier(self.queues, self.alerts)
+        workflow = ORDER_FULFILMENT
+        policy = RetryPolicy(
+            failure_threshold=3,
+            backoff=exponential_backoff(timedelta(seconds=5), timedelta(seconds=20)),
+            pending_grace=timedelta(seconds=10),
+            compensation_threshold=3,
+        )
+        self.intake = IntakeHandler(
+            store=self.store, rejections=FakeRejections(self.fault), alerts=self.alerts,
+            sender=self.queues, notifier=notifier, workflow=workflow,
+            scheduler_queue=SCHEDULER_Q, reply_allowed=lambda q: True, clock=self.clock)
+        self.scheduler = Scheduler(
+            instance_id="s1", store=self.store, sender=self.queues, notifier=notifier,
+            workflow=workflow, agent_queues=AGENT_QS, clock=self.clock)
+        self.supervisor = Supervisor(
+            store=self.store, sender=self.queues, notifier=notifier, policy=policy,
+            scheduler_queue=SCHEDULER_Q, clock=self.clock)
+        self.operator = Operator(
+            store=self.store, alerts=None, rejected=None, queues=None,  # type: ignore[arg-type]
+            sender=self.queues, scheduler_queue=SCHEDULER_Q, checked_queues=[],
+            pending_grace=policy.pending_grace, clock=self.clock)
+        self.agents = {
+            name: Agent(
+                name=name, client=ModelClient(name, self.model, self),  # type: ignore[arg-type]
+                sender=self.queues, responses_queue=RESPONSES_Q,
+                policy=AgentRetryPolicy(base_delay=2, max_delay=8, call_timeout=5),
+                breaker=CircuitBreaker(name, 10**6, 1),
+                clock=self.clock, sleep=lambda s: self.clock.advance(seconds=s))
+            for name in AGENT_QS
+        }
+        self.orders: dict[str, bytes] = {}
+
+    # --- the machinery the rules share ---------------------------------------------------------
+
+    def fault(self, op: str) -> None:
+        if self.plan is None:
+            return
+        self.plan.countdown -= 1
+        if self.plan.countdown == 0:
+            kind, self.plan = self.plan.kind, None
+            if kind == "crash":
+                raise Crash(op)
+            raise StorageDown(op)
+
+    def outcome(self) -> str:
+        return self.draw_outcome() if self.draw_outcome else "ok"
+
+    def run(self, fault: tuple[int, str] | None, action: Any) -> bool:
+        """Run one function invocation; True when it finished, False when it failed or died."""
+        self.plan = FaultPlan(*fault) if fault else None
+        try:
+            action()
+            return True
+        except (Crash, StorageDown):
+            return False
+        finally:
+            self.plan = None
+
+    def handle(self, queue: str, body: str) -> None:
+        if queue == SCHEDULER_Q:
+            self.scheduler.handle_command(body)
+        elif queue == RESPONSES_Q:
+            self.scheduler.handle_reply(body)
+        else:
+            agent = next(n for n, q in AGENT_QS.items() if q == queue)
+            self.agents[agent].handle(body)
+
+    def process(self, queue: str, index: int, fault: tuple[int, str] | None) -> None:
+        visible = self.queues.visible(queue)
+        if not visible:
+            return
+        m = self.queues.receive(queue, visible[index % len(visible)])
+        if m is None:
+            return  # to the poison queue, as the host does after maxDequeueCount
+        if self.run(fault, lambda: self.handle(queue, m.body)):
+            self.queues.complete(queue, m)
+
+    # --- rules: what happens in production -----------------------------------------------------
+
+    @rule(i=st.integers(0, len(ORDER_IDS) - 1), fault=FAULTS)
+    def deliver_order(self, i: int, fault: tuple[int, str] | None) -> None:
+        """Service Bus delivers an order (again, for a duplicate or a redelivery)."""
+        oid = ORDER_IDS[i]
+        body = self.orders.setdefault(oid, json.dumps({
+            "order_id": oid, "customer_id": "c", "reply_to": f"status-{oid}",
+            "items": [{"sku": "A", "quantity": 1, "unit_price": "1.00"}]}).encode())
+        self.run(fault, lambda: self.intake.handle(f"m-{oid}", body))
+
+    @precondition(lambda self: any(self.queues.visible(q) for q in WORK_QUEUES))
+    @rule(data=st.data(), q=st.sampled_from(WORK_QUEUES), index=st.integers(0, 3), fault=FAULTS)
+    def handle_message(self, data: st.DataObject, q: str, index: int,
+                       fault: tuple[int, str] | None) -> None:
+        self.draw_outcome = lambda: data.draw(OUTCOMES, label="remote call")
+        try:
+            self.process(q, index, fault)
+        finally:
+            self.draw_outcome = None
+
+    @rule(seconds=st.sampled_from([1, 5, 11, 30, 61]), fault=FAULTS)
+    def supervisor_tick(self, seconds: int, fault: tuple[int, str] | None) -> None:
+        self.clock.advance(seconds=seconds)
+        self.run(fault, self.supervisor.tick)
+
+    @rule(seconds=st.sampled_from([1, 10, 60]))
+    def time_passes(self, seconds: int) -> None:
+        self.clock.advance(seconds=seconds)
+
+    @precondition(lambda self: bool(self.store.states))
+    @rule(i=st.integers(0, len(ORDER_IDS) - 1), force=st.booleans(), fault=FAULTS)
+    def operator_resubmits(self, i: int, force: bool, fault: tuple[int, str] | None) -> None:
+        oid = ORDER_IDS[i]
+        if oid not in self.store.states:
+            return
+
+        def resubmit() -> None:
+            try:
+                self.operator.resubmit(oid, "cause fixed", force=force)
+            except ResubmitRefused:
+                pass
+
+        self.run(fault, resubmit)
+
+    # --- what must always hold -----------------------------------------------------------------
+
+    @invariant()
+    def no_business_effect_stands_twice(self) -> None:
+        for oid in self.store.states:
+            twice = {step: n for step, n in self.model.standing(oid).items() if n > 1}
+            assert not twice, f"{oid}: work standing more than once at the services: {twice}"
+
+    def teardown(self) -> None:
+        self.time_runs_on()
+        for oid, state in self.store.states.items():
+            assert state.is_settled, (
+                f"{oid} is stuck: {state.process_state} compensation {state.compensation}, "
+                f"steps {[(s.name, s.status.value) for s in state.steps]}")
+            standing = self.model.standing(oid)
+            if state.process_state is ProcessState.PROCESSED:
+                assert standing == Counter(dict.fromkeys(SERVICE_OF_STEP, 1)), (
+                    f"{oid} is Processed but its work at the services is {dict(standing)}")
+            elif state.compensation is CompensationState.DONE:
+                assert not standing, (
+                    f"{oid} reads compensated but its work still stands: {dict(standing)}")
+            failures = len(state.history) + (state.process_state is ProcessState.ERROR)
+            failed_alerts = len(self.alerts.of(oid, ORDER_FAILED))
+            assert failed_alerts >= failures, (
+                f"{oid} failed {failures} time(s) but the operator was alerted {failed_alerts}")
+            comp_failures = sum(h.get("compensation") == "Failed" for h in state.history) + (
+                state.compensation is CompensationState.FAILED)
+            assert len(self.alerts.of(oid, COMPENSATION_FAILED)) >= comp_failures, (
+                f"{oid}: a failed compensation reached no operator")
+
+    def time_runs_on(self) -> None:
+        """No more faults: deliver what is left, handle every message, tick, until quiet."""
+        for _ in range(400):
+            for oid, body in self.orders.items():
+                if oid not in self.store.states:
+                    self.intake.handle(f"m-{oid}", body)
+            for q in WORK_QUEUES:
+                while self.queues.visible(q):
+                    self.process(q, 0, None)
+            if all(s.is_settled for s in self.store.states.values()) and not any(
+                    self.queues.queues.get(q) for q in WORK_QUEUES):
+                return
+            self.clock.advance(seconds=5)
+            self.supervisor.tick()
+
+
+PipelineMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=40, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+TestPipelineGuarantees = PipelineMachine.TestCase
