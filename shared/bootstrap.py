@@ -25,8 +25,8 @@ from shared.domain.state import RetryPolicy, exponential_backoff
 from shared.domain.workflow import ORDER_FULFILMENT, Workflow
 from shared.handlers.agent import Agent, AgentRetryPolicy, new_breaker
 from shared.handlers.intake import IntakeHandler
-from shared.handlers.notify import Notifier
 from shared.handlers.operator import Operator
+from shared.handlers.relay import EffectRelay
 from shared.handlers.scheduler import Scheduler
 from shared.handlers.simulated_service import Faults, SimulatedService
 from shared.handlers.supervisor import Supervisor
@@ -75,7 +75,9 @@ def build(settings: Settings, *, clock: Clock = utc_now,
                             tables.get_table_client(settings.inflight_table))
     sender = StorageQueueSender(queues)
     alerts = TableAlertSink(tables.get_table_client(settings.alerts_table))
-    notifier = Notifier(sender, alerts)
+    relay = EffectRelay(store=store, sender=sender, alerts=alerts, workflow=workflow,
+                        agent_queues=settings.agent_queues,
+                        scheduler_queue=settings.scheduler_queue, clock=clock)
     http = httpx.Client(limits=httpx.Limits(max_connections=64, max_keepalive_connections=16))
     retry = AgentRetryPolicy(settings.agent_retry_base, settings.agent_retry_max,
                              settings.agent_call_timeout)
@@ -94,26 +96,23 @@ def build(settings: Settings, *, clock: Clock = utc_now,
                                     timedelta(seconds=settings.retry_backoff_max)),
         pending_grace=timedelta(seconds=settings.pending_grace),
         compensation_threshold=settings.compensation_threshold,
+        rescue_threshold=settings.rescue_threshold,
     )
     return Container(
         settings=settings, workflow=workflow, tables=tables, queues=queues, store=store,
         intake=IntakeHandler(
             store=store, rejections=TableRejectionStore(
                 tables.get_table_client(settings.rejected_table)),
-            alerts=alerts, sender=sender, notifier=notifier, workflow=workflow,
-            scheduler_queue=settings.scheduler_queue,
+            alerts=alerts, relay=relay, workflow=workflow, pending_grace=policy.pending_grace,
             reply_allowed=settings.reply_queue_allowed, clock=clock),
-        scheduler=Scheduler(
-            instance_id=settings.scheduler_instance_id, store=store, sender=sender,
-            notifier=notifier, workflow=workflow, agent_queues=settings.agent_queues,
-            clock=clock),
-        supervisor=Supervisor(store=store, sender=sender, notifier=notifier, policy=policy,
-                              scheduler_queue=settings.scheduler_queue, clock=clock),
+        scheduler=Scheduler(instance_id=settings.scheduler_instance_id, store=store,
+                            relay=relay, workflow=workflow, clock=clock),
+        supervisor=Supervisor(store=store, relay=relay, alerts=alerts, policy=policy,
+                              workflow=workflow, clock=clock),
         agents=agents,
         operator=Operator(
-            store=store, alerts=tables.get_table_client(settings.alerts_table),
+            store=store, relay=relay, alerts=tables.get_table_client(settings.alerts_table),
             rejected=tables.get_table_client(settings.rejected_table), queues=queues,
-            sender=sender, scheduler_queue=settings.scheduler_queue,
             checked_queues=[settings.scheduler_queue, settings.responses_queue,
                             *settings.agent_queues.values()],
             pending_grace=policy.pending_grace, clock=clock),

@@ -75,9 +75,13 @@ def resubmit_order(req: func.HttpRequest) -> func.HttpResponse:
         body = req.get_json() if req.get_body() else {}
     except ValueError:
         return _error(400, "body must be JSON, e.g. {\"reason\": \"card limit raised\"}")
-    reason = body.get("reason", "") if isinstance(body, dict) else ""
+    if not isinstance(body, dict):
+        return _error(400, "body must be a JSON object, e.g. {\"reason\": \"card limit raised\"}")
+    reason, force = body.get("reason", ""), body.get("force", False)
+    if not isinstance(force, bool):
+        return _error(400, "force must be true or false")
     try:
-        return _json(bootstrap.container().operator.resubmit(order_id, str(reason)), 202)
+        return _json(bootstrap.container().operator.resubmit(order_id, str(reason), force), 202)
     except OrderNotFound:
         return _error(404, f"no order {order_id!r}")
     except ResubmitRefused as e:

@@ -67,6 +67,7 @@ class Settings(BaseModel):
     supervisor_schedule: str = Field("*/30 * * * * *", alias="SupervisorSchedule")
     failure_threshold: int = Field(3, alias="FailureThreshold", ge=1, le=100)
     compensation_threshold: int = Field(10, alias="CompensationFailureThreshold", ge=1, le=1000)
+    rescue_threshold: int = Field(5, alias="RescueThreshold", ge=1, le=1000)
     retry_backoff: Seconds = Field(5, alias="RetryBackoffSeconds")
     retry_backoff_max: Seconds = Field(300, alias="RetryBackoffMaxSeconds")
     pending_grace: Seconds = Field(60, alias="PendingGraceSeconds")

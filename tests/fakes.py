@@ -15,14 +15,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.adapters.alerts import OperatorAlert
 from shared.adapters.rejections import Rejection
 from shared.adapters.state_store import (
     ConcurrencyConflict,
+    CorruptRecord,
     InFlightEntry,
     OrderAlreadyExists,
     StoredOrder,
 )
+from shared.domain.alerts import OperatorAlert
 from shared.domain.order import Order
 from shared.domain.state import OrderState
 
@@ -33,7 +34,7 @@ def no_fault(_: str) -> None:
     return None
 
 
-class Crash(BaseException):  # noqa: N818 - it is not an error the code may handle
+class Crash(BaseException):
     """The process died here. BaseException, so no handler's ``except Exception`` catches it."""
 
 
@@ -49,7 +50,7 @@ class FakeOrderStore:
         self.orders: dict[str, tuple[dict[str, Any], str]] = {}
         self.states: dict[str, OrderState] = {}
         self.corrupt: dict[str, str] = {}  # order id -> why its record cannot be read
-        self.index: dict[str, InFlightEntry] = {}
+        self.index: dict[tuple[str, int], InFlightEntry] = {}
         self._versions = itertools.count(1)
 
     def _stamp(self, state: OrderState) -> OrderState:
@@ -59,11 +60,13 @@ class FakeOrderStore:
         return copy.deepcopy(stored)
 
     def _read(self, order_id: str) -> OrderState | None:
+        if order_id in self.corrupt:
+            raise CorruptRecord(order_id, self.states[order_id].version or "",
+                                self.corrupt[order_id])
         s = self.states.get(order_id)
         return copy.deepcopy(s) if s is not None else None
 
     def create(self, order: Order, state: OrderState) -> OrderState:
-        self.track(state)
         self.fault("store.create")
         if order.order_id in self.states or order.order_id in self.orders:
             raise OrderAlreadyExists(order.order_id, self.orders[order.order_id][1]
@@ -95,17 +98,35 @@ class FakeOrderStore:
         state.version = saved.version
         return saved
 
-    def track(self, state: OrderState) -> None:
+    def confirm_outbox(self, state: OrderState) -> OrderState:
+        self.fault("store.confirm_outbox")
+        current = self.states.get(state.order_id)
+        if current is None or current.version != state.version:
+            raise ConcurrencyConflict(f"order {state.order_id}: version {state.version}")
+        current.outbox = []
+        return self._stamp(current)
+
+    def track(self, order_id: str, generation: int, since: datetime) -> bool:
         self.fault("store.track")
-        self.index[state.order_id] = InFlightEntry(state.order_id, state.updated_at)
+        if (order_id, generation) in self.index:
+            return False
+        self.index[(order_id, generation)] = InFlightEntry(order_id, since, generation)
+        return True
 
     def in_flight(self) -> Iterator[InFlightEntry]:
         self.fault("store.in_flight")
         yield from list(self.index.values())
 
-    def forget(self, order_id: str) -> None:
+    def forget(self, order_id: str, generation: int) -> None:
         self.fault("store.forget")
-        self.index.pop(order_id, None)
+        self.index.pop((order_id, generation), None)
+
+    def quarantine(self, entry: InFlightEntry, version: str) -> None:
+        self.fault("store.quarantine")
+        key = (entry.order_id, entry.generation)
+        if key in self.index:
+            self.index[key] = InFlightEntry(entry.order_id, entry.since, entry.generation,
+                                            version)
 
     def list_states(self, process_state: str | None, limit: int,
                     continuation: str | None) -> tuple[list[OrderState], str | None]:
@@ -167,14 +188,14 @@ class FakeQueues:
 @dataclass
 class FakeAlertSink:
     fault: Fault = no_fault
-    alerts: list[OperatorAlert] = field(default_factory=list)
+    alerts: dict[str, OperatorAlert] = field(default_factory=dict)
 
     def raise_alert(self, alert: OperatorAlert) -> None:
         self.fault("alerts.raise")
-        self.alerts.append(alert)
+        self.alerts.setdefault(alert.key, alert)
 
     def of(self, order_id: str, kind: str | None = None) -> list[OperatorAlert]:
-        return [a for a in self.alerts
+        return [a for a in self.alerts.values()
                 if a.order_id == order_id and (kind is None or a.kind == kind)]
 
 

@@ -1,35 +1,40 @@
-"""Operator alerts: a structured log event (custom dimensions in Application Insights) and a row
-in the alerts table, so an operator can search them and the CLI can list them."""
+"""Operator alerts: a structured log event and a row in the alerts table, so an operator can
+search them and the CLI can list them. Raising the same alert (same key) twice adds no row."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
-import uuid
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Protocol
 
+from azure.core.exceptions import ResourceExistsError
 from azure.data.tables import TableClient
+
+from shared.domain.alerts import AlertKind, OperatorAlert
 
 log = logging.getLogger("order_pipeline.alerts")
 
-# Alert kinds; an Azure Monitor alert rule matches on the log message prefix and these names.
-ORDER_FAILED = "OrderFailed"
-COMPENSATION_FAILED = "CompensationFailed"
-ORDER_CONFLICT = "OrderConflict"
+# Kept as names for the modules that list alerts.
+ORDER_FAILED = AlertKind.ORDER_FAILED
+COMPENSATION_FAILED = AlertKind.COMPENSATION_FAILED
+ORDER_CONFLICT = AlertKind.ORDER_CONFLICT
 
-
-@dataclass(frozen=True)
-class OperatorAlert:
-    kind: str
-    order_id: str
-    reason: str
-    at: datetime
-    step: str | None = None
+__all__ = ["COMPENSATION_FAILED", "ORDER_CONFLICT", "ORDER_FAILED", "AlertSink",
+           "OperatorAlert", "TableAlertSink"]
 
 
 class AlertSink(Protocol):
-    def raise_alert(self, alert: OperatorAlert) -> None: ...
+    def raise_alert(self, alert: OperatorAlert) -> None:
+        """Record the alert once per key; raise when it could not be recorded."""
+        ...
+
+
+def alert_row_key(alert: OperatorAlert) -> str:
+    # Newest first within a day: the row key counts down; the key's hash makes a replay collide.
+    countdown = 10**13 - int(alert.at.timestamp() * 1000)
+    digest = hashlib.sha256((alert.key or repr(alert)).encode()).hexdigest()[:12]
+    return f"{countdown:013d}-{digest}"
 
 
 class TableAlertSink:
@@ -37,22 +42,25 @@ class TableAlertSink:
         self._table = table
 
     def raise_alert(self, alert: OperatorAlert) -> None:
+        # The log event goes first: at least once is what an alert rule needs (a replay may log
+        # it twice, with the same key); the row is written once.
         log.error(
-            "OPERATOR_ALERT %s order=%s step=%s: %s", alert.kind, alert.order_id, alert.step,
-            alert.reason,
+            "OPERATOR_ALERT %s order=%s step=%s: %s", alert.kind.value, alert.order_id,
+            alert.step, alert.reason,
             extra={"custom_dimensions": {
-                "alert": alert.kind, "order_id": alert.order_id, "step": alert.step or "",
-                "reason": alert.reason,
+                "alert": alert.kind.value, "order_id": alert.order_id, "step": alert.step or "",
+                "reason": alert.reason, "alert_key": alert.key,
             }},
         )
-        # Newest first within a day: the row key counts down.
-        countdown = 10**13 - int(alert.at.timestamp() * 1000)
-        self._table.create_entity({
-            "PartitionKey": alert.at.strftime("%Y%m%d"),
-            "RowKey": f"{countdown:013d}-{uuid.uuid4().hex[:8]}",
-            "Kind": alert.kind,
-            "OrderID": alert.order_id,
-            "Step": alert.step or "",
-            "Reason": alert.reason[:4000],
-            "RaisedAt": alert.at,
-        })
+        # Raised before (a replay) when the row exists: the operator already has it.
+        with contextlib.suppress(ResourceExistsError):
+            self._table.create_entity({
+                "PartitionKey": alert.at.strftime("%Y%m%d"),
+                "RowKey": alert_row_key(alert),
+                "Kind": alert.kind.value,
+                "OrderID": alert.order_id,
+                "Step": alert.step or "",
+                "Reason": alert.reason[:4000],
+                "RaisedAt": alert.at,
+                "AlertKey": alert.key,
+            })

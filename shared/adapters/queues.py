@@ -6,11 +6,18 @@ import threading
 from datetime import timedelta
 from typing import Protocol
 
+from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.queue import QueueClient, QueueServiceClient, TextBase64EncodePolicy
 
 
+class QueueNotFound(Exception):
+    """The queue does not exist: sending again will not help."""
+
+
 class MessageSender(Protocol):
-    def send(self, queue: str, body: str, delay: timedelta = timedelta(0)) -> None: ...
+    def send(self, queue: str, body: str, delay: timedelta = timedelta(0)) -> None:
+        """Send a message, visible after ``delay``; raise QueueNotFound for a missing queue."""
+        ...
 
 
 class StorageQueueSender:
@@ -29,4 +36,7 @@ class StorageQueueSender:
 
     def send(self, queue: str, body: str, delay: timedelta = timedelta(0)) -> None:
         seconds = max(0, int(delay.total_seconds() + 0.999))  # the service counts whole seconds
-        self.client(queue).send_message(body, visibility_timeout=seconds or None)
+        try:
+            self.client(queue).send_message(body, visibility_timeout=seconds or None)
+        except ResourceNotFoundError as e:
+            raise QueueNotFound(f"queue {queue!r} does not exist") from e

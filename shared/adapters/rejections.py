@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from azure.data.tables import TableClient, UpdateMode
 
@@ -21,6 +22,10 @@ class Rejection:
     body: bytes
     delivery_count: int
     at: datetime
+
+
+class RejectionStore(Protocol):
+    def record(self, r: Rejection) -> None: ...
 
 
 class TableRejectionStore:

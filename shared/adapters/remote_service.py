@@ -1,21 +1,62 @@
-"""HTTP client for one remote service, sorting its failures into transient and permanent."""
+"""HTTP client for one remote service, holding each answer to the contract in the README
+("The remote-service contract").
+
+Every answer is classified on purpose:
+
+- 2xx with a JSON object: done; the object is the result.
+- 2xx with anything else (HTML from a proxy, a list, no body): the service may have done the
+  work, but we cannot tell. Transient: asking again under the same Idempotency-Key is safe and
+  gets the service's real answer; if it never comes, the step times out, is marked in doubt and
+  is undone if the order fails.
+- 3xx: the request never reached the handler (httpx does not follow redirects, on purpose: a
+  POST must not be replayed somewhere else). Permanent: the configured URL is wrong, and
+  retrying the same URL cannot help.
+- 408, 425, 429 and 5xx, or no answer at all: transient; ``Retry-After`` is kept for the caller.
+- any other 4xx: permanent, the service refused the work.
+"""
 
 from __future__ import annotations
 
+import email.utils
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 _TRANSIENT_STATUS = {408, 425, 429}
+# Retry-After beyond this is treated as "not within any budget we have".
+_MAX_RETRY_AFTER = 3600.0
 
 
 class TransientServiceError(Exception):
     """Worth retrying: the service was slow, busy or briefly broken."""
 
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        # Seconds the service asked us to wait before the next attempt.
+        self.retry_after = retry_after
+
 
 class PermanentServiceError(Exception):
     """Retrying will not help: the service refused the request."""
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date); None if unusable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), _MAX_RETRY_AFTER)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    return min(max(0.0, seconds), _MAX_RETRY_AFTER)
 
 
 class RemoteServiceClient:
@@ -28,16 +69,29 @@ class RemoteServiceClient:
         try:
             r = self._http.post(
                 f"{self._base}/{operation}", json=body, timeout=timeout,
-                headers={IDEMPOTENCY_HEADER: idempotency_key},
+                headers={IDEMPOTENCY_HEADER: idempotency_key}, follow_redirects=False,
             )
         except httpx.TransportError as e:  # timeouts, refused connections, resets
             raise TransientServiceError(f"{operation}: {type(e).__name__}: {e}") from e
-        if r.status_code >= 500 or r.status_code in _TRANSIENT_STATUS:
-            raise TransientServiceError(f"{operation}: HTTP {r.status_code} {r.text[:200]}")
-        if r.status_code >= 400:
-            raise PermanentServiceError(f"{operation}: HTTP {r.status_code} {r.text[:500]}")
+        status = r.status_code
+        if status >= 500 or status in _TRANSIENT_STATUS:
+            raise TransientServiceError(f"{operation}: HTTP {status} {r.text[:200]}",
+                                        parse_retry_after(r.headers.get("Retry-After")))
+        if 300 <= status < 400:
+            raise PermanentServiceError(
+                f"{operation}: HTTP {status} redirect to {r.headers.get('Location', '?')}: "
+                "the service URL must be the final address (https, exact path)")
+        if status >= 400:
+            raise PermanentServiceError(f"{operation}: HTTP {status} {r.text[:500]}")
+        if not 200 <= status < 300:  # 1xx cannot reach here through httpx; be exhaustive
+            raise TransientServiceError(f"{operation}: unexpected HTTP {status}")
         try:
             result = r.json()
         except ValueError:
-            result = {}
-        return result if isinstance(result, dict) else {"result": result}
+            result = None
+        if not isinstance(result, dict):
+            raise TransientServiceError(
+                f"{operation}: HTTP {status} without a JSON object "
+                f"({r.headers.get('Content-Type', 'no content type')}): {r.text[:200]!r}; "
+                "the work may have happened, asking again under the same key")
+        return result

@@ -4,26 +4,36 @@ Keys:
 - ``<OrderID> / order``: the order as accepted, written once.
 - ``<OrderID> / state``: the state record. Every change is a single-entity write conditional on
   the ETag it was read with, so a lost race surfaces as ConcurrencyConflict, never an overwrite.
-- In-flight index (its own table), ``inflight / <OrderID>``: one entity per order that is not yet
-  settled. The Supervisor reads this one partition (a key-range query), so a tick costs the same
-  however many completed orders the state table holds. The entry is written before the order
-  and removed after it settles, so it may name an order that is done (the Supervisor then drops
-  it) but never misses one that is not.
+- In-flight index (its own table), ``inflight / <OrderID>@<generation>``: one entity per order
+  and generation that is not yet settled. The Supervisor reads this one partition (a key-range
+  query), so a tick costs the same however many completed orders the state table holds. The
+  entry is written before the order (or the resubmission) and removed after it settles, so it
+  may name an order that is done (the Supervisor then drops it) but never misses one that is
+  not. The generation in the key makes removal exact: dropping a settled generation can never
+  hide the same order resubmitted meanwhile.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import copy
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from azure.core import MatchConditions
-from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
+from azure.core.exceptions import (
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+)
 from azure.data.tables import TableClient, TableTransactionError, UpdateMode
 
+from shared.domain.effects import outbox_from_json, outbox_to_json
 from shared.domain.order import Order
 from shared.domain.state import (
     CompensationState,
@@ -31,6 +41,8 @@ from shared.domain.state import (
     ProcessState,
     StepState,
 )
+
+log = logging.getLogger(__name__)
 
 ORDER_ROW = "order"
 STATE_ROW = "state"
@@ -61,6 +73,16 @@ class ConcurrencyConflict(Exception):
     """Someone else changed the record since we read it."""
 
 
+class CorruptRecord(Exception):
+    """A state record this code cannot read. ``version`` tells a repaired record from this one."""
+
+    def __init__(self, order_id: str, version: str, reason: str) -> None:
+        super().__init__(f"state record of {order_id} is unreadable: {reason}")
+        self.order_id = order_id
+        self.version = version
+        self.reason = reason
+
+
 class OrderAlreadyExists(Exception):
     def __init__(self, order_id: str, fingerprint: str | None) -> None:
         super().__init__(f"order {order_id} already exists")
@@ -78,6 +100,32 @@ class StoredOrder:
 class InFlightEntry:
     order_id: str
     since: datetime
+    generation: int = 0
+    # The version of a record the Supervisor found unreadable and reported; skipped until it
+    # changes.
+    unreadable: str | None = None
+
+
+def _inflight_key(order_id: str, generation: int) -> str:
+    # "@" never occurs in an order id (ORDER_ID_PATTERN).
+    return f"{order_id}@{generation}"
+
+
+class OrderStore(Protocol):
+    """What the handlers need of the state store. TableOrderStore is the real one; the tests'
+    in-memory one passes the same contract test (tests/integration/test_store_contract.py)."""
+
+    def create(self, order: Order, state: OrderState) -> OrderState: ...
+    def load(self, order_id: str) -> StoredOrder | None: ...
+    def get_state(self, order_id: str) -> OrderState | None: ...
+    def save(self, state: OrderState) -> OrderState: ...
+    def confirm_outbox(self, state: OrderState) -> OrderState: ...
+    def track(self, order_id: str, generation: int, since: datetime) -> bool: ...
+    def in_flight(self) -> Iterator[InFlightEntry]: ...
+    def forget(self, order_id: str, generation: int) -> None: ...
+    def quarantine(self, entry: InFlightEntry, version: str) -> None: ...
+    def list_states(self, process_state: str | None, limit: int,
+                    continuation: str | None) -> tuple[list[OrderState], str | None]: ...
 
 
 def state_to_entity(state: OrderState) -> dict[str, Any]:
@@ -99,6 +147,10 @@ def state_to_entity(state: OrderState) -> dict[str, Any]:
         "FailedStep": state.failed_step,
         "Resubmissions": state.generation,
         "History": json.dumps(state.history) if state.history else None,
+        "Outbox": outbox_to_json(state.outbox),
+        "OutboxSeq": state.outbox_seq,
+        "OutboxCause": state.outbox_cause,
+        "Rescues": state.rescues,
         "CreatedAt": state.created_at,
         "UpdatedAt": state.updated_at,
     }
@@ -107,6 +159,14 @@ def state_to_entity(state: OrderState) -> dict[str, Any]:
 
 
 def state_from_entity(e: Any) -> OrderState:
+    try:
+        return _state_from_entity(e)
+    except (KeyError, ValueError, TypeError) as err:  # pydantic's errors are ValueErrors
+        raise CorruptRecord(str(e.get("PartitionKey")), e.metadata["etag"],
+                            f"{type(err).__name__}: {err}"[:500]) from None
+
+
+def _state_from_entity(e: Any) -> OrderState:
     comp = e.get("Compensation")
     return OrderState(
         order_id=e["OrderID"],
@@ -124,6 +184,10 @@ def state_from_entity(e: Any) -> OrderState:
         failed_step=e.get("FailedStep"),
         generation=int(e.get("Resubmissions", 0)),
         history=json.loads(e["History"]) if e.get("History") else [],
+        outbox=outbox_from_json(e.get("Outbox")),
+        outbox_seq=int(e.get("OutboxSeq", 0)),
+        outbox_cause=e.get("OutboxCause"),
+        rescues=int(e.get("Rescues", 0)),
         version=e.metadata["etag"],
     )
 
@@ -133,9 +197,11 @@ class TableOrderStore:
         self._states = states
         self._inflight = inflight
 
-    def create(self, order: Order, state: OrderState) -> None:
-        """Write the order and its first state in one entity-group transaction: both or neither."""
-        self.track(state)
+    def create(self, order: Order, state: OrderState) -> OrderState:
+        """Write the order and its first state in one entity-group transaction: both or neither.
+
+        Returns the state as stored (with its version). The caller indexes the order first.
+        """
         details = {
             "PartitionKey": order.order_id,
             "RowKey": ORDER_ROW,
@@ -146,7 +212,7 @@ class TableOrderStore:
             "ReceivedAt": state.created_at,
         }
         try:
-            self._states.submit_transaction(
+            results = self._states.submit_transaction(
                 [("create", details), ("create", state_to_entity(state))]
             )
         except TableTransactionError as e:
@@ -156,6 +222,9 @@ class TableOrderStore:
             raise OrderAlreadyExists(
                 order.order_id, existing.get("Fingerprint") if existing else None
             ) from None
+        saved = copy.deepcopy(state)
+        saved.version = results[1]["etag"]
+        return saved
 
     def load(self, order_id: str) -> StoredOrder | None:
         """The order and its state in one request (a single-partition query)."""
@@ -192,6 +261,26 @@ class TableOrderStore:
         state.version = meta["etag"]
         return state
 
+    def confirm_outbox(self, state: OrderState) -> OrderState:
+        """Record that the outbox of this version was carried out (a small conditional merge).
+
+        Raises ConcurrencyConflict when the record moved on: the newer transition has its own
+        outbox, and the old one needs no confirming.
+        """
+        try:
+            meta = self._states.update_entity(
+                {"PartitionKey": state.order_id, "RowKey": STATE_ROW,
+                 "Outbox": outbox_to_json([])},
+                mode=UpdateMode.MERGE, etag=state.version,
+                match_condition=MatchConditions.IfNotModified,
+            )
+        except (ResourceModifiedError, ResourceNotFoundError) as e:
+            raise ConcurrencyConflict(f"order {state.order_id}: {e.reason}") from None
+        confirmed = copy.deepcopy(state)
+        confirmed.outbox = []
+        confirmed.version = meta["etag"]
+        return confirmed
+
     def list_states(self, process_state: str | None, limit: int,
                     continuation: str | None) -> tuple[list[OrderState], str | None]:
         """One page of state records, optionally of one ProcessState.
@@ -205,27 +294,52 @@ class TableOrderStore:
                                             results_per_page=limit).by_page(
             continuation_token=_decode_token(continuation))
         page = next(pages, [])
-        items = [state_from_entity(e) for e in page]
+        items = []
+        for e in page:
+            try:
+                items.append(state_from_entity(e))
+            except CorruptRecord as err:  # the Supervisor reports it; a listing goes on
+                log.warning("%s", err)
         token = pages.continuation_token  # type: ignore[attr-defined]
         return items, _encode_token(token) if token else None
 
-    def track(self, state: OrderState) -> None:
-        """Put an order (back) into the in-flight index, before it is handed on."""
-        self._inflight.upsert_entity(
-            {"PartitionKey": INFLIGHT_PARTITION, "RowKey": state.order_id,
-             "Since": state.updated_at},
-            mode=UpdateMode.REPLACE,
-        )
+    def track(self, order_id: str, generation: int, since: datetime) -> bool:
+        """Put an order's generation into the in-flight index, before it is handed on.
+
+        True when this call added the entry; False when it was there already (then it is not
+        the caller's to take back).
+        """
+        try:
+            self._inflight.create_entity(
+                {"PartitionKey": INFLIGHT_PARTITION,
+                 "RowKey": _inflight_key(order_id, generation),
+                 "OrderID": order_id, "Generation": generation, "Since": since},
+            )
+        except ResourceExistsError:
+            return False
+        return True
 
     def in_flight(self) -> Iterator[InFlightEntry]:
         for e in self._inflight.query_entities(
-            "PartitionKey eq @pk", parameters={"pk": INFLIGHT_PARTITION}, select=["RowKey", "Since"]
+            "PartitionKey eq @pk", parameters={"pk": INFLIGHT_PARTITION},
+            select=["RowKey", "OrderID", "Generation", "Since", "Unreadable"],
         ):
-            yield InFlightEntry(e["RowKey"], e["Since"])
+            yield InFlightEntry(e["OrderID"], e["Since"], int(e["Generation"]),
+                                e.get("Unreadable"))
 
-    def forget(self, order_id: str) -> None:
-        """Drop a settled order from the in-flight index (idempotent)."""
-        self._inflight.delete_entity(INFLIGHT_PARTITION, order_id)
+    def forget(self, order_id: str, generation: int) -> None:
+        """Drop a settled generation from the in-flight index (idempotent)."""
+        self._inflight.delete_entity(INFLIGHT_PARTITION, _inflight_key(order_id, generation))
+
+    def quarantine(self, entry: InFlightEntry, version: str) -> None:
+        """Remember that this version of the record was reported unreadable."""
+        with contextlib.suppress(ResourceNotFoundError):  # settled and dropped meanwhile
+            self._inflight.update_entity(
+                {"PartitionKey": INFLIGHT_PARTITION,
+                 "RowKey": _inflight_key(entry.order_id, entry.generation),
+                 "Unreadable": version},
+                mode=UpdateMode.MERGE,
+            )
 
     def _get(self, pk: str, rk: str) -> Any:
         try:

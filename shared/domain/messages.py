@@ -31,6 +31,8 @@ class SchedulerCommand(_Message):
     kind: CommandKind
     order_id: str
     reason: str = ""
+    # The state record's outbox that sent it: its arrival shows that outbox was carried out.
+    outbox_seq: int | None = None
 
 
 class Action(StrEnum):
@@ -48,6 +50,10 @@ class AgentRequest(_Message):
     # The same on every attempt of this step and action, so the remote side can de-duplicate.
     idempotency_key: str
     order: dict[str, Any]
+    # An undo names the key its step's work was done under, as recorded when the step ran.
+    compensates: str | None = None
+    # The state record's outbox that sent it; the reply carries it back.
+    outbox_seq: int | None = None
 
 
 class ReplyOutcome(StrEnum):
@@ -63,6 +69,9 @@ class AgentReply(_Message):
     outcome: ReplyOutcome
     error: str | None = None
     result: dict[str, Any] | None = None
+    # With a permanent error: an earlier call of this attempt may have done the work anyway.
+    in_doubt: bool = False
+    outbox_seq: int | None = None
 
 
 StatusEvent = Literal[
@@ -75,11 +84,20 @@ class StatusUpdate(_Message):
     order_id: str
     event: StatusEvent
     at: datetime
+    # The same on every copy of this update: a receiver can drop a copy it has seen.
+    event_id: str = ""
     step: str | None = None
     detail: str | None = None
 
 
-def idempotency_key(order_id: str, step: str, action: Action, generation: int = 0) -> str:
-    """Stable across attempts; a resubmitted order (generation n) is new work for the service."""
+def new_work_key(order_id: str, step: str, generation: int = 0) -> str:
+    """The key a step's work is done under. Chosen once, when the step first runs, and recorded
+    on the step: every attempt reuses it and its compensation names it. A resubmitted order
+    (generation n) gets a new one only for work that was undone or refused."""
     resubmitted = f".g{generation}" if generation else ""
-    return f"{order_id}.{step}{resubmitted}.{action.value}"
+    return f"{order_id}.{step}{resubmitted}.do"
+
+
+def undo_key(work_key: str) -> str:
+    """The Idempotency-Key of the undo of the work done under ``work_key``."""
+    return f"{work_key}.undo"

@@ -1,8 +1,11 @@
 """The state record of an order and every transition it may make.
 
-Transitions are pure: each takes a state and returns a new one plus the events it caused, or
-raises IllegalTransition. The Scheduler and the Supervisor decide *when* to call them; the state
-store decides *whether* the write wins. Field names follow the design brief's contract.
+Transitions are pure: each takes a state and returns a new one, or raises IllegalTransition. The
+new state carries its outbox: the effects the transition causes (alerts, status, commands, the
+dispatch of a step, leaving the in-flight index), written in the same conditional write, so
+nothing that follows a committed transition can be lost (see ``effects``). The Scheduler and the
+Supervisor decide *when* to call them; the state store decides *whether* the write wins. Field
+names follow the design brief's contract.
 """
 
 from __future__ import annotations
@@ -14,7 +17,24 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from shared.domain.messages import Action, AgentReply, ReplyOutcome, StatusEvent
+from shared.domain.alerts import AlertKind
+from shared.domain.effects import (
+    Dispatch,
+    Effect,
+    Forget,
+    RaiseAlert,
+    SendCommand,
+    SendStatus,
+    has_dispatch,
+)
+from shared.domain.messages import (
+    Action,
+    AgentReply,
+    CommandKind,
+    ReplyOutcome,
+    StatusEvent,
+    new_work_key,
+)
 from shared.domain.workflow import Workflow
 
 
@@ -46,6 +66,20 @@ class CompensationState(StrEnum):
     FAILED = "Failed"  # gave up: an operator must finish by hand
 
 
+class Cause(StrEnum):
+    """What made the last transition; a redelivered message finishes its own outbox."""
+
+    INTAKE = "intake"
+    START = "start"
+    COMPENSATE = "compensate"
+    SUPERVISOR = "supervisor"
+    OPERATOR = "operator"
+
+
+def reply_cause(reply: AgentReply) -> str:
+    return f"reply:{reply.step}:{reply.action.value}:{reply.attempt}"
+
+
 @dataclass
 class StepState:
     name: str
@@ -57,6 +91,8 @@ class StepState:
     # failed order must undo this step too. Compensations are idempotent, so undoing work that
     # never happened is harmless.
     in_doubt: bool = False
+    # The key the step's work is done under, recorded when it first runs; its undo names it.
+    work_key: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +102,7 @@ class StepState:
             "complete_by": self.complete_by.isoformat() if self.complete_by else None,
             "last_error": self.last_error,
             "in_doubt": self.in_doubt,
+            "work_key": self.work_key,
         }
 
     @classmethod
@@ -78,6 +115,7 @@ class StepState:
             complete_by=datetime.fromisoformat(cb) if cb else None,
             last_error=d.get("last_error"),
             in_doubt=bool(d.get("in_doubt", False)),
+            work_key=d.get("work_key"),
         )
 
 
@@ -89,9 +127,11 @@ class Event:
     step: str | None = None
     detail: str | None = None
 
-    @property
-    def is_alert(self) -> bool:
-        return self.kind in ("failed", "compensation_failed")
+
+_ALERTS: dict[str, AlertKind] = {
+    "failed": AlertKind.ORDER_FAILED,
+    "compensation_failed": AlertKind.COMPENSATION_FAILED,
+}
 
 
 @dataclass
@@ -113,6 +153,12 @@ class OrderState:
     # How often an operator resubmitted the order, and what happened before each time.
     generation: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
+    # The effects of the last transition not yet known to be carried out (see effects.py).
+    outbox: list[Effect] = field(default_factory=list)
+    outbox_seq: int = 0
+    outbox_cause: str | None = None
+    # Times the Supervisor had to hand the order on again with no progress in between.
+    rescues: int = 0
     # The store's concurrency token (an ETag); opaque to the domain.
     version: str | None = field(default=None, compare=False)
 
@@ -138,6 +184,11 @@ class OrderState:
             CompensationState.DONE, CompensationState.FAILED,
         )
 
+    @property
+    def dispatch_unconfirmed(self) -> bool:
+        """The record cannot show that its step's request was ever sent."""
+        return has_dispatch(self.outbox)
+
     def _copy(self, now: datetime) -> OrderState:
         new = copy.deepcopy(self)
         new.updated_at = now
@@ -147,7 +198,6 @@ class OrderState:
 @dataclass(frozen=True)
 class Transition:
     state: OrderState
-    events: tuple[Event, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -158,6 +208,8 @@ class RetryPolicy:
     pending_grace: timedelta
     # Undoing must outlast doing: give up on a compensation (and call an operator) only later.
     compensation_threshold: int = 10
+    # Hand an order to a Scheduler this often with no progress, then give up and alert.
+    rescue_threshold: int = 5
 
 
 def exponential_backoff(base: timedelta, cap: timedelta) -> Callable[[int], timedelta]:
@@ -169,21 +221,29 @@ def exponential_backoff(base: timedelta, cap: timedelta) -> Callable[[int], time
     return delay
 
 
-def new_order_state(
-    order_id: str, workflow: Workflow, now: datetime, reply_to: str | None = None
-) -> OrderState:
-    return OrderState(
+def receive(order_id: str, workflow: Workflow, now: datetime, pending_grace: timedelta,
+            reply_to: str | None = None) -> OrderState:
+    """A new order's first state: Pending, with a start command (and "received") to send."""
+    state = OrderState(
         order_id=order_id,
         process_state=ProcessState.PENDING,
         steps=[StepState(name=s.name) for s in workflow.steps],
         created_at=now,
         updated_at=now,
+        complete_by=now + pending_grace,
         reply_to=reply_to,
     )
+    _emit(state, Cause.INTAKE, now, [Event("received")], SendCommand(
+        command=CommandKind.START, reason="received"))
+    return state
 
 
-def claim(state: OrderState, scheduler_id: str, now: datetime, workflow: Workflow) -> Transition:
-    """A Scheduler takes a free Pending order and starts its next step."""
+def claim(state: OrderState, scheduler_id: str, now: datetime, workflow: Workflow,
+          seq: int | None = None) -> Transition:
+    """A Scheduler takes a free Pending order and starts its next step.
+
+    ``seq``: the outbox sequence number the start command came from, when it says.
+    """
     if state.process_state is not ProcessState.PENDING or state.locked_by is not None:
         raise IllegalTransition(
             f"order {state.order_id} is {state.process_state}, locked by {state.locked_by}"
@@ -191,10 +251,12 @@ def claim(state: OrderState, scheduler_id: str, now: datetime, workflow: Workflo
     new = state._copy(now)
     new.process_state = ProcessState.PROCESSING
     new.locked_by = scheduler_id
+    new.rescues = 0
     nxt = next((s for s in new.steps if s.status is not StepStatus.COMPLETED), None)
     if nxt is None:  # cannot happen for a Pending order, but never leave one running with no step
         raise IllegalTransition(f"order {state.order_id} has no step left to run")
     _run(new, nxt, now, workflow)
+    _emit(new, Cause.START, now, [], proven=seq == state.outbox_seq)
     return Transition(new)
 
 
@@ -214,7 +276,11 @@ def apply_reply(
                 f"order {state.process_state}, step {step.status} attempt {step.attempt}"
             )
         new = state._copy(now)
-        return _after_do(new, new.step(step.name), reply, scheduler_id, now, workflow)
+        new.rescues = 0
+        events = _after_do(new, new.step(step.name), reply, scheduler_id, now, workflow)
+        _emit(new, reply_cause(reply), now, events,
+              proven=reply.outbox_seq == state.outbox_seq)
+        return Transition(new)
     if (state.process_state is not ProcessState.ERROR
             or state.compensation is not CompensationState.RUNNING
             or step.status is not StepStatus.COMPENSATING or step.attempt != reply.attempt):
@@ -223,20 +289,25 @@ def apply_reply(
             f"compensation {state.compensation}, step {step.status} attempt {step.attempt}"
         )
     new = state._copy(now)
+    new.rescues = 0
     step = new.step(step.name)
     step.complete_by = None
     if reply.outcome is ReplyOutcome.OK:
         step.status = StepStatus.COMPENSATED
         step.last_error = None
-        events = [Event("step_compensated", step.name)]
-        return _next_compensation(new, scheduler_id, now, workflow, events)
-    step.status = StepStatus.COMPENSATION_FAILED
-    step.last_error = reply.error
-    return _give_up_compensation(new, step, reply.error or "permanent error")
+        events = _next_compensation(new, scheduler_id, now, workflow,
+                                    [Event("step_compensated", step.name)])
+    else:
+        step.status = StepStatus.COMPENSATION_FAILED
+        step.last_error = reply.error
+        events = _give_up_compensation(new, step.name, reply.error or "permanent error")
+    _emit(new, reply_cause(reply), now, events, proven=reply.outbox_seq == state.outbox_seq)
+    return Transition(new)
 
 
 def begin_compensation(
-    state: OrderState, scheduler_id: str, now: datetime, workflow: Workflow
+    state: OrderState, scheduler_id: str, now: datetime, workflow: Workflow,
+    seq: int | None = None,
 ) -> Transition:
     """A Scheduler takes a requested compensation and undoes the latest step still to undo."""
     if (state.process_state is not ProcessState.ERROR
@@ -244,18 +315,25 @@ def begin_compensation(
         raise IllegalTransition(
             f"order {state.order_id} is {state.process_state}, compensation {state.compensation}"
         )
-    return _next_compensation(state._copy(now), scheduler_id, now, workflow, [])
+    new = state._copy(now)
+    new.rescues = 0
+    _emit(new, Cause.COMPENSATE, now, _next_compensation(new, scheduler_id, now, workflow, []),
+          proven=seq == state.outbox_seq)
+    return Transition(new)
 
 
 MAX_HISTORY = 20
 
 
 def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
-             reason: str = "") -> Transition:
+             reason: str = "", force: bool = False) -> Transition:
     """An operator sends a failed order round again, once its compensation has settled.
 
-    Steps that are still completed (and were not undone) stay done; every other step starts
-    afresh. The counts start from zero; what happened before is kept in the history.
+    Nothing is applied twice: a step keeps the key its work was done under unless that work was
+    undone or refused, so work still standing at a service (a completed step, or one whose undo
+    failed) is never redone under a new key; asked again under its own key, the service answers
+    with what it already did. A failed compensation leaves work standing that an operator must
+    look at first, so resubmitting it needs ``force``.
     """
     if state.process_state is not ProcessState.ERROR or not state.is_settled:
         raise IllegalTransition(
@@ -263,9 +341,15 @@ def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
             f"{state.compensation}); only a failed order whose compensation has settled can be "
             "resubmitted"
         )
+    if state.compensation is CompensationState.FAILED and not force:
+        raise IllegalTransition(
+            f"order {state.order_id}: its compensation failed, so some of its work may still "
+            "stand at the services; check them, then resubmit with force (the standing work "
+            "is kept under its key, not redone)"
+        )
     new = state._copy(now)
     new.history = [*new.history, {
-        "at": now.isoformat(), "event": "resubmitted", "reason": reason,
+        "at": now.isoformat(), "event": "resubmitted", "reason": reason, "forced": force,
         "previous_error": state.last_error, "failure_count": state.failure_count,
         "compensation": state.compensation.value if state.compensation else None,
         "steps": {s.name: f"{s.status.value} after {s.attempt} attempt(s)" for s in state.steps},
@@ -277,75 +361,138 @@ def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
     new.failure_count = 0
     new.compensation = None
     new.compensation_failure_count = 0
+    new.rescues = 0
     new.last_error = None
     new.failed_step = None
     for s in new.steps:
-        if s.status is not StepStatus.COMPLETED:
-            s.status = StepStatus.NOT_STARTED
-            s.complete_by = None
-            s.last_error = None
-            s.in_doubt = False
+        if s.status is StepStatus.COMPLETED:
+            continue
+        if s.status in (StepStatus.COMPENSATED, StepStatus.NOT_STARTED) or (
+                s.status is StepStatus.FAILED and not s.in_doubt):
+            # Undone, refused or never run: new work, under a new key.
+            s.work_key = None
+        s.status = StepStatus.NOT_STARTED
+        s.complete_by = None
+        s.last_error = None
+        # Anything else may still stand under its key: it is asked for again under that key,
+        # and until a service says it is done, it counts as in doubt (undone if the order
+        # fails again, even after a refusal).
+        s.in_doubt = s.work_key is not None
+    _emit(new, Cause.OPERATOR, now, [], SendCommand(command=CommandKind.START,
+                                                     reason="resubmitted"))
     return Transition(new)
 
 
-def supervise(state: OrderState, now: datetime, policy: RetryPolicy) -> SupervisorDecision | None:
+class DecisionKind(StrEnum):
+    RESCUE = "rescue"  # nobody took the order: hand it to a Scheduler again
+    REDISPATCH = "redispatch"  # the step's request was never confirmed sent: send it again
+    RETRY = "retry"  # a step timed out: count a failure, try again after a backoff
+    FAIL = "fail"  # past a threshold: give up (and undo, or call an operator)
+    FORGET = "forget"  # settled: finish its effects and drop it from the in-flight index
+
+
+@dataclass(frozen=True)
+class SupervisorDecision:
+    kind: DecisionKind
+    state: OrderState
+    reason: str = ""
+
+
+def supervise(state: OrderState, now: datetime, policy: RetryPolicy,
+              workflow: Workflow) -> SupervisorDecision | None:
     """What the Supervisor should do about this order now, or None when nothing is overdue.
 
-    Knows nothing of the business: only of states, deadlines and counts.
+    Knows nothing of the business: only of states, deadlines and counts. Time lost to the
+    pipeline itself (a request never sent, an order no Scheduler took) is not the order's
+    failure: it is counted apart, as rescues, and has its own threshold.
     """
     if state.is_settled:
         # The Scheduler drops a settled order from the index itself; step in only when it
         # evidently did not (it died first), so the two do not both delete it.
         if state.updated_at + policy.pending_grace > now:
             return None
-        return SupervisorDecision(Transition(state), kind="forget")
-    deadline = state.complete_by
-    if state.process_state is ProcessState.PENDING and deadline is None:
-        deadline = state.created_at + policy.pending_grace
-    if deadline is None or deadline > now:
+        return SupervisorDecision(DecisionKind.FORGET, state, "settled")
+    deadline = state.complete_by or state.created_at + policy.pending_grace
+    if deadline > now:
         return None
     new = state._copy(now)
-    if state.process_state is ProcessState.PENDING:
+    waiting_for = (CommandKind.START if state.process_state is ProcessState.PENDING
+                   else CommandKind.COMPENSATE if state.compensation is CompensationState.PENDING
+                   else None)
+    if waiting_for is not None:
+        new.rescues += 1
+        if new.rescues > policy.rescue_threshold:
+            return _give_up_waiting(new, now, policy)
         new.complete_by = now + policy.pending_grace
-        return SupervisorDecision(
-            Transition(new), command="start", reason="pending order not taken", kind="rescue"
-        )
+        why = f"not taken by a Scheduler (rescue {new.rescues} of {policy.rescue_threshold})"
+        _emit(new, Cause.SUPERVISOR, now, [], SendCommand(command=waiting_for, reason=why))
+        return SupervisorDecision(DecisionKind.RESCUE, new, why)
+    step = new.current_step
+    if (step is not None and state.dispatch_unconfirmed
+            and new.rescues < policy.rescue_threshold):
+        new.rescues += 1
+        why = (f"request for {step.name} attempt {step.attempt} never confirmed sent; "
+               f"sent again (rescue {new.rescues} of {policy.rescue_threshold})")
+        step.complete_by = now + workflow.step(step.name).budget
+        new.complete_by = step.complete_by
+        _emit(new, Cause.SUPERVISOR, now, [])
+        return SupervisorDecision(DecisionKind.REDISPATCH, new, why)
     if state.process_state is ProcessState.PROCESSING:
         return _expire_step(new, now, policy)
-    if state.compensation is CompensationState.PENDING:
-        new.complete_by = now + policy.pending_grace
-        return SupervisorDecision(
-            Transition(new), command="compensate", reason="compensation not taken", kind="rescue"
-        )
     if state.compensation is CompensationState.RUNNING:
         return _expire_compensation(new, now, policy)
     return None
-
-
-@dataclass(frozen=True)
-class SupervisorDecision:
-    transition: Transition
-    command: str | None = None  # "start" or "compensate": what to ask the Scheduler
-    delay: timedelta = timedelta(0)
-    reason: str = ""
-    # rescue: nudge a Scheduler; retry: count a failure and try again later; fail: give up;
-    # forget: the order is settled, drop it from the in-flight index.
-    kind: str = "retry"
-
-    @property
-    def forget(self) -> bool:
-        return self.kind == "forget"
 
 
 def _run(state: OrderState, step: StepState, now: datetime, workflow: Workflow) -> None:
     step.status = StepStatus.RUNNING
     step.attempt += 1
     step.complete_by = now + workflow.step(step.name).budget
+    if step.work_key is None:
+        step.work_key = new_work_key(state.order_id, step.name, state.generation)
     state.complete_by = step.complete_by
 
 
+def _emit(new: OrderState, cause: str, now: datetime, events: list[Event],
+          command: SendCommand | None = None, *, proven: bool = False) -> None:
+    """Write the transition's outbox: alerts, status, command, dispatch, forget, in that order.
+
+    The outbox it replaces may not have been carried out. Only a message that outbox sent
+    (``proven``: a command or a reply carrying its sequence number) shows that its alerts and
+    status went, since they go first; otherwise they are carried forward, under their own keys.
+    """
+    carried: list[Effect] = [] if proven else [
+        e for e in new.outbox if isinstance(e, RaiseAlert | SendStatus)]
+    new.outbox_seq += 1
+    prefix = f"{new.order_id}.{new.outbox_seq}"
+    alerts: list[Effect] = [
+        RaiseAlert(alert=_ALERTS[e.kind], reason=e.detail or e.kind, at=now,
+                   key=f"{prefix}.{i}", step=e.step)
+        for i, e in enumerate(events) if e.kind in _ALERTS
+    ]
+    statuses: list[Effect] = [
+        SendStatus(event=e.kind, at=now, id=f"{prefix}.{i}", step=e.step, detail=e.detail)
+        for i, e in enumerate(events)] if new.reply_to else []
+    effects = [*(e for e in carried if isinstance(e, RaiseAlert)), *alerts,
+               *(e for e in carried if isinstance(e, SendStatus)), *statuses]
+    if command is not None:
+        effects.append(command)
+    _finish(new, cause, effects)
+
+
+def _finish(new: OrderState, cause: str, effects: list[Effect]) -> None:
+    step = new.current_step
+    if step is not None and step.complete_by is not None:
+        action = Action.UNDO if step.status is StepStatus.COMPENSATING else Action.DO
+        effects.append(Dispatch(step=step.name, action=action, attempt=step.attempt))
+    if new.is_settled:
+        effects.append(Forget(generation=new.generation))
+    new.outbox = effects
+    new.outbox_cause = cause
+
+
 def _after_do(new: OrderState, step: StepState, reply: AgentReply, scheduler_id: str,
-              now: datetime, workflow: Workflow) -> Transition:
+              now: datetime, workflow: Workflow) -> list[Event]:
     step.complete_by = None
     new.locked_by = scheduler_id
     if reply.outcome is ReplyOutcome.OK:
@@ -356,26 +503,27 @@ def _after_do(new: OrderState, step: StepState, reply: AgentReply, scheduler_id:
         nxt = next((s for s in new.steps if s.status is StepStatus.NOT_STARTED), None)
         if nxt is not None:
             _run(new, nxt, now, workflow)
-            return Transition(new, tuple(events))
+            return events
         new.process_state = ProcessState.PROCESSED
         new.locked_by = None
         new.complete_by = None
-        events.append(Event("completed"))
-        return Transition(new, tuple(events))
-    # A permanent fault: the remote side refused, so nothing of this step is left to undo.
+        return [*events, Event("completed")]
+    # A permanent fault: this attempt was refused. An earlier attempt that timed out may still
+    # have done the work (a service should then answer as before, but we do not rely on it),
+    # so a step in doubt stays in doubt and is undone with the rest.
     step.status = StepStatus.FAILED
-    step.in_doubt = False
+    step.in_doubt = step.in_doubt or reply.in_doubt
     step.last_error = reply.error
     new.process_state = ProcessState.ERROR
     new.failed_step = step.name
     new.last_error = f"{step.name}: {reply.error}"
-    events = [Event("failed", step.name, reply.error)]
-    return _next_compensation(new, scheduler_id, now, workflow, events)
+    return _next_compensation(new, scheduler_id, now, workflow,
+                              [Event("failed", step.name, reply.error)])
 
 
 def _to_undo(state: OrderState, workflow: Workflow) -> StepState | None:
     for s in reversed(state.steps):
-        if workflow.step(s.name).compensation is None:
+        if workflow.step(s.name).compensation is None or s.work_key is None:
             continue
         if s.status in (StepStatus.COMPLETED, StepStatus.COMPENSATING) or (
             s.status is StepStatus.FAILED and s.in_doubt
@@ -385,30 +533,66 @@ def _to_undo(state: OrderState, workflow: Workflow) -> StepState | None:
 
 
 def _next_compensation(new: OrderState, scheduler_id: str, now: datetime, workflow: Workflow,
-                       events: list[Event]) -> Transition:
+                       events: list[Event]) -> list[Event]:
     step = _to_undo(new, workflow)
     if step is None:
         new.compensation = CompensationState.DONE
         new.locked_by = None
         new.complete_by = None
-        events.append(Event("compensated", detail=", ".join(
-            s.name for s in new.steps if s.status is StepStatus.COMPENSATED) or "nothing to undo"))
-        return Transition(new, tuple(events))
+        return [*events, Event("compensated", detail=", ".join(
+            s.name for s in new.steps if s.status is StepStatus.COMPENSATED) or "nothing to undo")]
     step.status = StepStatus.COMPENSATING
     step.attempt += 1
     step.complete_by = now + workflow.step(step.name).budget
     new.compensation = CompensationState.RUNNING
     new.locked_by = scheduler_id
     new.complete_by = step.complete_by
-    return Transition(new, tuple(events))
+    return events
 
 
-def _give_up_compensation(new: OrderState, step: StepState, why: str) -> Transition:
+def _give_up_compensation(new: OrderState, step: str | None, why: str) -> list[Event]:
     new.compensation = CompensationState.FAILED
     new.locked_by = None
     new.complete_by = None
-    new.last_error = f"compensation of {step.name} failed: {why}"
-    return Transition(new, (Event("compensation_failed", step.name, why),))
+    new.last_error = f"compensation of {step} failed: {why}" if step else why
+    return [Event("compensation_failed", step, why)]
+
+
+def _fail(new: OrderState, now: datetime, policy: RetryPolicy, step: StepState | None,
+          why: str) -> SupervisorDecision:
+    """Give the order up: it goes to Error and its done (or maybe done) work is undone."""
+    for s in new.steps:
+        # A step that timed out and was waiting for its retry may have done its work.
+        if s.status is StepStatus.NOT_STARTED and s.in_doubt:
+            s.status = StepStatus.FAILED
+    if step is not None:
+        step.status = StepStatus.FAILED
+    new.process_state = ProcessState.ERROR
+    new.failed_step = step.name if step else None
+    new.compensation = CompensationState.PENDING
+    new.complete_by = now + policy.pending_grace
+    new.rescues = 0
+    new.last_error = why
+    _emit(new, Cause.SUPERVISOR, now, [Event("failed", new.failed_step, why)],
+          SendCommand(command=CommandKind.COMPENSATE, reason=why))
+    return SupervisorDecision(DecisionKind.FAIL, new, why)
+
+
+def _give_up_waiting(new: OrderState, now: datetime, policy: RetryPolicy) -> SupervisorDecision:
+    tries = policy.rescue_threshold
+    if new.process_state is ProcessState.PENDING:
+        return _fail(new, now, policy, None,
+                     f"no Scheduler took the order after {tries} rescues: see its start "
+                     "commands in the poison queue, or its order row")
+    why = (f"no Scheduler took the compensation after {tries} rescues: see its commands in "
+           "the poison queue, or its order row")
+    step = new.current_step
+    if step is not None:
+        step.status = StepStatus.COMPENSATION_FAILED
+        step.complete_by = None
+    _emit(new, Cause.SUPERVISOR, now,
+          _give_up_compensation(new, step.name if step else None, why))
+    return SupervisorDecision(DecisionKind.FAIL, new, why)
 
 
 def _expire_step(new: OrderState, now: datetime, policy: RetryPolicy) -> SupervisorDecision:
@@ -427,17 +611,10 @@ def _expire_step(new: OrderState, now: datetime, policy: RetryPolicy) -> Supervi
         delay = policy.backoff(new.failure_count)
         new.process_state = ProcessState.PENDING
         new.complete_by = now + delay + policy.pending_grace
-        return SupervisorDecision(Transition(new), command="start", delay=delay, reason=why)
-    if step is not None:
-        step.status = StepStatus.FAILED
-    new.process_state = ProcessState.ERROR
-    new.failed_step = step.name if step else None
-    new.compensation = CompensationState.PENDING
-    new.complete_by = now + policy.pending_grace
-    new.last_error = f"gave up after {new.failure_count} failures: {why}"
-    event = Event("failed", step.name if step else None, new.last_error)
-    return SupervisorDecision(Transition(new, (event,)), command="compensate", reason=why,
-                              kind="fail")
+        _emit(new, Cause.SUPERVISOR, now, [], SendCommand(
+            command=CommandKind.START, reason=why, not_before=now + delay))
+        return SupervisorDecision(DecisionKind.RETRY, new, why)
+    return _fail(new, now, policy, step, f"gave up after {new.failure_count} failures: {why}")
 
 
 def _expire_compensation(new: OrderState, now: datetime, policy: RetryPolicy) -> SupervisorDecision:
@@ -453,11 +630,11 @@ def _expire_compensation(new: OrderState, now: datetime, policy: RetryPolicy) ->
         delay = policy.backoff(new.compensation_failure_count)
         new.compensation = CompensationState.PENDING
         new.complete_by = now + delay + policy.pending_grace
-        return SupervisorDecision(Transition(new), command="compensate", delay=delay, reason=why)
+        _emit(new, Cause.SUPERVISOR, now, [], SendCommand(
+            command=CommandKind.COMPENSATE, reason=why, not_before=now + delay))
+        return SupervisorDecision(DecisionKind.RETRY, new, why)
     if step is not None:
         step.status = StepStatus.COMPENSATION_FAILED
-        return SupervisorDecision(_give_up_compensation(new, step, why), reason=why, kind="fail")
-    new.compensation = CompensationState.FAILED
-    new.complete_by = None
-    return SupervisorDecision(Transition(new, (Event("compensation_failed", None, why),)),
-                              reason=why, kind="fail")
+    _emit(new, Cause.SUPERVISOR, now,
+          _give_up_compensation(new, step.name if step else None, why))
+    return SupervisorDecision(DecisionKind.FAIL, new, why)

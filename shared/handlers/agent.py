@@ -47,6 +47,12 @@ class _Expired(Exception):
     pass
 
 
+@dataclass
+class _Calls:
+    # True once a call ended without a clear answer: the service may have done the work.
+    maybe_done: bool = False
+
+
 class Agent:
     def __init__(self, *, name: str, client: RemoteServiceClient, sender: MessageSender,
                  responses_queue: str, policy: AgentRetryPolicy,
@@ -69,14 +75,19 @@ class Agent:
             log.info("agent %s: %s arrived after its complete-by; dropped", self.name, where)
             return None
         started_with = self._remaining(req.complete_by)
+        calls = _Calls()
         try:
-            result = self._call_with_retries(req)
+            result = self._call_with_retries(req, calls)
             reply = AgentReply(order_id=req.order_id, step=req.step, action=req.action,
-                               attempt=req.attempt, outcome=ReplyOutcome.OK, result=result)
+                               attempt=req.attempt, outcome=ReplyOutcome.OK, result=result,
+                               outbox_seq=req.outbox_seq)
         except PermanentServiceError as e:
+            # A refusal after a call that may have done the work (a timeout, a 5xx) does not
+            # prove that nothing stands: say so, and the step is undone if the order fails.
             reply = AgentReply(order_id=req.order_id, step=req.step, action=req.action,
                                attempt=req.attempt, outcome=ReplyOutcome.PERMANENT_ERROR,
-                               error=str(e))
+                               error=str(e), in_doubt=calls.maybe_done,
+                               outbox_seq=req.outbox_seq)
         except (TransientServiceError, CircuitOpen, _Expired) as e:
             log.warning("agent %s: %s gave up, no reply: %s", self.name, where, e)
             return None
@@ -91,10 +102,12 @@ class Agent:
     def _remaining(self, complete_by: datetime) -> float:
         return (complete_by - self._clock()).total_seconds()
 
-    def _call_with_retries(self, req: AgentRequest) -> dict[str, Any]:
+    def _call_with_retries(self, req: AgentRequest, calls: _Calls) -> dict[str, Any]:
         body: dict[str, Any] = {"order_id": req.order_id, "step": req.step, "order": req.order}
         if req.action is Action.UNDO:
-            body["compensates"] = req.idempotency_key.removesuffix(".undo") + ".do"
+            if not req.compensates:
+                raise PermanentServiceError("an undo request must name the work it undoes")
+            body["compensates"] = req.compensates
 
         def stop(rs: RetryCallState) -> bool:
             # Stop when the next wait would end past complete-by: a reply then is worthless.
@@ -104,18 +117,29 @@ class Agent:
             remaining = self._remaining(req.complete_by)
             if remaining <= 0:
                 raise _Expired("complete-by passed")
-            return self._breaker.call(
-                self._client.call, req.operation, req.idempotency_key, body,
-                min(remaining, self._policy.call_timeout),
-            )
+            try:
+                return self._breaker.call(
+                    self._client.call, req.operation, req.idempotency_key, body,
+                    min(remaining, self._policy.call_timeout),
+                )
+            except TransientServiceError:
+                calls.maybe_done = True
+                raise
+
+        backoff = wait_exponential_jitter(multiplier=self._policy.base_delay,
+                                          max=self._policy.max_delay,
+                                          jitter=self._policy.base_delay)
+
+        def wait(rs: RetryCallState) -> float:
+            # Honour the service's Retry-After; if it lies past complete-by, stop() gives up.
+            error = rs.outcome.exception() if rs.outcome else None
+            asked = getattr(error, "retry_after", None) or 0.0
+            return max(backoff(rs), asked)
 
         retrying = Retrying(
             # An open breaker means "not now": wait for it within the budget, without calling.
             retry=retry_if_exception_type((TransientServiceError, CircuitOpen)),
-            wait=wait_exponential_jitter(multiplier=self._policy.base_delay,
-                                         max=self._policy.max_delay,
-                                         jitter=self._policy.base_delay),
-            stop=stop, sleep=self._sleep, reraise=True,
+            wait=wait, stop=stop, sleep=self._sleep, reraise=True,
         )
         return retrying(attempt)
 

@@ -5,18 +5,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from enum import StrEnum
 
-from shared.adapters.alerts import ORDER_CONFLICT, AlertSink, OperatorAlert
-from shared.adapters.queues import MessageSender
-from shared.adapters.rejections import CONFLICT, INVALID, Rejection, TableRejectionStore
-from shared.adapters.state_store import OrderAlreadyExists, TableOrderStore
+from shared.adapters.alerts import AlertSink
+from shared.adapters.rejections import CONFLICT, INVALID, Rejection, RejectionStore
+from shared.adapters.state_store import OrderAlreadyExists, OrderStore
 from shared.clock import Clock
-from shared.domain.messages import CommandKind, SchedulerCommand, StatusUpdate
-from shared.domain.order import InvalidOrder, parse_order
-from shared.domain.state import ProcessState, new_order_state
+from shared.domain.alerts import AlertKind, OperatorAlert
+from shared.domain.order import InvalidOrder, Order, parse_order
+from shared.domain.state import Cause, receive
 from shared.domain.workflow import Workflow
-from shared.handlers.notify import Notifier
+from shared.handlers.relay import EffectRelay
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +36,15 @@ class IntakeResult:
 
 
 class IntakeHandler:
-    def __init__(self, *, store: TableOrderStore, rejections: TableRejectionStore,
-                 alerts: AlertSink, sender: MessageSender, notifier: Notifier,
-                 workflow: Workflow, scheduler_queue: str, reply_allowed: Callable[[str], bool],
-                 clock: Clock) -> None:
+    def __init__(self, *, store: OrderStore, rejections: RejectionStore, alerts: AlertSink,
+                 relay: EffectRelay, workflow: Workflow, pending_grace: timedelta,
+                 reply_allowed: Callable[[str], bool], clock: Clock) -> None:
         self._store = store
         self._rejections = rejections
         self._alerts = alerts
-        self._sender = sender
-        self._notifier = notifier
+        self._relay = relay
         self._workflow = workflow
-        self._scheduler_queue = scheduler_queue
+        self._pending_grace = pending_grace
         self._reply_allowed = reply_allowed
         self._clock = clock
 
@@ -64,29 +62,42 @@ class IntakeHandler:
             log.warning("order message %s rejected: %s", message_id, reason)
             return IntakeResult(IntakeOutcome.INVALID, None, reason)
 
-        state = new_order_state(order.order_id, self._workflow, now, order.reply_to)
+        state = receive(order.order_id, self._workflow, now, self._pending_grace, order.reply_to)
+        # Index first: an order the Supervisor can see is never lost, whatever happens next.
+        indexed_now = self._store.track(order.order_id, state.generation, now)
         try:
-            self._store.create(order, state)
-            outcome = IntakeOutcome.ACCEPTED
+            saved = self._store.create(order, state)
         except OrderAlreadyExists as e:
-            if e.fingerprint != order.fingerprint():
-                reason = (f"order {order.order_id} already exists with different content; "
-                          "the stored order was kept")
-                self._rejections.record(Rejection(CONFLICT, reason, message_id, body,
-                                                  delivery_count, now))
-                self._alerts.raise_alert(OperatorAlert(ORDER_CONFLICT, order.order_id, reason, now))
-                return IntakeResult(IntakeOutcome.CONFLICT, order.order_id, reason)
-            # The same order again: a redelivery. If the first delivery died before handing the
-            # order on, it is still Pending and must be handed on now; otherwise nothing to do.
-            current = self._store.get_state(order.order_id)
-            if current is None or current.process_state is not ProcessState.PENDING:
-                return IntakeResult(IntakeOutcome.DUPLICATE, order.order_id)
-            outcome = IntakeOutcome.DUPLICATE
+            return self._seen_before(order, e.fingerprint, indexed_now, message_id, body,
+                                     delivery_count, now)
+        self._relay.carry_out(saved, order.document())
+        log.info("order %s accepted", order.order_id)
+        return IntakeResult(IntakeOutcome.ACCEPTED, order.order_id)
 
-        self._sender.send(self._scheduler_queue, SchedulerCommand(
-            kind=CommandKind.START, order_id=order.order_id, reason="received").to_json())
-        if order.reply_to and outcome is IntakeOutcome.ACCEPTED:
-            self._notifier.status(order.reply_to, StatusUpdate(
-                order_id=order.order_id, event="received", at=now))
-        log.info("order %s %s", order.order_id, outcome.value)
-        return IntakeResult(outcome, order.order_id)
+    def _seen_before(self, order: Order, fingerprint: str | None, indexed_now: bool,
+                     message_id: str, body: bytes, delivery_count: int,
+                     now: datetime) -> IntakeResult:
+        current = self._store.get_state(order.order_id)
+        if indexed_now and current is not None and (current.generation != 0
+                                                    or current.is_settled):
+            # The order had left the index (settled, its effects done) or moved to a later
+            # generation: take back the entry this delivery added on its way in. An entry that
+            # was there already is not ours: the Supervisor may still have work to finish.
+            self._store.forget(order.order_id, 0)
+        if fingerprint != order.fingerprint():
+            reason = (f"order {order.order_id} already exists with different content; "
+                      "the stored order was kept" if fingerprint else
+                      f"order {order.order_id} has a state record but no order row; "
+                      "nothing was changed")
+            self._rejections.record(Rejection(CONFLICT, reason, message_id, body,
+                                              delivery_count, now))
+            self._alerts.raise_alert(OperatorAlert(
+                AlertKind.ORDER_CONFLICT, order.order_id, reason, now,
+                key=f"{order.order_id}.conflict.{order.fingerprint()[:16]}"))
+            return IntakeResult(IntakeOutcome.CONFLICT, order.order_id, reason)
+        # The same order again. If the first delivery died before handing the order on, its
+        # outbox is still the record's: hand it on now. Anything later (a Scheduler took it, a
+        # Supervisor set a backoff) is not intake's to repeat.
+        if current is not None and current.outbox_cause == Cause.INTAKE and current.outbox:
+            self._relay.carry_out(current, order.document())
+        return IntakeResult(IntakeOutcome.DUPLICATE, order.order_id)

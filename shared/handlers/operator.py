@@ -11,12 +11,11 @@ from typing import Any
 from azure.data.tables import TableClient
 from azure.storage.queue import QueueServiceClient
 
-from shared.adapters.queues import MessageSender
 from shared.adapters.rejections import REJECTED_PARTITION
-from shared.adapters.state_store import ConcurrencyConflict, TableOrderStore
+from shared.adapters.state_store import ConcurrencyConflict, OrderStore
 from shared.clock import Clock
-from shared.domain.messages import CommandKind, SchedulerCommand
 from shared.domain.state import IllegalTransition, OrderState, ProcessState, resubmit
+from shared.handlers.relay import EffectRelay
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +50,11 @@ def state_view(s: OrderState) -> dict[str, Any]:
         "Resubmissions": s.generation,
         "CreatedAt": s.created_at.isoformat(),
         "UpdatedAt": s.updated_at.isoformat(),
+        "Rescues": s.rescues,
         "Steps": [st.to_dict() for st in s.steps],
         "History": s.history,
+        # What the last transition still has to carry out (empty once known done).
+        "Outbox": [e.model_dump(mode="json") for e in s.outbox],
     }
 
 
@@ -65,15 +67,14 @@ def _entity_view(e: Any, fields: tuple[str, ...]) -> dict[str, Any]:
 
 
 class Operator:
-    def __init__(self, *, store: TableOrderStore, alerts: TableClient, rejected: TableClient,
-                 queues: QueueServiceClient, sender: MessageSender, scheduler_queue: str,
-                 checked_queues: list[str], pending_grace: timedelta, clock: Clock) -> None:
+    def __init__(self, *, store: OrderStore, relay: EffectRelay, alerts: TableClient,
+                 rejected: TableClient, queues: QueueServiceClient, checked_queues: list[str],
+                 pending_grace: timedelta, clock: Clock) -> None:
         self._store = store
+        self._relay = relay
         self._alerts = alerts
         self._rejected = rejected
         self._queues = queues
-        self._sender = sender
-        self._scheduler_queue = scheduler_queue
         self._checked_queues = checked_queues
         self._pending_grace = pending_grace
         self._clock = clock
@@ -92,23 +93,23 @@ class Operator:
         states, token = self._store.list_states(process_state, limit, continuation)
         return Page([state_view(s) for s in states], token)
 
-    def resubmit(self, order_id: str, reason: str = "") -> dict[str, Any]:
+    def resubmit(self, order_id: str, reason: str = "", force: bool = False) -> dict[str, Any]:
         state = self._store.get_state(order_id)
         if state is None:
             raise OrderNotFound(order_id)
         try:
-            t = resubmit(state, self._clock(), self._pending_grace, reason)
+            t = resubmit(state, self._clock(), self._pending_grace, reason, force)
         except IllegalTransition as e:
             raise ResubmitRefused(str(e)) from None
         # Index first: an order the Supervisor can see is never lost, even if we stop here.
-        self._store.track(t.state)
+        self._store.track(order_id, t.state.generation, self._clock())
         try:
             saved = self._store.save(t.state)
         except ConcurrencyConflict:
             raise ResubmitRefused(f"order {order_id} changed meanwhile; look again") from None
-        self._sender.send(self._scheduler_queue, SchedulerCommand(
-            kind=CommandKind.START, order_id=order_id, reason="resubmitted").to_json())
-        log.warning("order %s resubmitted (%s)", order_id, reason or "no reason given")
+        saved = self._relay.carry_out(saved)
+        log.warning("order %s resubmitted%s (%s)", order_id, " with force" if force else "",
+                    reason or "no reason given")
         return state_view(saved)
 
     def alerts(self, limit: int = 50, days: int = 7) -> list[dict[str, Any]]:

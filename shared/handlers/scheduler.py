@@ -1,8 +1,9 @@
 """The Scheduler: takes orders, walks the workflow, hands steps to Agents, records their replies.
 
 Holds nothing in memory between messages: every decision starts from the state store, and every
-change is a conditional write. If this process dies at any line, the record says what was done,
-and the Supervisor notices what was not.
+change is a conditional write that carries its effects (the outbox). If this process dies at any
+line, the record says what was done and what is still to send; a redelivered message finishes
+its own transition's outbox, and the Supervisor notices what no message will.
 """
 
 from __future__ import annotations
@@ -12,28 +13,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from shared.adapters.queues import MessageSender
-from shared.adapters.state_store import ConcurrencyConflict, StoredOrder, TableOrderStore
+from shared.adapters.state_store import ConcurrencyConflict, OrderStore
 from shared.clock import Clock
-from shared.domain.messages import (
-    Action,
-    AgentReply,
-    AgentRequest,
-    CommandKind,
-    SchedulerCommand,
-    idempotency_key,
-)
+from shared.domain.messages import AgentReply, CommandKind, SchedulerCommand
 from shared.domain.state import (
+    Cause,
     IllegalTransition,
     OrderState,
-    StepStatus,
     Transition,
     apply_reply,
     begin_compensation,
     claim,
+    reply_cause,
 )
 from shared.domain.workflow import Workflow
-from shared.handlers.notify import Notifier
+from shared.handlers.relay import EffectRelay
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +37,7 @@ MAX_CONFLICT_RETRIES = 5
 
 class Outcome(StrEnum):
     APPLIED = "applied"
+    REPLAYED = "replayed"  # already applied by an earlier delivery: its effects carried out again
     IGNORED = "ignored"  # stale, duplicate or already taken: nothing to do
     UNKNOWN_ORDER = "unknown_order"
 
@@ -54,29 +49,28 @@ class SchedulerResult:
 
 
 class Scheduler:
-    def __init__(self, *, instance_id: str, store: TableOrderStore, sender: MessageSender,
-                 notifier: Notifier, workflow: Workflow, agent_queues: dict[str, str],
-                 clock: Clock) -> None:
+    def __init__(self, *, instance_id: str, store: OrderStore, relay: EffectRelay,
+                 workflow: Workflow, clock: Clock) -> None:
         self.instance_id = instance_id
         self._store = store
-        self._sender = sender
-        self._notifier = notifier
+        self._relay = relay
         self._workflow = workflow
-        self._agent_queues = agent_queues
         self._clock = clock
 
     def handle_command(self, body: str) -> SchedulerResult:
         cmd = SchedulerCommand.model_validate_json(body)
-        step = claim if cmd.kind is CommandKind.START else begin_compensation
-        return self._transact(cmd.order_id, lambda s: step(s, self.instance_id, self._clock(),
-                                                          self._workflow))
+        if cmd.kind is CommandKind.START:
+            return self._transact(cmd.order_id, Cause.START, lambda s: claim(
+                s, self.instance_id, self._clock(), self._workflow, cmd.outbox_seq))
+        return self._transact(cmd.order_id, Cause.COMPENSATE, lambda s: begin_compensation(
+            s, self.instance_id, self._clock(), self._workflow, cmd.outbox_seq))
 
     def handle_reply(self, body: str) -> SchedulerResult:
         reply = AgentReply.model_validate_json(body)
-        return self._transact(reply.order_id, lambda s: apply_reply(
+        return self._transact(reply.order_id, reply_cause(reply), lambda s: apply_reply(
             s, reply, self.instance_id, self._clock(), self._workflow))
 
-    def _transact(self, order_id: str,
+    def _transact(self, order_id: str, cause: str,
                   transition: Callable[[OrderState], Transition]) -> SchedulerResult:
         for _ in range(MAX_CONFLICT_RETRIES):
             stored = self._store.load(order_id)
@@ -86,6 +80,11 @@ class Scheduler:
             try:
                 t = transition(stored.state)
             except IllegalTransition as e:
+                if stored.state.outbox and stored.state.outbox_cause == cause:
+                    # This message's transition was saved by an earlier delivery that did not
+                    # finish its effects (or we cannot tell): finish them. Each is harmless twice.
+                    self._relay.carry_out(stored.state, stored.order)
+                    return SchedulerResult(Outcome.REPLAYED, str(e))
                 log.info("ignored: %s", e)
                 return SchedulerResult(Outcome.IGNORED, str(e))
             try:
@@ -93,30 +92,7 @@ class Scheduler:
             except ConcurrencyConflict:
                 log.info("order %s changed under us; reading it again", order_id)
                 continue
-            self._carry_out(stored, saved, t)
+            self._relay.carry_out(saved, stored.order)
             return SchedulerResult(Outcome.APPLIED)
         raise ConcurrencyConflict(f"order {order_id}: still contended after "
                                   f"{MAX_CONFLICT_RETRIES} attempts")
-
-    def _carry_out(self, stored: StoredOrder, state: OrderState, t: Transition) -> None:
-        """After the write: tell who needs telling, then dispatch the step it started.
-
-        In that order because only the telling is lost if we die here: a step that was never
-        dispatched is overdue at its complete-by and the Supervisor has it retried.
-        """
-        self._notifier.publish(state.order_id, state.reply_to, t.events, state.updated_at)
-        step = state.current_step
-        if step is not None and step.complete_by is not None:
-            action = Action.UNDO if step.status is StepStatus.COMPENSATING else Action.DO
-            definition = self._workflow.step(step.name)
-            request = AgentRequest(
-                order_id=state.order_id, step=step.name, action=action,
-                operation=definition.operation_for(action), attempt=step.attempt,
-                complete_by=step.complete_by,
-                idempotency_key=idempotency_key(state.order_id, step.name, action,
-                                                state.generation),
-                order=stored.order,
-            )
-            self._sender.send(self._agent_queues[definition.agent], request.to_json())
-        if state.is_settled:
-            self._store.forget(state.order_id)

@@ -1,7 +1,9 @@
-"""The Supervisor: finds overdue work in the in-flight index and asks the Scheduler to recover it.
+"""The Supervisor: finds overdue work in the in-flight index and has it recovered.
 
 Knows nothing of the business. Every change it makes is a conditional write, so two Supervisors
 ticking at once recover each overdue step once: the second one's write loses and it moves on.
+Every order is handled on its own: a record it cannot read is reported once and skipped, and a
+fault on one order is counted and leaves the rest of the tick to run.
 """
 
 from __future__ import annotations
@@ -9,12 +11,19 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from shared.adapters.queues import MessageSender
-from shared.adapters.state_store import ConcurrencyConflict, TableOrderStore
+from shared.adapters.alerts import AlertSink
+from shared.adapters.state_store import (
+    ConcurrencyConflict,
+    CorruptRecord,
+    InFlightEntry,
+    OrderStore,
+)
 from shared.clock import Clock
-from shared.domain.messages import CommandKind, SchedulerCommand
-from shared.domain.state import RetryPolicy, supervise
-from shared.handlers.notify import Notifier
+from shared.domain.alerts import AlertKind, OperatorAlert
+from shared.domain.effects import Forget
+from shared.domain.state import DecisionKind, RetryPolicy, supervise
+from shared.domain.workflow import Workflow
+from shared.handlers.relay import EffectRelay
 
 log = logging.getLogger(__name__)
 
@@ -26,18 +35,22 @@ class TickReport:
     retried: int = 0
     failed: int = 0
     rescued: int = 0
+    redispatched: int = 0
     forgotten: int = 0
     lost_races: int = 0
+    unreadable: int = 0  # records reported to an operator this tick
+    skipped: int = 0  # unreadable records reported before and unchanged since
+    errors: int = 0  # orders a fault stopped this tick; the next tick tries them again
 
 
 class Supervisor:
-    def __init__(self, *, store: TableOrderStore, sender: MessageSender, notifier: Notifier,
-                 policy: RetryPolicy, scheduler_queue: str, clock: Clock) -> None:
+    def __init__(self, *, store: OrderStore, relay: EffectRelay, alerts: AlertSink,
+                 policy: RetryPolicy, workflow: Workflow, clock: Clock) -> None:
         self._store = store
-        self._sender = sender
-        self._notifier = notifier
+        self._relay = relay
+        self._alerts = alerts
         self._policy = policy
-        self._scheduler_queue = scheduler_queue
+        self._workflow = workflow
         self._clock = clock
 
     def tick(self) -> TickReport:
@@ -46,41 +59,68 @@ class Supervisor:
         for entry in self._store.in_flight():
             report.entities_read += 1
             report.in_flight += 1
-            state = self._store.get_state(entry.order_id)
-            if state is None:
-                # Intake writes the index entry first; if the order never followed, drop it.
-                if entry.since + self._policy.pending_grace < now:
-                    self._store.forget(entry.order_id)
-                    report.forgotten += 1
-                continue
-            report.entities_read += 1
-            decision = supervise(state, now, self._policy)
-            if decision is None:
-                continue
-            if decision.forget:
-                self._store.forget(state.order_id)
-                report.forgotten += 1
-                continue
             try:
-                saved = self._store.save(decision.transition.state)
-            except ConcurrencyConflict:
-                report.lost_races += 1  # someone moved it first: their move stands
-                continue
-            # Alerts first: a lost command is recovered (the record is overdue again after its
-            # new CompleteBy), a lost alert would not be.
-            self._notifier.publish(saved.order_id, saved.reply_to, decision.transition.events,
-                                   now)
-            if decision.command is not None:
-                cmd = SchedulerCommand(kind=CommandKind(decision.command), order_id=saved.order_id,
-                                       reason=decision.reason)
-                self._sender.send(self._scheduler_queue, cmd.to_json(), decision.delay)
-            if decision.kind == "fail":
-                report.failed += 1
-            elif decision.kind == "rescue":
-                report.rescued += 1
-            else:
-                report.retried += 1
-            log.warning("supervisor: order %s %s (%s)", saved.order_id,
-                        decision.command or "settled", decision.reason)
-        log.info("supervisor tick: %s", report)
+                self._supervise(entry, report)
+            except CorruptRecord as e:
+                self._unreadable(entry, e, report)
+            except Exception:
+                report.errors += 1
+                log.exception("supervisor: order %s not handled this tick", entry.order_id)
+        log.info("supervisor tick at %s: %s", now.isoformat(), report)
         return report
+
+    def _supervise(self, entry: InFlightEntry, report: TickReport) -> None:
+        now = self._clock()
+        grace = self._policy.pending_grace
+        report.entities_read += 1
+        state = self._store.get_state(entry.order_id)
+        if state is None or entry.generation != state.generation:
+            # Written before an order (or a resubmission) that never followed, or left by a
+            # generation that has settled: drop it once nothing can still be on its way.
+            older = state is not None and entry.generation < state.generation
+            if older or entry.since + grace < now:
+                self._store.forget(entry.order_id, entry.generation)
+                report.forgotten += 1
+            return
+        decision = supervise(state, now, self._policy, self._workflow)
+        if decision is None:
+            return
+        if decision.kind is DecisionKind.FORGET:
+            # Settled, but whoever settled it did not finish: finish its effects, then drop it.
+            self._relay.carry_out(state)
+            if not any(isinstance(e, Forget) for e in state.outbox):
+                self._store.forget(state.order_id, state.generation)
+            report.forgotten += 1
+            return
+        try:
+            saved = self._store.save(decision.state)
+        except ConcurrencyConflict:
+            report.lost_races += 1  # someone moved it first: their move stands
+            return
+        self._relay.carry_out(saved)
+        if decision.kind is DecisionKind.FAIL:
+            report.failed += 1
+        elif decision.kind is DecisionKind.RESCUE:
+            report.rescued += 1
+        elif decision.kind is DecisionKind.REDISPATCH:
+            report.redispatched += 1
+        else:
+            report.retried += 1
+        log.warning("supervisor: order %s %s (%s)", saved.order_id, decision.kind.value,
+                    decision.reason)
+
+    def _unreadable(self, entry: InFlightEntry, e: CorruptRecord, report: TickReport) -> None:
+        if entry.unreadable == e.version:
+            report.skipped += 1
+            return
+        try:
+            self._alerts.raise_alert(OperatorAlert(
+                AlertKind.RECORD_UNREADABLE, entry.order_id,
+                f"the Supervisor cannot read this order's state record and skips it until it "
+                f"changes: {e.reason}", self._clock(), key=f"{entry.order_id}.unreadable."
+                f"{e.version}"))
+            self._store.quarantine(entry, e.version)
+            report.unreadable += 1
+        except Exception:
+            report.errors += 1
+            log.exception("supervisor: could not report unreadable order %s", entry.order_id)

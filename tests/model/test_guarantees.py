@@ -16,13 +16,15 @@ compensated order has nothing left standing, and every failure reached an operat
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -33,8 +35,8 @@ from shared.domain.state import CompensationState, ProcessState, RetryPolicy, ex
 from shared.domain.workflow import ORDER_FULFILMENT
 from shared.handlers.agent import Agent, AgentRetryPolicy
 from shared.handlers.intake import IntakeHandler
-from shared.handlers.notify import Notifier
 from shared.handlers.operator import Operator, ResubmitRefused
+from shared.handlers.relay import EffectRelay
 from shared.handlers.scheduler import Scheduler
 from shared.handlers.supervisor import Supervisor
 from tests.conftest import FakeClock
@@ -65,6 +67,7 @@ class ModelServices:
     def __init__(self) -> None:
         self.status: dict[tuple[str, str], str] = {}  # (service, do-key) -> applied/undone/voided
         self.owner: dict[tuple[str, str], tuple[str, str]] = {}  # -> (order, step)
+        self.log: list[str] = []  # every call that reached a service, for a failure's message
 
     def do(self, service: str, key: str, order_id: str, step: str) -> dict[str, Any]:
         current = self.status.get((service, key))
@@ -103,6 +106,9 @@ class ModelClient:
     def call(self, operation: str, idempotency_key: str, body: dict[str, Any],
              timeout: float) -> dict[str, Any]:
         outcome = self._machine.outcome()
+        target = body.get("compensates") or idempotency_key
+        self._model.log.append(f"{self._service} {operation} {target} for {body['order_id']}:"
+                               f" {outcome}")
         if outcome == "transient":
             raise TransientServiceError("HTTP 503")
         undo = "compensates" in body
@@ -135,28 +141,29 @@ class PipelineMachine(RuleBasedStateMachine):
         self.queues = FakeQueues(self.clock, self.fault)
         self.alerts = FakeAlertSink(self.fault)
         self.model = ModelServices()
-        notifier = Notifier(self.queues, self.alerts)
         workflow = ORDER_FULFILMENT
-        policy = RetryPolicy(
+        self.policy = RetryPolicy(
             failure_threshold=3,
             backoff=exponential_backoff(timedelta(seconds=5), timedelta(seconds=20)),
             pending_grace=timedelta(seconds=10),
             compensation_threshold=3,
+            rescue_threshold=3,
         )
+        relay = EffectRelay(store=self.store, sender=self.queues, alerts=self.alerts,
+                            workflow=workflow, agent_queues=AGENT_QS,
+                            scheduler_queue=SCHEDULER_Q, clock=self.clock)
         self.intake = IntakeHandler(
             store=self.store, rejections=FakeRejections(self.fault), alerts=self.alerts,
-            sender=self.queues, notifier=notifier, workflow=workflow,
-            scheduler_queue=SCHEDULER_Q, reply_allowed=lambda q: True, clock=self.clock)
-        self.scheduler = Scheduler(
-            instance_id="s1", store=self.store, sender=self.queues, notifier=notifier,
-            workflow=workflow, agent_queues=AGENT_QS, clock=self.clock)
-        self.supervisor = Supervisor(
-            store=self.store, sender=self.queues, notifier=notifier, policy=policy,
-            scheduler_queue=SCHEDULER_Q, clock=self.clock)
+            relay=relay, workflow=workflow, pending_grace=self.policy.pending_grace,
+            reply_allowed=lambda q: True, clock=self.clock)
+        self.scheduler = Scheduler(instance_id="s1", store=self.store, relay=relay,
+                                   workflow=workflow, clock=self.clock)
+        self.supervisor = Supervisor(store=self.store, relay=relay, alerts=self.alerts,
+                                     policy=self.policy, workflow=workflow, clock=self.clock)
         self.operator = Operator(
-            store=self.store, alerts=None, rejected=None, queues=None,  # type: ignore[arg-type]
-            sender=self.queues, scheduler_queue=SCHEDULER_Q, checked_queues=[],
-            pending_grace=policy.pending_grace, clock=self.clock)
+            store=self.store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
+            queues=None, checked_queues=[],  # type: ignore[arg-type]
+            pending_grace=self.policy.pending_grace, clock=self.clock)
         self.agents = {
             name: Agent(
                 name=name, client=ModelClient(name, self.model, self),  # type: ignore[arg-type]
@@ -243,6 +250,16 @@ class PipelineMachine(RuleBasedStateMachine):
     def time_passes(self, seconds: int) -> None:
         self.clock.advance(seconds=seconds)
 
+    @rule(data=st.data())
+    def everything_settles(self, data: st.DataObject) -> None:
+        """A quiet while: every message handled and time running on, with remote calls still
+        going either way, so that later rules (a resubmit above all) meet settled orders."""
+        self.draw_outcome = lambda: data.draw(OUTCOMES, label="remote call")
+        try:
+            self.time_runs_on()
+        finally:
+            self.draw_outcome = None
+
     @precondition(lambda self: bool(self.store.states))
     @rule(i=st.integers(0, len(ORDER_IDS) - 1), force=st.booleans(), fault=FAULTS)
     def operator_resubmits(self, i: int, force: bool, fault: tuple[int, str] | None) -> None:
@@ -251,10 +268,8 @@ class PipelineMachine(RuleBasedStateMachine):
             return
 
         def resubmit() -> None:
-            try:
+            with contextlib.suppress(ResubmitRefused):
                 self.operator.resubmit(oid, "cause fixed", force=force)
-            except ResubmitRefused:
-                pass
 
         self.run(fault, resubmit)
 
@@ -264,21 +279,36 @@ class PipelineMachine(RuleBasedStateMachine):
     def no_business_effect_stands_twice(self) -> None:
         for oid in self.store.states:
             twice = {step: n for step, n in self.model.standing(oid).items() if n > 1}
-            assert not twice, f"{oid}: work standing more than once at the services: {twice}"
+            assert not twice, (f"{oid}: work standing more than once at the services: {twice}\n"
+                               + self.story(oid))
+
+    def story(self, oid: str) -> str:
+        state = self.store.states[oid]
+        return "\n".join([
+            *(line for line in self.model.log if f" for {oid}:" in line),
+            f"history: {state.history}",
+            f"steps: {[s.to_dict() for s in state.steps]}",
+            "effects: " + repr([(k, v) for k, v in self.model.status.items()
+                                if self.model.owner[k][0] == oid]),
+        ])
 
     def teardown(self) -> None:
         self.time_runs_on()
         for oid, state in self.store.states.items():
+            event(f"{state.process_state.value}, compensation {state.compensation}, "
+                  f"generation {state.generation}")
             assert state.is_settled, (
                 f"{oid} is stuck: {state.process_state} compensation {state.compensation}, "
                 f"steps {[(s.name, s.status.value) for s in state.steps]}")
             standing = self.model.standing(oid)
             if state.process_state is ProcessState.PROCESSED:
                 assert standing == Counter(dict.fromkeys(SERVICE_OF_STEP, 1)), (
-                    f"{oid} is Processed but its work at the services is {dict(standing)}")
+                    f"{oid} is Processed but its work at the services is {dict(standing)}\n"
+                    + self.story(oid))
             elif state.compensation is CompensationState.DONE:
                 assert not standing, (
-                    f"{oid} reads compensated but its work still stands: {dict(standing)}")
+                    f"{oid} reads compensated but its work still stands: {dict(standing)}\n"
+                    + self.story(oid))
             failures = len(state.history) + (state.process_state is ProcessState.ERROR)
             failed_alerts = len(self.alerts.of(oid, ORDER_FAILED))
             assert failed_alerts >= failures, (
@@ -297,15 +327,19 @@ class PipelineMachine(RuleBasedStateMachine):
             for q in WORK_QUEUES:
                 while self.queues.visible(q):
                     self.process(q, 0, None)
+            # Quiet: every order settled, nothing left to handle, and every settled order's
+            # effects carried out (it leaves the in-flight index last).
             if all(s.is_settled for s in self.store.states.values()) and not any(
-                    self.queues.queues.get(q) for q in WORK_QUEUES):
+                    self.queues.queues.get(q) for q in WORK_QUEUES) and not self.store.index:
                 return
             self.clock.advance(seconds=5)
             self.supervisor.tick()
 
 
-PipelineMachine.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=40, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+settings.register_profile("default", max_examples=400, stateful_step_count=50,
+                          deadline=None, suppress_health_check=list(HealthCheck))
+# make soak: a longer search (about ten minutes); HYPOTHESIS_SEED repeats a run.
+settings.register_profile("soak", max_examples=20_000, stateful_step_count=80,
+                          deadline=None, suppress_health_check=list(HealthCheck))
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 TestPipelineGuarantees = PipelineMachine.TestCase

@@ -1,0 +1,27 @@
+"""What an operator is told: an alert names its kind, the order and the reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+
+class AlertKind(StrEnum):
+    # An Azure Monitor alert rule matches on these names (infra/app/alerts.bicep).
+    ORDER_FAILED = "OrderFailed"
+    COMPENSATION_FAILED = "CompensationFailed"
+    ORDER_CONFLICT = "OrderConflict"
+    RECORD_UNREADABLE = "RecordUnreadable"
+
+
+@dataclass(frozen=True)
+class OperatorAlert:
+    kind: AlertKind
+    order_id: str
+    reason: str
+    at: datetime
+    step: str | None = None
+    # The same alert raised twice (a retried message, a crash and a replay) has the same key, so
+    # the operator sees it once.
+    key: str = ""

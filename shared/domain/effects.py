@@ -1,0 +1,87 @@
+"""What a committed transition causes outside the state record: its outbox.
+
+A transition writes its effects into the state record in the same conditional write as the new
+state, so an effect can never be lost between the write and the send: whoever finds the record
+can carry it out (``shared/handlers/relay.py``). Effects are carried out at least once, so each is
+harmless twice: alerts and status messages carry a key fixed when they were recorded, a dispatch
+names its step's attempt (a second copy is a stale reply), a command is refused by a record that
+moved on, and forgetting is idempotent.
+
+Order matters: alerts, then status, then commands, then the dispatch, then forgetting. Whatever
+follows a dispatch (the Agent's reply) therefore proves everything before it was done.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
+
+from shared.domain.alerts import AlertKind
+from shared.domain.messages import Action, CommandKind, StatusEvent
+
+
+class _Effect(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RaiseAlert(_Effect):
+    kind: Literal["alert"] = "alert"
+    alert: AlertKind
+    reason: str
+    at: AwareDatetime
+    key: str
+    step: str | None = None
+
+
+class SendStatus(_Effect):
+    kind: Literal["status"] = "status"
+    event: StatusEvent
+    at: AwareDatetime
+    id: str
+    step: str | None = None
+    detail: str | None = None
+
+
+class SendCommand(_Effect):
+    kind: Literal["command"] = "command"
+    command: CommandKind
+    reason: str
+    # A retry after a backoff: the command stays invisible until then, however often it is sent.
+    not_before: AwareDatetime | None = None
+
+
+class Dispatch(_Effect):
+    kind: Literal["dispatch"] = "dispatch"
+    step: str
+    action: Action
+    attempt: int
+
+
+class Forget(_Effect):
+    """The order has settled: drop this generation's entry from the in-flight index."""
+
+    kind: Literal["forget"] = "forget"
+    generation: int
+
+
+Effect = Annotated[RaiseAlert | SendStatus | SendCommand | Dispatch | Forget,
+                   Field(discriminator="kind")]
+OUTBOX: TypeAdapter[list[Effect]] = TypeAdapter(list[Effect])
+
+
+def outbox_to_json(effects: list[Effect]) -> str:
+    return OUTBOX.dump_json(effects).decode()
+
+
+def outbox_from_json(text: str | None) -> list[Effect]:
+    return OUTBOX.validate_json(text) if text else []
+
+
+def has_dispatch(effects: list[Effect]) -> bool:
+    return any(isinstance(e, Dispatch) for e in effects)
+
+
+def delay_until(not_before: datetime | None, now: datetime) -> float:
+    return max(0.0, (not_before - now).total_seconds()) if not_before else 0.0

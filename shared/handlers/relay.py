@@ -1,0 +1,121 @@
+"""The one piece of code that carries out what a committed transition caused.
+
+The Scheduler, the Supervisor, intake and the operator all write a transition with its outbox
+(``shared/domain/effects.py``) and then hand the saved record here. If this process dies or a
+send fails half-way, nothing is lost: the outbox is still on the record, and it is carried out
+again by the redelivery of the message that caused it, or by the Supervisor once the record's
+deadline passes. Every effect is harmless twice.
+
+An outbox holding a dispatch is confirmed afterwards (one small conditional write), so the
+Supervisor can tell a request that was never sent (send it again, free) from an Agent that did
+not answer in time (a failure that counts). Other outboxes need no confirming: the next
+transition, or leaving the in-flight index, shows they were carried out.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from shared.adapters.alerts import AlertSink
+from shared.adapters.queues import MessageSender, QueueNotFound
+from shared.adapters.state_store import ConcurrencyConflict, OrderStore
+from shared.clock import Clock
+from shared.domain.alerts import OperatorAlert
+from shared.domain.effects import (
+    Dispatch,
+    Forget,
+    RaiseAlert,
+    SendCommand,
+    SendStatus,
+    delay_until,
+)
+from shared.domain.messages import (
+    Action,
+    AgentRequest,
+    SchedulerCommand,
+    StatusUpdate,
+    undo_key,
+)
+from shared.domain.state import OrderState
+from shared.domain.workflow import Workflow
+
+log = logging.getLogger(__name__)
+
+
+class OrderRowMissing(LookupError):
+    """A step must be dispatched but the order it carries is gone from the store."""
+
+
+class EffectRelay:
+    def __init__(self, *, store: OrderStore, sender: MessageSender, alerts: AlertSink,
+                 workflow: Workflow, agent_queues: dict[str, str], scheduler_queue: str,
+                 clock: Clock) -> None:
+        self._store = store
+        self._sender = sender
+        self._alerts = alerts
+        self._workflow = workflow
+        self._agent_queues = agent_queues
+        self._scheduler_queue = scheduler_queue
+        self._clock = clock
+
+    def carry_out(self, state: OrderState, order: dict[str, Any] | None = None) -> OrderState:
+        """Carry out the record's outbox; returns the record as it now stands in the store."""
+        for effect in state.outbox:
+            if isinstance(effect, RaiseAlert):
+                self._alerts.raise_alert(OperatorAlert(
+                    effect.alert, state.order_id, effect.reason, effect.at, effect.step,
+                    effect.key))
+            elif isinstance(effect, SendStatus):
+                self._status(state, effect)
+            elif isinstance(effect, SendCommand):
+                cmd = SchedulerCommand(kind=effect.command, order_id=state.order_id,
+                                       reason=effect.reason, outbox_seq=state.outbox_seq)
+                delay = delay_until(effect.not_before, self._clock())
+                self._sender.send(self._scheduler_queue, cmd.to_json(), timedelta(seconds=delay))
+            elif isinstance(effect, Dispatch):
+                order = self._dispatch(state, effect, order)
+            elif isinstance(effect, Forget):
+                self._store.forget(state.order_id, effect.generation)
+        if not state.dispatch_unconfirmed:
+            return state
+        try:
+            return self._store.confirm_outbox(state)
+        except ConcurrencyConflict:
+            return state  # the record moved on (the reply came first): nothing to confirm
+
+    def _status(self, state: OrderState, effect: SendStatus) -> None:
+        if not state.reply_to:
+            return
+        update = StatusUpdate(order_id=state.order_id, event=effect.event, at=effect.at,
+                              step=effect.step, detail=effect.detail, event_id=effect.id)
+        try:
+            self._sender.send(state.reply_to, update.to_json())
+        except QueueNotFound as e:
+            # The submitter's queue is gone: their loss, and no reason to stop the order.
+            log.warning("status %s for %s not sent: %s", effect.event, state.order_id, e)
+
+    def _dispatch(self, state: OrderState, effect: Dispatch,
+                  order: dict[str, Any] | None) -> dict[str, Any]:
+        step = state.step(effect.step)
+        if order is None:
+            stored = self._store.load(state.order_id)
+            if stored is None:
+                raise OrderRowMissing(f"order {state.order_id}: no order row to dispatch")
+            order = stored.order
+        if step.work_key is None or step.complete_by is None or step.attempt != effect.attempt:
+            raise ValueError(f"order {state.order_id}: outbox names {effect} but the step reads "
+                             f"{step}")  # a transition wrote an outbox that contradicts it
+        definition = self._workflow.step(step.name)
+        undo = effect.action is Action.UNDO
+        request = AgentRequest(
+            order_id=state.order_id, step=step.name, action=effect.action,
+            operation=definition.operation_for(effect.action), attempt=step.attempt,
+            complete_by=step.complete_by,
+            idempotency_key=undo_key(step.work_key) if undo else step.work_key,
+            compensates=step.work_key if undo else None,
+            order=order, outbox_seq=state.outbox_seq,
+        )
+        self._sender.send(self._agent_queues[definition.agent], request.to_json())
+        return order
