@@ -74,6 +74,7 @@ var appSettings = {
   SupervisorSchedule: '*/30 * * * * *'
   FailureThreshold: '3'
   CompensationFailureThreshold: '10'
+  RescueThreshold: '5'
   RetryBackoffSeconds: '5'
   RetryBackoffMaxSeconds: '300'
   PendingGraceSeconds: '60'

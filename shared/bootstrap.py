@@ -103,7 +103,7 @@ def build(settings: Settings, *, clock: Clock = utc_now,
         intake=IntakeHandler(
             store=store, rejections=TableRejectionStore(
                 tables.get_table_client(settings.rejected_table)),
-            alerts=alerts, relay=relay, workflow=workflow, pending_grace=policy.pending_grace,
+            alerts=alerts, relay=relay, workflow=workflow,
             reply_allowed=settings.reply_queue_allowed, clock=clock),
         scheduler=Scheduler(instance_id=settings.scheduler_instance_id, store=store,
                             relay=relay, workflow=workflow, clock=clock),

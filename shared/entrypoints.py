@@ -25,12 +25,16 @@ def intake(msg: func.ServiceBusMessage) -> None:
     bootstrap.container().intake.handle(msg.message_id, msg.get_body(), msg.delivery_count or 1)
 
 
+def _redelivered(msg: func.QueueMessage) -> bool:
+    return (msg.dequeue_count or 1) > 1
+
+
 def scheduler_command(msg: func.QueueMessage) -> None:
-    bootstrap.container().scheduler.handle_command(msg.get_body().decode())
+    bootstrap.container().scheduler.handle_command(msg.get_body().decode(), _redelivered(msg))
 
 
 def scheduler_reply(msg: func.QueueMessage) -> None:
-    bootstrap.container().scheduler.handle_reply(msg.get_body().decode())
+    bootstrap.container().scheduler.handle_reply(msg.get_body().decode(), _redelivered(msg))
 
 
 def agent(name: str, msg: func.QueueMessage) -> None:

@@ -221,16 +221,17 @@ def exponential_backoff(base: timedelta, cap: timedelta) -> Callable[[int], time
     return delay
 
 
-def receive(order_id: str, workflow: Workflow, now: datetime, pending_grace: timedelta,
+def receive(order_id: str, workflow: Workflow, now: datetime,
             reply_to: str | None = None) -> OrderState:
     """A new order's first state: Pending, with a start command (and "received") to send."""
+    # CompleteBy stays null, as the contract says; the Supervisor allows it the pending grace
+    # from CreatedAt.
     state = OrderState(
         order_id=order_id,
         process_state=ProcessState.PENDING,
         steps=[StepState(name=s.name) for s in workflow.steps],
         created_at=now,
         updated_at=now,
-        complete_by=now + pending_grace,
         reply_to=reply_to,
     )
     _emit(state, Cause.INTAKE, now, [Event("received")], SendCommand(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 
 from shared.adapters.alerts import AlertSink
@@ -37,14 +37,13 @@ class IntakeResult:
 
 class IntakeHandler:
     def __init__(self, *, store: OrderStore, rejections: RejectionStore, alerts: AlertSink,
-                 relay: EffectRelay, workflow: Workflow, pending_grace: timedelta,
+                 relay: EffectRelay, workflow: Workflow,
                  reply_allowed: Callable[[str], bool], clock: Clock) -> None:
         self._store = store
         self._rejections = rejections
         self._alerts = alerts
         self._relay = relay
         self._workflow = workflow
-        self._pending_grace = pending_grace
         self._reply_allowed = reply_allowed
         self._clock = clock
 
@@ -62,7 +61,7 @@ class IntakeHandler:
             log.warning("order message %s rejected: %s", message_id, reason)
             return IntakeResult(IntakeOutcome.INVALID, None, reason)
 
-        state = receive(order.order_id, self._workflow, now, self._pending_grace, order.reply_to)
+        state = receive(order.order_id, self._workflow, now, order.reply_to)
         # Index first: an order the Supervisor can see is never lost, whatever happens next.
         indexed_now = self._store.track(order.order_id, state.generation, now)
         try:

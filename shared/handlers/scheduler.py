@@ -57,20 +57,23 @@ class Scheduler:
         self._workflow = workflow
         self._clock = clock
 
-    def handle_command(self, body: str) -> SchedulerResult:
+    def handle_command(self, body: str, redelivered: bool = False) -> SchedulerResult:
+        """``redelivered``: an earlier delivery of this message failed or died."""
         cmd = SchedulerCommand.model_validate_json(body)
         if cmd.kind is CommandKind.START:
-            return self._transact(cmd.order_id, Cause.START, lambda s: claim(
+            return self._transact(cmd.order_id, Cause.START, redelivered, lambda s: claim(
                 s, self.instance_id, self._clock(), self._workflow, cmd.outbox_seq))
-        return self._transact(cmd.order_id, Cause.COMPENSATE, lambda s: begin_compensation(
-            s, self.instance_id, self._clock(), self._workflow, cmd.outbox_seq))
+        return self._transact(cmd.order_id, Cause.COMPENSATE, redelivered,
+                              lambda s: begin_compensation(s, self.instance_id, self._clock(),
+                                                           self._workflow, cmd.outbox_seq))
 
-    def handle_reply(self, body: str) -> SchedulerResult:
+    def handle_reply(self, body: str, redelivered: bool = False) -> SchedulerResult:
         reply = AgentReply.model_validate_json(body)
-        return self._transact(reply.order_id, reply_cause(reply), lambda s: apply_reply(
-            s, reply, self.instance_id, self._clock(), self._workflow))
+        return self._transact(reply.order_id, reply_cause(reply), redelivered,
+                              lambda s: apply_reply(s, reply, self.instance_id, self._clock(),
+                                                    self._workflow))
 
-    def _transact(self, order_id: str, cause: str,
+    def _transact(self, order_id: str, cause: str, redelivered: bool,
                   transition: Callable[[OrderState], Transition]) -> SchedulerResult:
         for _ in range(MAX_CONFLICT_RETRIES):
             stored = self._store.load(order_id)
@@ -80,9 +83,11 @@ class Scheduler:
             try:
                 t = transition(stored.state)
             except IllegalTransition as e:
-                if stored.state.outbox and stored.state.outbox_cause == cause:
-                    # This message's transition was saved by an earlier delivery that did not
-                    # finish its effects (or we cannot tell): finish them. Each is harmless twice.
+                if redelivered and stored.state.outbox and stored.state.outbox_cause == cause:
+                    # This message's transition was saved by an earlier delivery that failed
+                    # or died before finishing its effects (or we cannot tell): finish them.
+                    # Each is harmless twice. A first delivery that lost a race leaves the
+                    # winner to finish its own.
                     self._relay.carry_out(stored.state, stored.order)
                     return SchedulerResult(Outcome.REPLAYED, str(e))
                 log.info("ignored: %s", e)

@@ -54,7 +54,8 @@ def make_pipeline(app_env: Callable[..., dict[str, str]], clock: FakeClock
 @pytest.fixture
 def pipeline(make_pipeline: Callable[..., Pipeline]) -> Pipeline:
     return make_pipeline(FailureThreshold="3", RetryBackoffSeconds="1",
-                         RetryBackoffMaxSeconds="4", PendingGraceSeconds="10")
+                         RetryBackoffMaxSeconds="4", PendingGraceSeconds="10",
+                         RescueThreshold="3")
 
 
 @dataclass

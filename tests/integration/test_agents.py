@@ -10,7 +10,7 @@ import pytest
 
 from shared.adapters.remote_service import RemoteServiceClient
 from shared.circuit_breaker import CircuitBreaker
-from shared.domain.messages import Action, AgentRequest, idempotency_key
+from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
 from shared.handlers.agent import Agent, AgentRetryPolicy
 from tests.integration.conftest import RunningHost
 from tests.integration.helpers import drain_json, entities
@@ -20,10 +20,12 @@ SIM_ONLY = {"simulated_service"}
 
 def request(action: Action = Action.DO, seconds: float = 5, attempt: int = 1,
             order_id: str = "o-1", operation: str = "charge") -> str:
+    work = new_work_key(order_id, "charge_payment")
     return AgentRequest(
         order_id=order_id, step="charge_payment", action=action, operation=operation,
         attempt=attempt, complete_by=datetime.now(UTC) + timedelta(seconds=seconds),
-        idempotency_key=idempotency_key(order_id, "charge_payment", action),
+        idempotency_key=undo_key(work) if action is Action.UNDO else work,
+        compensates=work if action is Action.UNDO else None,
         order={"order_id": order_id},
     ).to_json()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shared.domain.messages import Action, AgentRequest, idempotency_key
+from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
 from tests.conftest import wait_until
 from tests.integration.conftest import RunningHost
 from tests.integration.helpers import entities, function, order, sb_message
@@ -33,7 +33,8 @@ def test_refused_payment_undoes_the_reservation_exactly_once(run_host: Any) -> N
     h.container.agents["payment"].handle(AgentRequest(
         order_id="o-1", step="charge_payment", action=Action.UNDO, operation="refund",
         attempt=1, complete_by=h.container.scheduler._clock().replace(year=2100),
-        idempotency_key=idempotency_key("o-1", "charge_payment", Action.UNDO),
+        idempotency_key=undo_key(new_work_key("o-1", "charge_payment")),
+        compensates=new_work_key("o-1", "charge_payment"),
         order={}).to_json())
     final = wait_until(lambda: settled(h, "o-1"), timeout=30, message="order settled")
     assert isinstance(final, dict)
@@ -50,7 +51,8 @@ def test_refused_payment_undoes_the_reservation_exactly_once(run_host: Any) -> N
     again = h.container.agents["inventory"].handle(AgentRequest(
         order_id="o-1", step="reserve_inventory", action=Action.UNDO, operation="release",
         attempt=2, complete_by=h.container.scheduler._clock().replace(year=2100),
-        idempotency_key=idempotency_key("o-1", "reserve_inventory", Action.UNDO),
+        idempotency_key=undo_key(new_work_key("o-1", "reserve_inventory")),
+        compensates=new_work_key("o-1", "reserve_inventory"),
         order={}).to_json())
     assert again is not None and again.result and again.result["duplicate"] is True
     replies_before = h.host.stats.invocations["scheduler_replies"]

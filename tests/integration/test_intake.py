@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 from azure.core.exceptions import ServiceRequestError
@@ -30,7 +31,8 @@ def test_accepted_order_is_stored_atomically_with_the_brief_state(env: dict[str,
     assert state.get("LockedBy") is None and state.get("CompleteBy") is None
     assert json.loads(rows["order"]["Document"])["customer_id"] == "c-1"
     assert [c["order_id"] for c in drain_json(env["SchedulerQueueName"])] == ["o-1"]
-    assert [e["RowKey"] for e in entities(env["InFlightTableName"])] == ["o-1"]
+    assert [(e["OrderID"], e["Generation"]) for e in entities(env["InFlightTableName"])] == [
+        ("o-1", 0)]
 
 
 def test_redelivery_of_the_same_order_changes_nothing(env: dict[str, str]) -> None:
@@ -104,3 +106,56 @@ def test_storage_outage_raises_so_service_bus_redelivers(
     with pytest.raises(ServiceRequestError):
         intake(msg=sb_message(order("o-1")))
     assert entities(env["RejectedOrdersTableName"]) == []
+
+
+def _process(order_id: str, env: dict[str, str]) -> None:
+    from tests.integration.test_scheduler import reply
+
+    s = bootstrap.container().scheduler
+    (cmd,) = drain_json(env["SchedulerQueueName"])
+    s.handle_command(json.dumps(cmd))
+    for q in ("InventoryRequestsQueueName", "PaymentRequestsQueueName",
+              "ShippingRequestsQueueName"):
+        (req,) = drain_json(env[q])
+        s.handle_reply(reply(req))
+
+
+def test_redelivery_of_a_settled_order_leaves_no_index_entry(env: dict[str, str]) -> None:
+    intake(msg=sb_message(order("o-1")))
+    _process("o-1", env)
+    assert entities(env["InFlightTableName"]) == []
+    assert intake(msg=sb_message(order("o-1"), delivery_count=2)) is None
+    assert entities(env["InFlightTableName"]) == []
+    assert drain_json(env["SchedulerQueueName"]) == []
+
+
+def test_redelivery_never_takes_an_index_entry_that_was_not_its_own(
+        env: dict[str, str]) -> None:
+    """A settled order whose effects are not known done keeps its entry for the Supervisor."""
+    c = bootstrap.container()
+    intake(msg=sb_message(order("o-1")))
+    real_forget = c.store.forget
+    c.store.forget = lambda *a: None  # type: ignore[method-assign]  # the Scheduler died there
+    _process("o-1", env)
+    c.store.forget = real_forget  # type: ignore[method-assign]
+    intake(msg=sb_message(order("o-1"), delivery_count=2))
+    assert [e["OrderID"] for e in entities(env["InFlightTableName"])] == ["o-1"]
+
+
+def test_redelivery_during_a_supervisor_backoff_sends_no_start(env: dict[str, str]) -> None:
+    c = bootstrap.container()
+    intake(msg=sb_message(order("o-1")))
+    (cmd,) = drain_json(env["SchedulerQueueName"])
+    c.scheduler.handle_command(json.dumps(cmd))
+    drain_json(env["InventoryRequestsQueueName"])  # the Agent never answers
+    st = c.store.get_state("o-1")
+    assert st is not None
+    # The Supervisor reset it (as at complete-by): Pending, waiting out a backoff.
+    from shared.domain.state import supervise
+
+    decision = supervise(st, st.complete_by + timedelta(seconds=1),  # type: ignore[operator]
+                         c.supervisor._policy, c.workflow)
+    assert decision is not None
+    c.store.save(decision.state)
+    intake(msg=sb_message(order("o-1"), delivery_count=2))
+    assert drain_json(env["SchedulerQueueName"]) == []  # the backoff stands

@@ -32,7 +32,8 @@ def accept(p: Pipeline, order_id: str = "o-1", **changes: Any) -> str:
 def reply(request: dict[str, Any], outcome: str = "ok", error: str | None = None) -> str:
     return AgentReply(order_id=request["order_id"], step=request["step"],
                       action=request["action"], attempt=request["attempt"],
-                      outcome=outcome, error=error).to_json()  # type: ignore[arg-type]
+                      outcome=outcome, error=error,  # type: ignore[arg-type]
+                      outbox_seq=request.get("outbox_seq")).to_json()
 
 
 def state(p: Pipeline, order_id: str = "o-1") -> dict[str, Any]:
@@ -129,33 +130,81 @@ def test_reply_from_an_attempt_the_supervisor_replaced_is_ignored(pipeline: Pipe
     assert c.scheduler.handle_reply(reply(second)).outcome is Outcome.APPLIED
 
 
-def test_scheduler_dying_between_claim_and_dispatch_is_recovered(pipeline: Pipeline) -> None:
-    env, c = pipeline.env, pipeline.container
-    cmd = accept(pipeline)
-    dying = pipeline.sibling("doomed")
+class Died(Exception):
+    pass
 
-    class Died(Exception):
-        pass
+
+def dying_sibling(p: Pipeline, fails: str = "send") -> Any:
+    """Another instance whose queue sends (or alert writes) fail, as if it died right there."""
+    c = p.sibling("doomed")
 
     def die(*a: object, **k: object) -> None:
         raise Died
 
-    dying.scheduler._sender.send = die  # type: ignore[method-assign]
+    target = c.scheduler._relay._alerts if fails == "alert" else c.scheduler._relay._sender
+    setattr(target, "raise_alert" if fails == "alert" else "send", die)
+    return c
+
+
+def test_a_redelivered_command_finishes_the_dispatch_its_first_delivery_did_not_send(
+        pipeline: Pipeline) -> None:
+    env, c = pipeline.env, pipeline.container
+    cmd = accept(pipeline)
     with pytest.raises(Died):
-        dying.scheduler.handle_command(cmd)
+        dying_sibling(pipeline).scheduler.handle_command(cmd)
     st = state(pipeline)
     assert st["ProcessState"] == "Processing" and st["LockedBy"] == "doomed"
     assert drain_json(env["InventoryRequestsQueueName"]) == []
-    # The redelivered command finds the order taken and leaves it alone...
-    assert c.scheduler.handle_command(cmd).outcome is Outcome.IGNORED
-    # ...and once its complete-by passes, the Supervisor hands it back.
-    pipeline.clock.advance(seconds=31)
-    assert c.supervisor.tick().retried == 1
-    (retry,) = drain_json_eventually(pipeline, "SchedulerQueueName")
-    assert c.scheduler.handle_command(json.dumps(retry)).outcome is Outcome.APPLIED
+    # The host redelivers the command: the claim stands, its dispatch goes now.
+    assert c.scheduler.handle_command(cmd, redelivered=True).outcome is Outcome.REPLAYED
     (req,) = drain_json(env["InventoryRequestsQueueName"])
-    assert req["attempt"] == 2
-    assert state(pipeline)["FailureCount"] == 1
+    assert (req["attempt"], req["idempotency_key"]) == (1, "o-1.reserve_inventory.do")
+    st = state(pipeline)
+    assert st["FailureCount"] == 0 and json.loads(st["Outbox"]) == []  # confirmed sent
+    # A first delivery that merely lost the race leaves the winner to send its own.
+    assert c.scheduler.handle_command(cmd).outcome is Outcome.IGNORED
+
+
+def test_a_dispatch_never_sent_is_sent_again_by_the_supervisor_without_a_failure(
+        pipeline: Pipeline) -> None:
+    env, c = pipeline.env, pipeline.container
+    cmd = accept(pipeline)
+    with pytest.raises(Died):
+        dying_sibling(pipeline).scheduler.handle_command(cmd)
+    # No redelivery (say the command went to the poison queue): at complete-by the record
+    # shows the request was never confirmed sent, so it goes again, and no failure counts.
+    pipeline.clock.advance(seconds=31)
+    assert c.supervisor.tick().redispatched == 1
+    (req,) = drain_json(env["InventoryRequestsQueueName"])
+    st = state(pipeline)
+    assert (req["attempt"], st["FailureCount"], st["Rescues"]) == (1, 0, 1)
+    assert req["complete_by"] > pipeline.clock.now.isoformat()  # a fresh budget
+    # The Agent answers that attempt: the order goes on as if nothing happened.
+    assert c.scheduler.handle_reply(reply(req)).outcome is Outcome.APPLIED
+    assert state(pipeline)["Rescues"] == 0
+
+
+def test_an_alert_the_store_failed_to_write_is_raised_by_the_retry(pipeline: Pipeline) -> None:
+    """Bug 5: the transition was saved, the alert write failed, the retry was ignored."""
+    env, c = pipeline.env, pipeline.container
+    c.scheduler.handle_command(accept(pipeline))
+    (req,) = drain_json(env["InventoryRequestsQueueName"])
+    c.scheduler.handle_reply(reply(req))
+    (pay,) = drain_json(env["PaymentRequestsQueueName"])
+    refusal = reply(pay, "permanent_error", "HTTP 422 card declined")
+    with pytest.raises(Died):
+        dying_sibling(pipeline, fails="alert").scheduler.handle_reply(refusal)
+    assert state(pipeline)["ProcessState"] == "Error"
+    assert entities(env["OperatorAlertsTableName"]) == []
+    assert drain_json(env["InventoryRequestsQueueName"]) == []
+    assert c.scheduler.handle_reply(refusal, redelivered=True).outcome is Outcome.REPLAYED
+    (alert,) = entities(env["OperatorAlertsTableName"])
+    assert (alert["Kind"], alert["OrderID"]) == ("OrderFailed", "o-1")
+    (undo,) = drain_json(env["InventoryRequestsQueueName"])
+    assert (undo["action"], undo["compensates"]) == ("undo", "o-1.reserve_inventory.do")
+    # Once more (another retry): still one alert, and the undo is the same request again.
+    c.scheduler.handle_reply(refusal, redelivered=True)
+    assert len(entities(env["OperatorAlertsTableName"])) == 1
 
 
 def test_permanent_error_fails_alerts_and_starts_compensation(pipeline: Pipeline) -> None:
@@ -172,8 +221,8 @@ def test_permanent_error_fails_alerts_and_starts_compensation(pipeline: Pipeline
     assert (alert["Kind"], alert["OrderID"], alert["Step"]) == (
         "OrderFailed", "o-1", "charge_payment")
     (undo,) = drain_json(env["InventoryRequestsQueueName"])
-    assert (undo["action"], undo["operation"], undo["idempotency_key"]) == (
-        "undo", "release", "o-1.reserve_inventory.undo")
+    assert (undo["action"], undo["operation"], undo["idempotency_key"], undo["compensates"]) == (
+        "undo", "release", "o-1.reserve_inventory.do.undo", "o-1.reserve_inventory.do")
     s.handle_reply(reply(undo))
     st = state(pipeline)
     assert st["Compensation"] == "Done"
@@ -211,22 +260,15 @@ def test_dying_before_dispatching_the_undo_still_raises_the_alert(pipeline: Pipe
     (req,) = drain_json(env["InventoryRequestsQueueName"])
     c.scheduler.handle_reply(reply(req))
     (pay,) = drain_json(env["PaymentRequestsQueueName"])
-    dying = pipeline.sibling("doomed")
-
-    def die(*a: object, **k: object) -> None:
-        raise RuntimeError("process died")
-
-    dying.scheduler._sender.send = die  # type: ignore[method-assign]
-    with pytest.raises(RuntimeError):
-        dying.scheduler.handle_reply(reply(pay, "permanent_error", "HTTP 422 card declined"))
+    with pytest.raises(Died):
+        dying_sibling(pipeline).scheduler.handle_reply(
+            reply(pay, "permanent_error", "HTTP 422 card declined"))
     (alert,) = entities(env["OperatorAlertsTableName"])
     assert (alert["Kind"], alert["OrderID"]) == ("OrderFailed", "o-1")
-    # The undo was never sent; the Supervisor finds it overdue and has it sent again.
+    # The undo was never sent; the Supervisor finds it overdue and sends it, free.
     assert drain_json(env["InventoryRequestsQueueName"]) == []
     pipeline.clock.advance(seconds=31)
-    assert c.supervisor.tick().retried == 1
-    (cmd,) = drain_json_eventually(pipeline, "SchedulerQueueName", timeout=5)
-    assert cmd["kind"] == "compensate"
-    c.scheduler.handle_command(json.dumps(cmd))
+    assert c.supervisor.tick().redispatched == 1
     (undo,) = drain_json(env["InventoryRequestsQueueName"])
-    assert undo["action"] == "undo"
+    assert undo["action"] == "undo" and undo["compensates"] == "o-1.reserve_inventory.do"
+    assert state(pipeline)["CompensationFailureCount"] == 0

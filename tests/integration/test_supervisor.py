@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import threading
 from datetime import timedelta
+from typing import Any
 
+from azure.core.exceptions import ServiceRequestError
 from azure.storage.queue import QueueServiceClient
 
 from shared.domain.order import parse_order
-from shared.domain.state import ProcessState, new_order_state
+from shared.domain.state import ProcessState, receive
 from shared.handlers.supervisor import TickReport
 from tests.integration.conftest import Pipeline
 from tests.integration.helpers import drain_json, entities, order, race_on_save
@@ -123,9 +125,7 @@ def test_pending_order_nobody_took_is_rescued(pipeline: Pipeline) -> None:
 
 def test_index_entry_without_an_order_is_dropped_after_the_grace(pipeline: Pipeline) -> None:
     c = pipeline.container
-    inflight = c.tables.get_table_client(pipeline.env["InFlightTableName"])
-    inflight.create_entity({"PartitionKey": "inflight", "RowKey": "ghost",
-                            "Since": pipeline.clock.now})
+    c.store.track("ghost", 0, pipeline.clock.now)  # intake died before writing the order
     assert c.supervisor.tick().forgotten == 0
     pipeline.clock.advance(seconds=11)
     assert c.supervisor.tick().forgotten == 1
@@ -136,13 +136,13 @@ def _completed_orders(p: Pipeline, n: int) -> None:
     store = p.container.store
     for i in range(n):
         o = parse_order(json.dumps(order(f"done-{i:05d}")))
-        s = new_order_state(o.order_id, p.container.workflow, p.clock.now)
+        s = receive(o.order_id, p.container.workflow, p.clock.now)
         store.create(o, s)
         s = store.get_state(o.order_id)
         assert s is not None
         s.process_state = ProcessState.PROCESSED
         store.save(s)
-        store.forget(o.order_id)
+        store.forget(o.order_id, 0)
 
 
 def test_tick_cost_does_not_grow_with_completed_orders(pipeline: Pipeline) -> None:
@@ -160,3 +160,70 @@ def test_tick_cost_does_not_grow_with_completed_orders(pipeline: Pipeline) -> No
     # Reads: one index query plus one state record per order in flight, nothing else.
     assert before["entities_read"] == 2 * 3
     assert before["requests"] == {"table.query": 1, "table.read": 3}
+
+
+def test_an_unreadable_record_is_reported_once_and_the_tick_goes_on(pipeline: Pipeline) -> None:
+    """Bug 2: one bad record stopped every tick, and every order after it was never recovered."""
+    env, c = pipeline.env, pipeline.container
+    claimed_and_lost(pipeline, "a-bad")
+    claimed_and_lost(pipeline, "b-good")
+    table = c.tables.get_table_client(env["StateTableName"])
+    bad = table.get_entity("a-bad", "state")
+    bad["ProcessState"] = "Exploded"
+    table.update_entity(bad)
+    pipeline.clock.advance(seconds=31)
+    report = c.supervisor.tick()
+    assert (report.unreadable, report.retried, report.errors) == (1, 1, 0)
+    assert state(pipeline, "b-good")["FailureCount"] == 1  # recovered all the same
+    (alert,) = entities(env["OperatorAlertsTableName"])
+    assert (alert["Kind"], alert["OrderID"]) == ("RecordUnreadable", "a-bad")
+    assert "Exploded" in alert["Reason"]
+    # Reported once: the next tick skips it quietly, until the record changes.
+    assert c.supervisor.tick().skipped == 1
+    assert len(entities(env["OperatorAlertsTableName"])) == 1
+    bad = table.get_entity("a-bad", "state")
+    bad["Steps"] = "{not json"
+    table.update_entity(bad)
+    assert c.supervisor.tick().unreadable == 1
+    assert len(entities(env["OperatorAlertsTableName"])) == 2
+
+
+def test_a_fault_on_one_order_leaves_the_rest_of_the_tick_to_run(pipeline: Pipeline) -> None:
+    c = pipeline.container
+    claimed_and_lost(pipeline, "a-first")
+    claimed_and_lost(pipeline, "b-second")
+    pipeline.clock.advance(seconds=31)
+    real_save = c.store.save
+
+    def flaky(s: Any) -> Any:
+        if s.order_id == "a-first":
+            raise ServiceRequestError("the store dropped the connection")
+        return real_save(s)
+
+    c.store.save = flaky  # type: ignore[method-assign]
+    report = c.supervisor.tick()
+    assert (report.errors, report.retried) == (1, 1)
+    c.store.save = real_save  # type: ignore[method-assign]
+    assert c.supervisor.tick().retried == 1  # the next tick tries it again
+    assert state(pipeline, "a-first")["FailureCount"] == 1
+
+
+def test_an_order_no_scheduler_can_take_is_failed_with_an_alert(pipeline: Pipeline) -> None:
+    """Bug 4: with its order row gone, a Pending order was rescued forever, silently."""
+    env, c = pipeline.env, pipeline.container
+    accept(pipeline)
+    c.tables.get_table_client(env["StateTableName"]).delete_entity("o-1", "order")
+    rescues = 0
+    for _ in range(10):
+        pipeline.clock.advance(seconds=11)
+        report = c.supervisor.tick()
+        for cmd in drain_json(env["SchedulerQueueName"]):
+            assert c.scheduler.handle_command(json.dumps(cmd)).outcome.value == "unknown_order"
+        rescues += report.rescued
+        if report.failed:
+            break
+    assert rescues == 3  # RescueThreshold (the default 5 is lowered for this pipeline)
+    st = state(pipeline)
+    assert st["ProcessState"] == "Error" and "no Scheduler took the order" in st["LastError"]
+    (alert,) = entities(env["OperatorAlertsTableName"])
+    assert (alert["Kind"], alert["OrderID"]) == ("OrderFailed", "o-1")

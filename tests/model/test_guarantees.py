@@ -46,6 +46,7 @@ from tests.fakes import (
     FakeOrderStore,
     FakeQueues,
     FakeRejections,
+    QueuedMessage,
     StorageDown,
 )
 
@@ -154,7 +155,7 @@ class PipelineMachine(RuleBasedStateMachine):
                             scheduler_queue=SCHEDULER_Q, clock=self.clock)
         self.intake = IntakeHandler(
             store=self.store, rejections=FakeRejections(self.fault), alerts=self.alerts,
-            relay=relay, workflow=workflow, pending_grace=self.policy.pending_grace,
+            relay=relay, workflow=workflow,
             reply_allowed=lambda q: True, clock=self.clock)
         self.scheduler = Scheduler(instance_id="s1", store=self.store, relay=relay,
                                    workflow=workflow, clock=self.clock)
@@ -201,14 +202,14 @@ class PipelineMachine(RuleBasedStateMachine):
         finally:
             self.plan = None
 
-    def handle(self, queue: str, body: str) -> None:
+    def handle(self, queue: str, m: QueuedMessage) -> None:
         if queue == SCHEDULER_Q:
-            self.scheduler.handle_command(body)
+            self.scheduler.handle_command(m.body, m.dequeue_count > 1)
         elif queue == RESPONSES_Q:
-            self.scheduler.handle_reply(body)
+            self.scheduler.handle_reply(m.body, m.dequeue_count > 1)
         else:
             agent = next(n for n, q in AGENT_QS.items() if q == queue)
-            self.agents[agent].handle(body)
+            self.agents[agent].handle(m.body)
 
     def process(self, queue: str, index: int, fault: tuple[int, str] | None) -> None:
         visible = self.queues.visible(queue)
@@ -217,7 +218,7 @@ class PipelineMachine(RuleBasedStateMachine):
         m = self.queues.receive(queue, visible[index % len(visible)])
         if m is None:
             return  # to the poison queue, as the host does after maxDequeueCount
-        if self.run(fault, lambda: self.handle(queue, m.body)):
+        if self.run(fault, lambda: self.handle(queue, m)):
             self.queues.complete(queue, m)
 
     # --- rules: what happens in production -----------------------------------------------------

@@ -6,19 +6,24 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.domain.messages import Action, AgentReply, ReplyOutcome
+from shared.domain.alerts import AlertKind
+from shared.domain.effects import Dispatch, Forget, RaiseAlert, SendCommand, SendStatus
+from shared.domain.messages import Action, AgentReply, CommandKind, ReplyOutcome
 from shared.domain.state import (
     CompensationState,
+    DecisionKind,
     IllegalTransition,
     OrderState,
     ProcessState,
     RetryPolicy,
     StepStatus,
+    Transition,
     apply_reply,
     begin_compensation,
     claim,
     exponential_backoff,
-    new_order_state,
+    receive,
+    resubmit,
     supervise,
 )
 from shared.domain.workflow import ORDER_FULFILMENT, Step, Workflow
@@ -30,27 +35,57 @@ POLICY = RetryPolicy(
     backoff=exponential_backoff(timedelta(seconds=5), timedelta(seconds=60)),
     pending_grace=timedelta(seconds=30),
     compensation_threshold=4,
+    rescue_threshold=3,
 )
 STEPS = [s.name for s in WF.steps]
 
 
 def ok(state: OrderState, step: str, action: Action = Action.DO) -> AgentReply:
     return AgentReply(order_id=state.order_id, step=step, action=action,
-                      attempt=state.step(step).attempt, outcome=ReplyOutcome.OK)
+                      attempt=state.step(step).attempt, outcome=ReplyOutcome.OK,
+                      outbox_seq=state.outbox_seq)
 
 
 def refused(state: OrderState, step: str, action: Action = Action.DO) -> AgentReply:
     return AgentReply(order_id=state.order_id, step=step, action=action,
                       attempt=state.step(step).attempt, outcome=ReplyOutcome.PERMANENT_ERROR,
-                      error="card declined")
+                      error="card declined", outbox_seq=state.outbox_seq)
 
 
 def fresh() -> OrderState:
-    return new_order_state("o-1", WF, T0, reply_to="status-x")
+    return receive("o-1", WF, T0, reply_to="status-x")
+
+
+def events(t: Transition | OrderState) -> list[str]:
+    """The status events in a transition's outbox."""
+    state = t.state if isinstance(t, Transition) else t
+    return [e.event for e in state.outbox if isinstance(e, SendStatus)]
+
+
+def alerts(state: OrderState) -> list[AlertKind]:
+    return [e.alert for e in state.outbox if isinstance(e, RaiseAlert)]
+
+
+def command(state: OrderState) -> SendCommand | None:
+    return next((e for e in state.outbox if isinstance(e, SendCommand)), None)
+
+
+def due(state: OrderState) -> datetime:
+    """Just past the moment the Supervisor looks at this order."""
+    return (state.complete_by or state.created_at + POLICY.pending_grace) + timedelta(seconds=1)
+
+
+def sup(state: OrderState, now: datetime):  # type: ignore[no-untyped-def]
+    return supervise(state, now, POLICY, WF)
+
+
+def start(state: OrderState, now: datetime = T0, by: str = "s1") -> OrderState:
+    """Claim with the start command the record's own outbox sent."""
+    return claim(state, by, now, WF, state.outbox_seq).state
 
 
 def claimed() -> OrderState:
-    return claim(fresh(), "s1", T0, WF).state
+    return start(fresh())
 
 
 def after_steps(n: int) -> OrderState:
@@ -65,15 +100,19 @@ def test_new_order_has_the_brief_values() -> None:
     assert (s.process_state, s.locked_by, s.complete_by, s.failure_count) == (
         ProcessState.PENDING, None, None, 0)
     assert [st.status for st in s.steps] == [StepStatus.NOT_STARTED] * 3
+    assert events(s) == ["received"]
+    assert command(s) == SendCommand(command=CommandKind.START, reason="received")
 
 
 def test_claim_locks_and_runs_the_first_step_with_its_budget() -> None:
-    s = claim(fresh(), "s1", T0, WF).state
+    s = start(fresh())
     assert s.process_state is ProcessState.PROCESSING
     assert s.locked_by == "s1"
     first = s.step("reserve_inventory")
     assert (first.status, first.attempt) == (StepStatus.RUNNING, 1)
     assert s.complete_by == first.complete_by == T0 + WF.steps[0].budget
+    assert first.work_key == "o-1.reserve_inventory.do"
+    assert s.outbox == [Dispatch(step="reserve_inventory", action=Action.DO, attempt=1)]
 
 
 @pytest.mark.parametrize("state", [claimed(), after_steps(3)], ids=["processing", "processed"])
@@ -102,7 +141,8 @@ def test_each_ok_reply_completes_its_step_and_starts_the_next() -> None:
     nxt = t.state.step("charge_payment")
     assert (nxt.status, nxt.attempt) == (StepStatus.RUNNING, 1)
     assert t.state.complete_by == T0 + timedelta(seconds=1) + WF.steps[1].budget
-    assert [e.kind for e in t.events] == ["step_completed"]
+    assert events(t) == ["step_completed"]
+    assert t.state.outbox[-1] == Dispatch(step="charge_payment", action=Action.DO, attempt=1)
 
 
 def test_last_ok_reply_processes_the_order_and_frees_it() -> None:
@@ -111,7 +151,8 @@ def test_last_ok_reply_processes_the_order_and_frees_it() -> None:
     assert t.state.process_state is ProcessState.PROCESSED
     assert t.state.locked_by is None and t.state.complete_by is None
     assert t.state.is_settled
-    assert [e.kind for e in t.events] == ["step_completed", "completed"]
+    assert events(t) == ["step_completed", "completed"]
+    assert t.state.outbox[-1] == Forget(generation=0)  # the in-flight entry goes last
 
 
 def test_duplicate_reply_is_stale() -> None:
@@ -125,7 +166,8 @@ def test_duplicate_reply_is_stale() -> None:
 def test_reply_from_an_older_attempt_is_stale() -> None:
     s = claimed()
     old = ok(s, "reserve_inventory")
-    s = supervise(s, T0 + timedelta(minutes=5), POLICY).transition.state  # reset
+    s.outbox = []  # its dispatch was confirmed sent
+    s = sup(s, T0 + timedelta(minutes=5)).state  # reset
     s = claim(s, "s2", T0 + timedelta(minutes=6), WF).state  # attempt 2
     assert s.step("reserve_inventory").attempt == 2
     with pytest.raises(IllegalTransition):
@@ -160,7 +202,9 @@ def test_permanent_error_fails_the_order_and_starts_undoing_completed_steps() ->
     assert st.step("reserve_inventory").status is StepStatus.COMPENSATING
     assert st.step("reserve_inventory").attempt == 2
     assert "card declined" in (st.last_error or "")
-    assert [e.kind for e in t.events] == ["failed"] and t.events[0].is_alert
+    assert events(t) == ["failed"] and alerts(t.state) == [AlertKind.ORDER_FAILED]
+    assert t.state.outbox[-1] == Dispatch(step="reserve_inventory", action=Action.UNDO,
+                                          attempt=2)
 
 
 def test_permanent_error_on_first_step_has_nothing_to_undo() -> None:
@@ -168,7 +212,7 @@ def test_permanent_error_on_first_step_has_nothing_to_undo() -> None:
     t = apply_reply(s, refused(s, "reserve_inventory"), "s1", T0, WF)
     assert t.state.compensation is CompensationState.DONE
     assert t.state.is_settled
-    assert [e.kind for e in t.events] == ["failed", "compensated"]
+    assert events(t) == ["failed", "compensated"]
 
 
 def test_compensation_undoes_completed_steps_in_reverse_order() -> None:
@@ -181,8 +225,8 @@ def test_compensation_undoes_completed_steps_in_reverse_order() -> None:
     t = apply_reply(s, ok(s, "reserve_inventory", Action.UNDO), "s1", T0, WF)
     assert t.state.compensation is CompensationState.DONE
     assert t.state.is_settled and t.state.locked_by is None and t.state.complete_by is None
-    assert t.events[-1].kind == "compensated"
-    assert t.events[-1].detail == "reserve_inventory, charge_payment"
+    last = [e for e in t.state.outbox if isinstance(e, SendStatus)][-1]
+    assert (last.event, last.detail) == ("compensated", "reserve_inventory, charge_payment")
 
 
 def test_undo_reply_when_not_compensating_is_stale() -> None:
@@ -198,28 +242,33 @@ def test_refused_undo_fails_compensation_and_alerts() -> None:
     assert t.state.compensation is CompensationState.FAILED
     assert t.state.step("reserve_inventory").status is StepStatus.COMPENSATION_FAILED
     assert t.state.is_settled
-    assert [e.kind for e in t.events] == ["compensation_failed"] and t.events[0].is_alert
+    assert events(t) == ["compensation_failed"]
+    assert alerts(t.state) == [AlertKind.COMPENSATION_FAILED]
 
 
 def test_supervisor_leaves_work_that_is_not_overdue() -> None:
     s = claimed()
-    assert supervise(s, s.complete_by - timedelta(seconds=1), POLICY) is None  # type: ignore[operator]
+    assert sup(s, s.complete_by - timedelta(seconds=1)) is None  # type: ignore[operator]
 
 
 def test_supervisor_resets_an_overdue_step_with_growing_backoff() -> None:
     s = claimed()
     delays = []
     for n in range(1, 3):
+        s.outbox = []  # its dispatch was confirmed sent: the Agent did not answer in time
         now = s.complete_by + timedelta(seconds=1)  # type: ignore[operator]
-        d = supervise(s, now, POLICY)
-        assert d is not None and d.kind == "retry" and d.command == "start"
-        st = d.transition.state
+        d = sup(s, now)
+        assert d is not None and d.kind is DecisionKind.RETRY
+        st = d.state
+        cmd = command(st)
+        assert cmd is not None and cmd.command is CommandKind.START and cmd.not_before
+        delay = cmd.not_before - now
         assert (st.process_state, st.locked_by, st.failure_count) == (ProcessState.PENDING, None, n)
-        assert st.complete_by == now + d.delay + POLICY.pending_grace
+        assert st.complete_by == now + delay + POLICY.pending_grace
         assert st.step("reserve_inventory").status is StepStatus.NOT_STARTED
         assert st.step("reserve_inventory").in_doubt
-        delays.append(d.delay)
-        s = claim(st, "s1", now + d.delay, WF).state
+        delays.append(delay)
+        s = claim(st, "s1", now + delay, WF).state
     assert delays == [timedelta(seconds=5), timedelta(seconds=10)]
     assert s.step("reserve_inventory").attempt == 3
 
@@ -227,14 +276,16 @@ def test_supervisor_resets_an_overdue_step_with_growing_backoff() -> None:
 def test_supervisor_fails_the_order_at_the_threshold_and_undoes_the_step_in_doubt() -> None:
     s = after_steps(1)
     s.failure_count = POLICY.failure_threshold - 1
-    d = supervise(s, s.complete_by + timedelta(seconds=1), POLICY)  # type: ignore[operator]
-    assert d is not None and d.kind == "fail" and d.command == "compensate"
-    st = d.transition.state
+    s.outbox = []
+    d = sup(s, s.complete_by + timedelta(seconds=1))  # type: ignore[operator]
+    assert d is not None and d.kind is DecisionKind.FAIL
+    st = d.state
+    assert command(st).command is CommandKind.COMPENSATE  # type: ignore[union-attr]
     assert st.process_state is ProcessState.ERROR and st.failure_count == 3
     assert st.compensation is CompensationState.PENDING and st.locked_by is None
     assert st.step("charge_payment").status is StepStatus.FAILED
     assert st.failed_step == "charge_payment"
-    assert [e.kind for e in d.transition.events] == ["failed"]
+    assert events(st) == ["failed"] and alerts(st) == [AlertKind.ORDER_FAILED]
     # The charge may have gone through before the timeout: it is undone first.
     c = begin_compensation(st, "s1", T0, WF).state
     assert c.current_step.name == "charge_payment"  # type: ignore[union-attr]
@@ -248,32 +299,38 @@ def test_begin_compensation_needs_a_requested_compensation() -> None:
 
 def test_supervisor_rescues_a_pending_order_nobody_took() -> None:
     s = fresh()
-    assert supervise(s, T0 + POLICY.pending_grace - timedelta(seconds=1), POLICY) is None
-    d = supervise(s, T0 + POLICY.pending_grace + timedelta(seconds=1), POLICY)
-    assert d is not None and d.kind == "rescue" and d.command == "start"
-    assert d.transition.state.failure_count == 0
-    assert d.transition.state.complete_by is not None
+    assert sup(s, T0 + POLICY.pending_grace - timedelta(seconds=1)) is None
+    d = sup(s, T0 + POLICY.pending_grace + timedelta(seconds=1))
+    assert d is not None and d.kind is DecisionKind.RESCUE
+    assert command(d.state).command is CommandKind.START  # type: ignore[union-attr]
+    assert (d.state.failure_count, d.state.rescues) == (0, 1)
+    assert d.state.complete_by is not None
+    # "received" may never have gone out: it goes again, under the same id.
+    assert events(d.state) == ["received"] and d.state.outbox[0] == s.outbox[0]
 
 
 def test_supervisor_retries_then_gives_up_an_overdue_compensation() -> None:
     s = after_steps(1)
     s = apply_reply(s, refused(s, "charge_payment"), "s1", T0, WF).state
     for n in range(1, POLICY.compensation_threshold):
-        d = supervise(s, s.complete_by + timedelta(seconds=1), POLICY)  # type: ignore[operator]
-        assert d is not None and d.command == "compensate" and d.kind == "retry"
-        assert d.transition.state.compensation_failure_count == n
-        s = begin_compensation(d.transition.state, "s1", T0, WF).state
-    d = supervise(s, s.complete_by + timedelta(seconds=1), POLICY)  # type: ignore[operator]
-    assert d is not None and d.kind == "fail"
-    assert d.transition.state.compensation is CompensationState.FAILED
-    assert [e.kind for e in d.transition.events] == ["compensation_failed"]
+        s.outbox = []
+        d = sup(s, s.complete_by + timedelta(seconds=1))  # type: ignore[operator]
+        assert d is not None and d.kind is DecisionKind.RETRY
+        assert command(d.state).command is CommandKind.COMPENSATE  # type: ignore[union-attr]
+        assert d.state.compensation_failure_count == n
+        s = begin_compensation(d.state, "s1", T0, WF).state
+    s.outbox = []
+    d = sup(s, s.complete_by + timedelta(seconds=1))  # type: ignore[operator]
+    assert d is not None and d.kind is DecisionKind.FAIL
+    assert d.state.compensation is CompensationState.FAILED
+    assert alerts(d.state) == [AlertKind.COMPENSATION_FAILED]
 
 
 def test_supervisor_forgets_settled_orders_the_scheduler_did_not() -> None:
     done = after_steps(3)
-    assert supervise(done, T0 + POLICY.pending_grace - timedelta(seconds=1), POLICY) is None
-    d = supervise(done, T0 + timedelta(days=1), POLICY)
-    assert d is not None and d.forget
+    assert sup(done, T0 + POLICY.pending_grace - timedelta(seconds=1)) is None
+    d = sup(done, T0 + timedelta(days=1))
+    assert d is not None and d.kind is DecisionKind.FORGET
 
 
 def test_backoff_is_capped() -> None:
@@ -283,7 +340,7 @@ def test_backoff_is_capped() -> None:
 
 def test_workflow_is_data_a_user_can_change() -> None:
     wf = Workflow("one-step", (Step("only", "payment", "charge", None, timedelta(seconds=1)),))
-    s = claim(new_order_state("o", wf, T0), "s", T0, wf).state
+    s = claim(receive("o", wf, T0), "s", T0, wf).state
     t = apply_reply(s, ok(s, "only"), "s", T0, wf)
     assert t.state.process_state is ProcessState.PROCESSED
     with pytest.raises(ValueError, match="unique"):
@@ -293,8 +350,6 @@ def test_workflow_is_data_a_user_can_change() -> None:
 
 
 def test_resubmit_sends_a_settled_failed_order_round_again_and_keeps_its_history() -> None:
-    from shared.domain.state import resubmit
-
     s = after_steps(1)
     s = apply_reply(s, refused(s, "charge_payment"), "s1", T0, WF).state
     s = apply_reply(s, ok(s, "reserve_inventory", Action.UNDO), "s1", T0, WF).state
@@ -317,23 +372,145 @@ def test_resubmit_sends_a_settled_failed_order_round_again_and_keeps_its_history
 @pytest.mark.parametrize("state", [fresh(), claimed(), after_steps(3)],
                          ids=["pending", "processing", "processed"])
 def test_resubmit_refuses_an_order_that_has_not_failed(state: OrderState) -> None:
-    from shared.domain.state import resubmit
-
     with pytest.raises(IllegalTransition):
         resubmit(state, T0, timedelta(seconds=30))
 
 
 def test_resubmit_waits_for_compensation_to_settle() -> None:
-    from shared.domain.state import resubmit
-
     s = after_steps(1)
     s = apply_reply(s, refused(s, "charge_payment"), "s1", T0, WF).state  # undo running
     with pytest.raises(IllegalTransition, match="settled"):
         resubmit(s, T0, timedelta(seconds=30))
 
 
-def test_idempotency_key_is_new_for_a_resubmitted_order() -> None:
-    from shared.domain.messages import idempotency_key
 
-    assert idempotency_key("o", "s", Action.DO) == "o.s.do"
-    assert idempotency_key("o", "s", Action.UNDO, 2) == "o.s.g2.undo"
+
+def test_a_transition_not_proven_by_the_outbox_it_replaces_carries_its_alerts_and_status() -> None:
+    s = fresh()
+    # A start command from elsewhere (a duplicate, an older rescue): "received" may never have
+    # gone out, so it goes with the claim's outbox, under its own id.
+    t = claim(s, "s1", T0, WF, seq=None)
+    assert events(t) == ["received"] and t.state.outbox[0] == s.outbox[0]
+    # The record's own start command shows "received" went before it.
+    assert events(claim(s, "s1", T0, WF, seq=s.outbox_seq)) == []
+    # A reply to an older outbox proves nothing of the newest one.
+    s = claimed()
+    failed = apply_reply(s, refused(s, "reserve_inventory"), "s1", T0, WF).state
+    assert alerts(failed) == [AlertKind.ORDER_FAILED]
+
+
+def test_effects_go_in_order_alerts_status_command_dispatch_forget() -> None:
+    s = after_steps(1)
+    t = apply_reply(s, refused(s, "charge_payment"), "s1", T0, WF)
+    kinds = [e.kind for e in t.state.outbox]
+    assert kinds == ["alert", "status", "dispatch"]
+    keys = [e.key for e in t.state.outbox if isinstance(e, RaiseAlert)]
+    assert keys == [f"o-1.{t.state.outbox_seq}.0"]
+
+
+def test_work_key_is_recorded_once_and_named_by_the_undo() -> None:
+    s = claimed()
+    key = s.step("reserve_inventory").work_key
+    s.outbox = []
+    retried = sup(s, s.complete_by + timedelta(seconds=1)).state  # type: ignore[operator]
+    again = start(retried, T0 + timedelta(minutes=5))
+    assert again.step("reserve_inventory").attempt == 2
+    assert again.step("reserve_inventory").work_key == key  # the same work, asked again
+
+
+def test_supervisor_resends_a_dispatch_never_confirmed_without_counting_a_failure() -> None:
+    s = claimed()  # its outbox (the dispatch) was never confirmed: the Scheduler died first
+    now = s.complete_by + timedelta(seconds=1)  # type: ignore[operator]
+    d = sup(s, now)
+    assert d is not None and d.kind is DecisionKind.REDISPATCH
+    st = d.state
+    assert (st.failure_count, st.rescues) == (0, 1)
+    step = st.step("reserve_inventory")
+    assert (step.status, step.attempt) == (StepStatus.RUNNING, 1)  # the same attempt, again
+    assert step.complete_by == now + WF.steps[0].budget == st.complete_by
+    assert st.outbox[-1] == Dispatch(step="reserve_inventory", action=Action.DO, attempt=1)
+    # Once confirmed sent, the same overdue step is a failure that counts.
+    st.outbox = []
+    d2 = sup(st, st.complete_by + timedelta(seconds=1))  # type: ignore[operator]
+    assert d2 is not None and d2.kind is DecisionKind.RETRY and d2.state.failure_count == 1
+
+
+def test_redispatch_is_bounded_by_the_rescue_threshold() -> None:
+    s = claimed()
+    for _ in range(POLICY.rescue_threshold):
+        s = sup(s, s.complete_by + timedelta(seconds=1)).state  # type: ignore[operator]
+    d = sup(s, s.complete_by + timedelta(seconds=1))  # type: ignore[operator]
+    assert d is not None and d.kind is DecisionKind.RETRY and d.state.failure_count == 1
+
+
+def test_an_order_no_scheduler_takes_fails_with_an_alert_after_the_rescue_threshold() -> None:
+    s = fresh()
+    for n in range(1, POLICY.rescue_threshold + 1):
+        d = sup(s, due(s))
+        assert d is not None and d.kind is DecisionKind.RESCUE and d.state.rescues == n
+        s = d.state
+    d = sup(s, due(s))
+    assert d is not None and d.kind is DecisionKind.FAIL
+    st = d.state
+    assert (st.process_state, st.compensation) == (ProcessState.ERROR,
+                                                   CompensationState.PENDING)
+    assert "no Scheduler took the order" in (st.last_error or "")
+    assert alerts(st) == [AlertKind.ORDER_FAILED]
+    # The compensation gets its own rescues, then the order settles with a second alert.
+    for _ in range(POLICY.rescue_threshold + 1):
+        st = sup(st, due(st)).state  # type: ignore[union-attr]
+    assert st.compensation is CompensationState.FAILED and st.is_settled
+    assert AlertKind.COMPENSATION_FAILED in alerts(st)
+
+
+def test_progress_resets_the_rescue_count() -> None:
+    s = sup(fresh(), T0 + timedelta(minutes=5)).state  # type: ignore[union-attr]
+    assert s.rescues == 1
+    assert start(s).rescues == 0
+
+
+def _compensation_failed_after_charge() -> OrderState:
+    s = after_steps(2)
+    s = apply_reply(s, refused(s, "arrange_shipping"), "s1", T0, WF).state
+    s = apply_reply(s, refused(s, "charge_payment", Action.UNDO), "s1", T0, WF).state
+    assert s.compensation is CompensationState.FAILED
+    return s
+
+
+def test_resubmit_after_a_failed_compensation_needs_force() -> None:
+    s = _compensation_failed_after_charge()
+    with pytest.raises(IllegalTransition, match="force"):
+        resubmit(s, T0, timedelta(seconds=30))
+    assert resubmit(s, T0, timedelta(seconds=30), force=True).state.generation == 1
+
+
+def test_forced_resubmit_never_redoes_standing_work_under_a_new_key() -> None:
+    s = _compensation_failed_after_charge()
+    keys = {st.name: st.work_key for st in s.steps}
+    r = resubmit(s, T0, timedelta(seconds=30), force=True).state
+    reserve, charge, ship = (r.step(n) for n in STEPS)
+    # Never undone: still done, under its key.
+    assert (reserve.status, reserve.work_key) == (StepStatus.COMPLETED,
+                                                  keys["reserve_inventory"])
+    # Its refund was refused: asked again under the same key (the service answers with the
+    # charge it already has), and in doubt until then.
+    assert (charge.status, charge.work_key, charge.in_doubt) == (
+        StepStatus.NOT_STARTED, keys["charge_payment"], True)
+    # Refused: new work, with a key of the new generation when it runs.
+    assert ship.work_key is None
+    r = start(r)
+    assert r.step("charge_payment").work_key == "o-1.charge_payment.do"
+    r = apply_reply(r, ok(r, "charge_payment"), "s1", T0, WF).state
+    assert r.step("arrange_shipping").work_key == "o-1.arrange_shipping.g1.do"
+
+
+def test_a_refusal_after_a_maybe_done_call_leaves_the_step_in_doubt() -> None:
+    s = claimed()
+    reply = AgentReply(order_id="o-1", step="reserve_inventory", action=Action.DO, attempt=1,
+                       outcome=ReplyOutcome.PERMANENT_ERROR, error="refused", in_doubt=True,
+                       outbox_seq=s.outbox_seq)
+    t = apply_reply(s, reply, "s1", T0, WF).state
+    # The failed order undoes it at once, naming the key it may have been done under.
+    step = t.step("reserve_inventory")
+    assert (step.status, step.in_doubt) == (StepStatus.COMPENSATING, True)
+    assert t.outbox[-1] == Dispatch(step="reserve_inventory", action=Action.UNDO, attempt=2)

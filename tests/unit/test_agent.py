@@ -1,0 +1,90 @@
+"""The Agent with a scripted remote service and a clock it moves by sleeping: no network, no
+real time. The Azurite and HTTP version is tests/integration/test_agents.py."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from shared.adapters.remote_service import PermanentServiceError, TransientServiceError
+from shared.circuit_breaker import CircuitBreaker
+from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
+from shared.handlers.agent import Agent, AgentRetryPolicy
+from tests.conftest import FakeClock
+from tests.fakes import FakeQueues
+
+
+class Script:
+    """Answers calls in order; records when each came."""
+
+    def __init__(self, clock: FakeClock, *answers: Any) -> None:
+        self.clock = clock
+        self.answers = list(answers)
+        self.calls: list[tuple[float, str, dict[str, Any]]] = []
+        self.t0 = clock.now
+
+    def call(self, operation: str, key: str, body: dict[str, Any],
+             timeout: float) -> dict[str, Any]:
+        self.calls.append(((self.clock.now - self.t0).total_seconds(), key, body))
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def agent(clock: FakeClock, script: Script, queues: FakeQueues) -> Agent:
+    return Agent(name="payment", client=script, sender=queues,  # type: ignore[arg-type]
+                 responses_queue="replies", policy=AgentRetryPolicy(0.1, 1, 5),
+                 breaker=CircuitBreaker("payment", 100, 1), clock=clock,
+                 sleep=lambda s: clock.advance(seconds=s))
+
+
+def request(clock: FakeClock, budget: float = 30, action: Action = Action.DO) -> str:
+    work = new_work_key("o-1", "charge_payment")
+    return AgentRequest(
+        order_id="o-1", step="charge_payment", action=action,
+        operation="charge" if action is Action.DO else "refund", attempt=1,
+        complete_by=clock.now + timedelta(seconds=budget),
+        idempotency_key=work if action is Action.DO else undo_key(work),
+        compensates=work if action is Action.UNDO else None, order={}, outbox_seq=4,
+    ).to_json()
+
+
+def test_retry_after_is_waited_out_within_the_budget() -> None:
+    clock = FakeClock()
+    script = Script(clock, TransientServiceError("429", retry_after=7), {"status": "applied"})
+    queues = FakeQueues(clock)
+    reply = agent(clock, script, queues).handle(request(clock))
+    assert reply is not None and reply.outcome == "ok" and reply.outbox_seq == 4
+    assert script.calls[1][0] >= 7  # not before the service said
+    assert [json.loads(b)["outcome"] for _, b in queues.sent] == ["ok"]
+
+
+def test_retry_after_past_complete_by_gives_up_without_a_reply() -> None:
+    clock = FakeClock()
+    script = Script(clock, TransientServiceError("503", retry_after=60), {"status": "applied"})
+    queues = FakeQueues(clock)
+    assert agent(clock, script, queues).handle(request(clock, budget=30)) is None
+    assert len(script.calls) == 1 and queues.sent == []
+
+
+def test_a_refusal_after_a_call_that_may_have_worked_is_in_doubt() -> None:
+    clock = FakeClock()
+    script = Script(clock, TransientServiceError("read timeout"), PermanentServiceError("422"))
+    reply = agent(clock, script, FakeQueues(clock)).handle(request(clock))
+    assert reply is not None and reply.outcome == "permanent_error" and reply.in_doubt
+    # A plain refusal is not.
+    clock2 = FakeClock()
+    plain = agent(clock2, Script(clock2, PermanentServiceError("422")), FakeQueues(clock2))
+    r2 = plain.handle(request(clock2))
+    assert r2 is not None and not r2.in_doubt
+
+
+def test_an_undo_names_the_recorded_work_key_and_nothing_else() -> None:
+    clock = FakeClock()
+    script = Script(clock, {"status": "undone"})
+    agent(clock, script, FakeQueues(clock)).handle(request(clock, action=Action.UNDO))
+    ((_, key, body),) = script.calls
+    assert key == "o-1.charge_payment.do.undo"
+    assert body["compensates"] == "o-1.charge_payment.do"

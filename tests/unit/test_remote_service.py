@@ -1,0 +1,102 @@
+"""The remote-service contract, answer by answer: what counts as done, refused or worth a retry.
+
+Through httpx's MockTransport, so each answer is exactly the one a real (or broken) service or
+proxy would give.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+from shared.adapters.remote_service import (
+    PermanentServiceError,
+    RemoteServiceClient,
+    TransientServiceError,
+    parse_retry_after,
+)
+
+
+def client(response: httpx.Response, seen: list[httpx.Request] | None = None
+           ) -> RemoteServiceClient:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if seen is not None:
+            seen.append(request)
+        return response
+
+    return RemoteServiceClient("http://svc/api/pay",
+                               httpx.Client(transport=httpx.MockTransport(handler)))
+
+
+def call(c: RemoteServiceClient) -> dict[str, Any]:
+    return c.call("charge", "o-1.charge_payment.do", {"order_id": "o-1"}, timeout=5)
+
+
+def test_a_2xx_json_object_is_the_result_and_the_key_is_sent() -> None:
+    seen: list[httpx.Request] = []
+    assert call(client(httpx.Response(200, json={"status": "applied"}), seen)) == {
+        "status": "applied"}
+    (req,) = seen
+    assert (req.method, str(req.url)) == ("POST", "http://svc/api/pay/charge")
+    assert req.headers["Idempotency-Key"] == "o-1.charge_payment.do"
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_permanent_and_never_success(status: int) -> None:
+    """Bug 3: an http:// URL redirected to https marked every order charged."""
+    r = httpx.Response(status, headers={"Location": "https://svc/api/pay/charge"})
+    with pytest.raises(PermanentServiceError, match="redirect to https://svc"):
+        call(client(r))
+
+
+@pytest.mark.parametrize("response", [
+    httpx.Response(200, text="<html>proxy says hello</html>",
+                   headers={"Content-Type": "text/html"}),
+    httpx.Response(200, json=["not", "an", "object"]),
+    httpx.Response(200, json="applied"),
+    httpx.Response(204),
+], ids=["html", "list", "string", "no-content"])
+def test_a_2xx_without_a_json_object_is_not_success(response: httpx.Response) -> None:
+    # The work may have happened: ask again under the same key (transient), never "done".
+    with pytest.raises(TransientServiceError, match="without a JSON object"):
+        call(client(response))
+
+
+@pytest.mark.parametrize("status", [408, 425, 429, 500, 502, 503, 504])
+def test_busy_or_broken_is_transient(status: int) -> None:
+    with pytest.raises(TransientServiceError):
+        call(client(httpx.Response(status, text="busy")))
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 409, 422])
+def test_other_4xx_is_a_refusal(status: int) -> None:
+    with pytest.raises(PermanentServiceError, match=f"HTTP {status}"):
+        call(client(httpx.Response(status, json={"error": "no"})))
+
+
+def test_retry_after_is_read_from_a_busy_answer() -> None:
+    r = httpx.Response(429, headers={"Retry-After": "7"})
+    with pytest.raises(TransientServiceError) as e:
+        call(client(r))
+    assert e.value.retry_after == 7
+
+
+def test_retry_after_as_an_http_date_or_garbage() -> None:
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    later = now + timedelta(seconds=30)
+    assert parse_retry_after(later.strftime("%a, %d %b %Y %H:%M:%S GMT"), now) == 30
+    assert parse_retry_after("soon", now) is None
+    assert parse_retry_after(None, now) is None
+    assert parse_retry_after("99999999", now) == 3600
+
+
+def test_no_answer_is_transient() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    c = RemoteServiceClient("http://svc", httpx.Client(transport=httpx.MockTransport(handler)))
+    with pytest.raises(TransientServiceError, match="ConnectError"):
+        call(c)
