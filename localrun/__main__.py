@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     host.add_argument("--settings", type=Path, default=ROOT / "local.settings.json")
     host.add_argument("--create-resources", action="store_true",
                       help="create the app's tables and queues first")
+    host.add_argument("--lease-seconds", type=float, default=300.0,
+                      help="how long a received message stays invisible to other hosts "
+                           "(default 300)")
     args = parser.parse_args(argv)
 
     logging.basicConfig(level=os.environ.get("LOCALRUN_LOG_LEVEL", "WARNING"),
@@ -65,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     runner = LocalFunctionHost(
         function_app.app, settings=dict(os.environ),
         storage_connection=settings.effective_storage_connection or "",
-        host_json=ROOT / "host.json", http_port=args.port, poll_interval=args.poll_interval)
+        host_json=ROOT / "host.json", http_port=args.port, poll_interval=args.poll_interval,
+        lease_seconds=args.lease_seconds)
     runner.start()
     print(json.dumps({"event": "started", "functions": runner.functions,
                       "http": f"http://127.0.0.1:{runner.http_port}/api"}), flush=True)

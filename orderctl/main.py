@@ -256,10 +256,14 @@ def watch(
 
 @app.command()
 def resubmit(order_id: str, reason: Annotated[str, typer.Option(
-        help="Why it can go round again (kept in its history).")] = "") -> None:
+        help="Why it can go round again (kept in its history).")] = "",
+        force: Annotated[bool, typer.Option(
+            "--force", help="Resubmit although its compensation failed: you have checked the "
+            "work still standing at the services. Standing work is kept, not redone.")] = False,
+        ) -> None:
     """Send a failed order (compensation settled) through the workflow again."""
     try:
-        view = opts.container().operator.resubmit(order_id, reason)
+        view = opts.container().operator.resubmit(order_id, reason, force)
     except OrderNotFound:
         raise CliError(f"no order {order_id!r}") from None
     except ResubmitRefused as e:

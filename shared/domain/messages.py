@@ -69,8 +69,6 @@ class AgentReply(_Message):
     outcome: ReplyOutcome
     error: str | None = None
     result: dict[str, Any] | None = None
-    # With a permanent error: an earlier call of this attempt may have done the work anyway.
-    in_doubt: bool = False
     outbox_seq: int | None = None
 
 

@@ -368,9 +368,9 @@ def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
     for s in new.steps:
         if s.status is StepStatus.COMPLETED:
             continue
-        if s.status in (StepStatus.COMPENSATED, StepStatus.NOT_STARTED) or (
-                s.status is StepStatus.FAILED and not s.in_doubt):
-            # Undone, refused or never run: new work, under a new key.
+        if s.status in (StepStatus.COMPENSATED, StepStatus.NOT_STARTED, StepStatus.FAILED):
+            # Undone (or voided), never run, or refused with nothing to undo it: new work,
+            # under a new key.
             s.work_key = None
         s.status = StepStatus.NOT_STARTED
         s.complete_by = None
@@ -509,11 +509,8 @@ def _after_do(new: OrderState, step: StepState, reply: AgentReply, scheduler_id:
         new.locked_by = None
         new.complete_by = None
         return [*events, Event("completed")]
-    # A permanent fault: this attempt was refused. An earlier attempt that timed out may still
-    # have done the work (a service should then answer as before, but we do not rely on it),
-    # so a step in doubt stays in doubt and is undone with the rest.
+    # A permanent fault: this attempt was refused. It is undone all the same (see _to_undo).
     step.status = StepStatus.FAILED
-    step.in_doubt = step.in_doubt or reply.in_doubt
     step.last_error = reply.error
     new.process_state = ProcessState.ERROR
     new.failed_step = step.name
@@ -523,12 +520,13 @@ def _after_do(new: OrderState, step: StepState, reply: AgentReply, scheduler_id:
 
 
 def _to_undo(state: OrderState, workflow: Workflow) -> StepState | None:
+    """The latest step whose work may stand. A failed step counts: a refusal does not prove
+    that no other attempt (a timed-out one, a duplicate request) did the work, and its undo
+    is cheap insurance: the service voids the key, so no late copy can do it afterwards."""
     for s in reversed(state.steps):
         if workflow.step(s.name).compensation is None or s.work_key is None:
             continue
-        if s.status in (StepStatus.COMPLETED, StepStatus.COMPENSATING) or (
-            s.status is StepStatus.FAILED and s.in_doubt
-        ):
+        if s.status in (StepStatus.COMPLETED, StepStatus.COMPENSATING, StepStatus.FAILED):
             return s
     return None
 

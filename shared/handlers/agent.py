@@ -47,12 +47,6 @@ class _Expired(Exception):
     pass
 
 
-@dataclass
-class _Calls:
-    # True once a call ended without a clear answer: the service may have done the work.
-    maybe_done: bool = False
-
-
 class Agent:
     def __init__(self, *, name: str, client: RemoteServiceClient, sender: MessageSender,
                  responses_queue: str, policy: AgentRetryPolicy,
@@ -75,19 +69,15 @@ class Agent:
             log.info("agent %s: %s arrived after its complete-by; dropped", self.name, where)
             return None
         started_with = self._remaining(req.complete_by)
-        calls = _Calls()
         try:
-            result = self._call_with_retries(req, calls)
+            result = self._call_with_retries(req)
             reply = AgentReply(order_id=req.order_id, step=req.step, action=req.action,
                                attempt=req.attempt, outcome=ReplyOutcome.OK, result=result,
                                outbox_seq=req.outbox_seq)
         except PermanentServiceError as e:
-            # A refusal after a call that may have done the work (a timeout, a 5xx) does not
-            # prove that nothing stands: say so, and the step is undone if the order fails.
             reply = AgentReply(order_id=req.order_id, step=req.step, action=req.action,
                                attempt=req.attempt, outcome=ReplyOutcome.PERMANENT_ERROR,
-                               error=str(e), in_doubt=calls.maybe_done,
-                               outbox_seq=req.outbox_seq)
+                               error=str(e), outbox_seq=req.outbox_seq)
         except (TransientServiceError, CircuitOpen, _Expired) as e:
             log.warning("agent %s: %s gave up, no reply: %s", self.name, where, e)
             return None
@@ -102,7 +92,7 @@ class Agent:
     def _remaining(self, complete_by: datetime) -> float:
         return (complete_by - self._clock()).total_seconds()
 
-    def _call_with_retries(self, req: AgentRequest, calls: _Calls) -> dict[str, Any]:
+    def _call_with_retries(self, req: AgentRequest) -> dict[str, Any]:
         body: dict[str, Any] = {"order_id": req.order_id, "step": req.step, "order": req.order}
         if req.action is Action.UNDO:
             if not req.compensates:
@@ -117,14 +107,10 @@ class Agent:
             remaining = self._remaining(req.complete_by)
             if remaining <= 0:
                 raise _Expired("complete-by passed")
-            try:
-                return self._breaker.call(
-                    self._client.call, req.operation, req.idempotency_key, body,
-                    min(remaining, self._policy.call_timeout),
-                )
-            except TransientServiceError:
-                calls.maybe_done = True
-                raise
+            return self._breaker.call(
+                self._client.call, req.operation, req.idempotency_key, body,
+                min(remaining, self._policy.call_timeout),
+            )
 
         backoff = wait_exponential_jitter(multiplier=self._policy.base_delay,
                                           max=self._policy.max_delay,

@@ -2,9 +2,11 @@
 
 Faults: transient errors on a quarter of remote calls, services that hang past the complete-by
 (the Agent never replies; the work lands late), permanent refusals, duplicate Service Bus
-deliveries, and Schedulers that die between claim and dispatch. Every order must end Processed
-or Error with its compensation finished; every remote effect happens once, and every effect of a
-failed order is undone once.
+deliveries, Schedulers that die between claim and dispatch, and hosts killed with SIGKILL at
+random moments and started again. Every order must end Processed or Error with its compensation
+finished; every remote effect happens once, and every effect of a failed order is undone once.
+
+E2E_ORDERS sets the number of orders (``make soak`` runs 1000).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,8 +34,10 @@ from shared.settings import load_settings
 from tests.conftest import ROOT, unique_settings, wait_until
 from tests.integration.helpers import order
 
-ORDERS = 200
+ORDERS = int(os.environ.get("E2E_ORDERS", "200"))
 CRASHED = 5
+# A killed host's messages come back after this lease (the local host's, not renewed).
+LEASE_SECONDS = 20
 STEPS = {"reserve_inventory": "inventory", "charge_payment": "payment",
          "arrange_shipping": "shipping"}
 FAULTS = {
@@ -53,17 +58,31 @@ FAULTS = {
 
 class Host:
     def __init__(self, env: dict[str, str], name: str, log_dir: Path) -> None:
+        self.env, self.name, self.log_dir = env, name, log_dir
         self.port = free_port()
+        self.kills = 0
+        self._start()
+
+    def _start(self) -> None:
         urls = {f"{svc.capitalize()}ServiceUrl": f"http://127.0.0.1:{self.port}/api/sim/{svc}"
                 for svc in ("inventory", "payment", "shipping")}
-        self.log = log_dir / f"{name}.log"
-        self.out = log_dir / f"{name}.out"
+        run = f"{self.name}-{self.kills}"
+        self.log = self.log_dir / f"{run}.log"
+        self.out = self.log_dir / f"{run}.out"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "localrun", "host", "--port", str(self.port),
-             "--poll-interval", "0.2", "--settings", "/nonexistent"],
-            cwd=ROOT, env={**os.environ, **env, **urls, "SchedulerInstanceId": name,
+             "--poll-interval", "0.2", "--settings", "/nonexistent",
+             "--lease-seconds", str(LEASE_SECONDS)],
+            cwd=ROOT, env={**os.environ, **self.env, **urls, "SchedulerInstanceId": self.name,
                            "LOCALRUN_LOG_LEVEL": "WARNING"},
             stdout=self.out.open("w"), stderr=self.log.open("w"))
+
+    def kill_and_restart(self) -> None:
+        """SIGKILL: no clean-up, whatever it was doing; then a new process in its place."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self.kills += 1
+        self._start()
 
     def stop(self) -> dict[str, Any]:
         if self.proc.poll() is None:
@@ -75,6 +94,21 @@ class Host:
                 self.proc.wait()
         lines = [json.loads(x) for x in self.out.read_text().splitlines() if x.startswith("{")]
         return next((x for x in lines if x.get("event") == "stopped"), {})
+
+
+class Killer(threading.Thread):
+    """Kills one of the hosts at a random moment every few seconds, until told to stop."""
+
+    def __init__(self, hosts: list[Host], rng: random.Random) -> None:
+        super().__init__(daemon=True)
+        self.hosts, self.rng = hosts, rng
+        self.done = threading.Event()
+        self.kills = 0
+
+    def run(self) -> None:
+        while not self.done.wait(self.rng.uniform(3, 9)):
+            self.rng.choice(self.hosts).kill_and_restart()
+            self.kills += 1
 
 
 @pytest.fixture
@@ -100,7 +134,7 @@ def crash_between_claim_and_dispatch(env: dict[str, str], order_ids: list[str]) 
     def die(*a: object, **k: object) -> None:
         raise Died
 
-    doomed.scheduler._sender.send = die  # type: ignore[method-assign]
+    doomed.scheduler._relay._sender.send = die  # type: ignore[method-assign]
     intake = function("intake")
     qs = QueueServiceClient.from_connection_string(env["AzureWebJobsStorage"])
     commands = qs.get_queue_client(env["SchedulerQueueName"])
@@ -137,6 +171,7 @@ def test_orders_with_faults_all_end_in_a_known_state(env: dict[str, str],
     crash_between_claim_and_dispatch(env, crashed)
 
     hosts = [Host(env, "sched-A", tmp_path), Host(env, "sched-B", tmp_path)]
+    killer = Killer(hosts, rng)
     stats: list[dict[str, Any]] = []
     try:
         qs = QueueServiceClient.from_connection_string(env["AzureWebJobsStorage"])
@@ -144,6 +179,7 @@ def test_orders_with_faults_all_end_in_a_known_state(env: dict[str, str],
         channel.ensure()
         ids = [f"e2e-{i:04d}" for i in range(ORDERS)]
         duplicates = set(rng.sample(ids, 20))
+        killer.start()
         for oid in ids:
             body = json.dumps(order(oid, items=[
                 {"sku": f"SKU-{rng.randint(1, 50)}", "quantity": rng.randint(1, 3),
@@ -153,6 +189,11 @@ def test_orders_with_faults_all_end_in_a_known_state(env: dict[str, str],
                 channel.send(body, message_id=oid)  # delivered twice, as Service Bus may
         expected = set(ids) | set(crashed)
         tables = TableServiceClient.from_connection_string(env["AzureWebJobsStorage"])
+        # Kill for a while under load, then let the survivors finish.
+        wait_until(lambda: killer.kills >= 6 or len(settled(tables, env)) >= len(expected),
+                   timeout=300, interval=1, message="hosts killed under load")
+        killer.done.set()
+        killer.join()
 
         def all_settled() -> bool:
             for h in hosts:
@@ -161,15 +202,16 @@ def test_orders_with_faults_all_end_in_a_known_state(env: dict[str, str],
             return len(states) == len(expected) and all(is_settled(s) for s in states)
 
         try:
-            wait_until(all_settled, timeout=600, interval=1, message="every order settled")
+            wait_until(all_settled, timeout=900, interval=1, message="every order settled")
         except AssertionError:
             counts = Counter((s["ProcessState"], s.get("Compensation"))
                              for s in settled(tables, env))
             raise AssertionError(f"not all settled: {dict(counts)}") from None
         inflight = tables.get_table_client(env["InFlightTableName"])
-        wait_until(lambda: not list(inflight.list_entities()), timeout=30,
+        wait_until(lambda: not list(inflight.list_entities()), timeout=60,
                    message="the in-flight index to empty")
     finally:
+        killer.done.set()
         stats = [h.stop() for h in hosts]
 
     states = {s["OrderID"]: s for s in settled(tables, env)}
@@ -202,14 +244,15 @@ def test_orders_with_faults_all_end_in_a_known_state(env: dict[str, str],
     assert alerts == set(failed)
 
     # The faults really happened and were recovered from.
+    assert killer.kills >= 1
     assert len(processed) > ORDERS * 0.7
     assert failed, "the permanent-fault rate should have failed some orders"
-    assert all(states[o]["FailureCount"] >= 1 for o in crashed)
+    # A dispatch the dying Scheduler never sent is sent again without spending the order's
+    # FailureThreshold (other faults may still count against some of them).
+    assert any(states[o]["FailureCount"] == 0 for o in crashed)
     assert any(states[o]["FailureCount"] >= 1 for o in processed if o not in crashed)
-    for st in stats:
+    for st in stats:  # the last process of each host, stopped cleanly
         inv = st.get("invocations", {})
-        assert inv.get("supervisor", 0) > 0 and inv.get("scheduler_replies", 0) > 0, st
-        assert st.get("poisoned") == 0 and st.get("dead_lettered") == 0, st
-    sim_calls = sum(st["invocations"].get("simulated_service", 0) for st in stats)
-    assert sim_calls > len(effects)  # retries and duplicates reached the services...
-    assert sum(st["invocations"].get("intake", 0) for st in stats) == ORDERS + len(duplicates)
+        assert inv.get("supervisor", 0) > 0, st
+        assert st.get("dead_lettered") == 0, st
+    assert len(effects) >= 3 * len(processed)  # each processed order's work, once per step

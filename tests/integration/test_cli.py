@@ -12,7 +12,7 @@ from localrun.servicebus import LocalServiceBusChannel
 from orderctl.main import run
 from tests.integration.conftest import RunningHost
 from tests.integration.helpers import entities, function, order, sb_message
-from tests.integration.test_operator_api import failed_and_compensated
+from tests.integration.test_operator_api import compensation_failed, failed_and_compensated
 
 NO_SETTINGS = ["--settings", "/nonexistent/local.settings.json"]
 
@@ -121,6 +121,15 @@ def test_resubmit(run_host: Any, capsys: pytest.CaptureFixture[str]) -> None:
     assert orders("resubmit", "f-1") == 1
     assert "Pending" in capsys.readouterr().err
     assert orders("resubmit", "ghost") == 1
+
+
+def test_resubmit_with_force(run_host: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    h: RunningHost = run_host(only=set())
+    compensation_failed(h, "f-2")
+    assert orders("resubmit", "f-2") == 1
+    assert "resubmit with force" in capsys.readouterr().err
+    assert orders("resubmit", "f-2", "--force", "--reason", "refunded by hand") == 0
+    assert "resubmitted" in capsys.readouterr().out
 
 
 def test_alerts_and_rejected(run_host: Any, capsys: pytest.CaptureFixture[str]) -> None:

@@ -32,6 +32,8 @@ def failed_and_compensated(h: RunningHost, order_id: str) -> None:
     s.handle_reply(reply(req))
     (pay,) = drain_json(env["PaymentRequestsQueueName"])
     s.handle_reply(reply(pay, "permanent_error", "HTTP 422 card declined"))
+    (void,) = drain_json(env["PaymentRequestsQueueName"])  # the refused charge's key, voided
+    s.handle_reply(reply(void))
     (undo,) = drain_json(env["InventoryRequestsQueueName"])
     s.handle_reply(reply(undo))
 
@@ -107,6 +109,45 @@ def test_resubmit_a_failed_order(run_host: Any) -> None:
         # Now it is Processing: a second resubmit is refused.
         r = c.post("/orders/f-1/resubmit")
         assert r.status_code == 409 and "Processing" in r.json()["error"]
+
+
+def compensation_failed(h: RunningHost, order_id: str) -> None:
+    """Drive one order to Error with its refund refused: the charge still stands."""
+    env, s = h.env, h.container.scheduler
+    accept(order_id)
+    (cmd,) = [c for c in drain_json(env["SchedulerQueueName"]) if c["order_id"] == order_id]
+    s.handle_command(json.dumps(cmd))
+    for q in ("InventoryRequestsQueueName", "PaymentRequestsQueueName"):
+        (req,) = drain_json(env[q])
+        s.handle_reply(reply(req))
+    (ship,) = drain_json(env["ShippingRequestsQueueName"])
+    s.handle_reply(reply(ship, "permanent_error", "HTTP 422 no such address"))
+    (void,) = drain_json(env["ShippingRequestsQueueName"])
+    s.handle_reply(reply(void))
+    (refund,) = drain_json(env["PaymentRequestsQueueName"])
+    s.handle_reply(reply(refund, "permanent_error", "HTTP 422 refund refused"))
+
+
+def test_resubmit_after_a_failed_compensation_needs_force_and_redoes_nothing(
+        run_host: Any) -> None:
+    """Bug 1: resubmitting charged again under a new key while the first charge stood."""
+    h: RunningHost = run_host(only=API)
+    compensation_failed(h, "f-2")
+    with api(h) as c:
+        r = c.post("/orders/f-2/resubmit", json={"reason": "address fixed"})
+        assert r.status_code == 409 and "force" in r.json()["error"]
+        assert c.post("/orders/f-2/resubmit", json={"force": "yes"}).status_code == 400
+        r = c.post("/orders/f-2/resubmit", json={"reason": "refund done by hand",
+                                                 "force": True})
+        assert r.status_code == 202, r.text
+        assert r.json()["History"][0]["forced"] is True
+    (cmd,) = drain_json(h.env["SchedulerQueueName"])
+    h.container.scheduler.handle_command(json.dumps(cmd))
+    # The reservation stands and is kept; the charge is asked for again under the key it was
+    # made with, so the payment service answers with the charge it already has.
+    assert drain_json(h.env["InventoryRequestsQueueName"]) == []
+    (pay,) = drain_json(h.env["PaymentRequestsQueueName"])
+    assert (pay["idempotency_key"], pay["action"]) == ("f-2.charge_payment.do", "do")
 
 
 def test_resubmit_refusals(run_host: Any) -> None:

@@ -196,12 +196,12 @@ def test_an_alert_the_store_failed_to_write_is_raised_by_the_retry(pipeline: Pip
         dying_sibling(pipeline, fails="alert").scheduler.handle_reply(refusal)
     assert state(pipeline)["ProcessState"] == "Error"
     assert entities(env["OperatorAlertsTableName"]) == []
-    assert drain_json(env["InventoryRequestsQueueName"]) == []
+    assert drain_json(env["PaymentRequestsQueueName"]) == []
     assert c.scheduler.handle_reply(refusal, redelivered=True).outcome is Outcome.REPLAYED
     (alert,) = entities(env["OperatorAlertsTableName"])
     assert (alert["Kind"], alert["OrderID"]) == ("OrderFailed", "o-1")
-    (undo,) = drain_json(env["InventoryRequestsQueueName"])
-    assert (undo["action"], undo["compensates"]) == ("undo", "o-1.reserve_inventory.do")
+    (undo,) = drain_json(env["PaymentRequestsQueueName"])
+    assert (undo["action"], undo["compensates"]) == ("undo", "o-1.charge_payment.do")
     # Once more (another retry): still one alert, and the undo is the same request again.
     c.scheduler.handle_reply(refusal, redelivered=True)
     assert len(entities(env["OperatorAlertsTableName"])) == 1
@@ -216,10 +216,13 @@ def test_permanent_error_fails_alerts_and_starts_compensation(pipeline: Pipeline
     s.handle_reply(reply(pay, "permanent_error", "HTTP 422 card declined"))
     st = state(pipeline)
     assert st["ProcessState"] == "Error" and "card declined" in st["LastError"]
-    assert st["Steps"]["charge_payment"]["status"] == "failed"
     (alert,) = entities(env["OperatorAlertsTableName"])
     assert (alert["Kind"], alert["OrderID"], alert["Step"]) == (
         "OrderFailed", "o-1", "charge_payment")
+    # The refused charge is undone first: its key is voided, so no late copy can charge.
+    (void,) = drain_json(env["PaymentRequestsQueueName"])
+    assert (void["action"], void["compensates"]) == ("undo", "o-1.charge_payment.do")
+    s.handle_reply(reply(void))
     (undo,) = drain_json(env["InventoryRequestsQueueName"])
     assert (undo["action"], undo["operation"], undo["idempotency_key"], undo["compensates"]) == (
         "undo", "release", "o-1.reserve_inventory.do.undo", "o-1.reserve_inventory.do")
@@ -266,9 +269,9 @@ def test_dying_before_dispatching_the_undo_still_raises_the_alert(pipeline: Pipe
     (alert,) = entities(env["OperatorAlertsTableName"])
     assert (alert["Kind"], alert["OrderID"]) == ("OrderFailed", "o-1")
     # The undo was never sent; the Supervisor finds it overdue and sends it, free.
-    assert drain_json(env["InventoryRequestsQueueName"]) == []
+    assert drain_json(env["PaymentRequestsQueueName"]) == []
     pipeline.clock.advance(seconds=31)
     assert c.supervisor.tick().redispatched == 1
-    (undo,) = drain_json(env["InventoryRequestsQueueName"])
-    assert undo["action"] == "undo" and undo["compensates"] == "o-1.reserve_inventory.do"
+    (undo,) = drain_json(env["PaymentRequestsQueueName"])
+    assert undo["action"] == "undo" and undo["compensates"] == "o-1.charge_payment.do"
     assert state(pipeline)["CompensationFailureCount"] == 0

@@ -7,7 +7,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from shared.adapters.remote_service import PermanentServiceError, TransientServiceError
+from shared.adapters.remote_service import TransientServiceError
 from shared.circuit_breaker import CircuitBreaker
 from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
 from shared.handlers.agent import Agent, AgentRetryPolicy
@@ -67,18 +67,6 @@ def test_retry_after_past_complete_by_gives_up_without_a_reply() -> None:
     queues = FakeQueues(clock)
     assert agent(clock, script, queues).handle(request(clock, budget=30)) is None
     assert len(script.calls) == 1 and queues.sent == []
-
-
-def test_a_refusal_after_a_call_that_may_have_worked_is_in_doubt() -> None:
-    clock = FakeClock()
-    script = Script(clock, TransientServiceError("read timeout"), PermanentServiceError("422"))
-    reply = agent(clock, script, FakeQueues(clock)).handle(request(clock))
-    assert reply is not None and reply.outcome == "permanent_error" and reply.in_doubt
-    # A plain refusal is not.
-    clock2 = FakeClock()
-    plain = agent(clock2, Script(clock2, PermanentServiceError("422")), FakeQueues(clock2))
-    r2 = plain.handle(request(clock2))
-    assert r2 is not None and not r2.in_doubt
 
 
 def test_an_undo_names_the_recorded_work_key_and_nothing_else() -> None:

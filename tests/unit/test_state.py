@@ -195,29 +195,32 @@ def test_permanent_error_fails_the_order_and_starts_undoing_completed_steps() ->
     t = apply_reply(s, refused(s, "charge_payment"), "s1", T0, WF)
     st = t.state
     assert st.process_state is ProcessState.ERROR
-    assert st.step("charge_payment").status is StepStatus.FAILED
     assert st.failed_step == "charge_payment"
-    assert not st.step("charge_payment").in_doubt  # refused: nothing to undo for it
     assert st.compensation is CompensationState.RUNNING
-    assert st.step("reserve_inventory").status is StepStatus.COMPENSATING
-    assert st.step("reserve_inventory").attempt == 2
+    # The refused step is undone first: the service voids its key (see below).
+    assert st.step("charge_payment").status is StepStatus.COMPENSATING
+    assert st.step("reserve_inventory").status is StepStatus.COMPLETED
     assert "card declined" in (st.last_error or "")
     assert events(t) == ["failed"] and alerts(t.state) == [AlertKind.ORDER_FAILED]
-    assert t.state.outbox[-1] == Dispatch(step="reserve_inventory", action=Action.UNDO,
+    assert t.state.outbox[-1] == Dispatch(step="charge_payment", action=Action.UNDO,
                                           attempt=2)
 
 
-def test_permanent_error_on_first_step_has_nothing_to_undo() -> None:
+def test_permanent_error_on_first_step_undoes_only_that_refused_step() -> None:
     s = claimed()
     t = apply_reply(s, refused(s, "reserve_inventory"), "s1", T0, WF)
-    assert t.state.compensation is CompensationState.DONE
-    assert t.state.is_settled
-    assert events(t) == ["failed", "compensated"]
+    assert events(t) == ["failed"]
+    s = t.state
+    t = apply_reply(s, ok(s, "reserve_inventory", Action.UNDO), "s1", T0, WF)
+    assert t.state.compensation is CompensationState.DONE and t.state.is_settled
+    assert events(t) == ["step_compensated", "compensated"]
 
 
 def test_compensation_undoes_completed_steps_in_reverse_order() -> None:
     s = after_steps(2)
     s = apply_reply(s, refused(s, "arrange_shipping"), "s1", T0, WF).state
+    assert s.current_step.name == "arrange_shipping"  # type: ignore[union-attr]
+    s = apply_reply(s, ok(s, "arrange_shipping", Action.UNDO), "s1", T0, WF).state
     assert s.current_step.name == "charge_payment"  # type: ignore[union-attr]
     s = apply_reply(s, ok(s, "charge_payment", Action.UNDO), "s1", T0, WF).state
     assert s.step("charge_payment").status is StepStatus.COMPENSATED
@@ -226,7 +229,8 @@ def test_compensation_undoes_completed_steps_in_reverse_order() -> None:
     assert t.state.compensation is CompensationState.DONE
     assert t.state.is_settled and t.state.locked_by is None and t.state.complete_by is None
     last = [e for e in t.state.outbox if isinstance(e, SendStatus)][-1]
-    assert (last.event, last.detail) == ("compensated", "reserve_inventory, charge_payment")
+    assert (last.event, last.detail) == (
+        "compensated", "reserve_inventory, charge_payment, arrange_shipping")
 
 
 def test_undo_reply_when_not_compensating_is_stale() -> None:
@@ -238,6 +242,7 @@ def test_undo_reply_when_not_compensating_is_stale() -> None:
 def test_refused_undo_fails_compensation_and_alerts() -> None:
     s = after_steps(1)
     s = apply_reply(s, refused(s, "charge_payment"), "s1", T0, WF).state
+    s = apply_reply(s, ok(s, "charge_payment", Action.UNDO), "s1", T0, WF).state
     t = apply_reply(s, refused(s, "reserve_inventory", Action.UNDO), "s1", T0, WF)
     assert t.state.compensation is CompensationState.FAILED
     assert t.state.step("reserve_inventory").status is StepStatus.COMPENSATION_FAILED
@@ -352,6 +357,7 @@ def test_workflow_is_data_a_user_can_change() -> None:
 def test_resubmit_sends_a_settled_failed_order_round_again_and_keeps_its_history() -> None:
     s = after_steps(1)
     s = apply_reply(s, refused(s, "charge_payment"), "s1", T0, WF).state
+    s = apply_reply(s, ok(s, "charge_payment", Action.UNDO), "s1", T0, WF).state
     s = apply_reply(s, ok(s, "reserve_inventory", Action.UNDO), "s1", T0, WF).state
     assert s.is_settled
     later = T0 + timedelta(hours=1)
@@ -472,6 +478,7 @@ def test_progress_resets_the_rescue_count() -> None:
 def _compensation_failed_after_charge() -> OrderState:
     s = after_steps(2)
     s = apply_reply(s, refused(s, "arrange_shipping"), "s1", T0, WF).state
+    s = apply_reply(s, ok(s, "arrange_shipping", Action.UNDO), "s1", T0, WF).state
     s = apply_reply(s, refused(s, "charge_payment", Action.UNDO), "s1", T0, WF).state
     assert s.compensation is CompensationState.FAILED
     return s
@@ -496,7 +503,7 @@ def test_forced_resubmit_never_redoes_standing_work_under_a_new_key() -> None:
     # charge it already has), and in doubt until then.
     assert (charge.status, charge.work_key, charge.in_doubt) == (
         StepStatus.NOT_STARTED, keys["charge_payment"], True)
-    # Refused: new work, with a key of the new generation when it runs.
+    # Refused and voided: new work, with a key of the new generation when it runs.
     assert ship.work_key is None
     r = start(r)
     assert r.step("charge_payment").work_key == "o-1.charge_payment.do"
@@ -504,13 +511,9 @@ def test_forced_resubmit_never_redoes_standing_work_under_a_new_key() -> None:
     assert r.step("arrange_shipping").work_key == "o-1.arrange_shipping.g1.do"
 
 
-def test_a_refusal_after_a_maybe_done_call_leaves_the_step_in_doubt() -> None:
-    s = claimed()
-    reply = AgentReply(order_id="o-1", step="reserve_inventory", action=Action.DO, attempt=1,
-                       outcome=ReplyOutcome.PERMANENT_ERROR, error="refused", in_doubt=True,
-                       outbox_seq=s.outbox_seq)
-    t = apply_reply(s, reply, "s1", T0, WF).state
-    # The failed order undoes it at once, naming the key it may have been done under.
-    step = t.step("reserve_inventory")
-    assert (step.status, step.in_doubt) == (StepStatus.COMPENSATING, True)
-    assert t.outbox[-1] == Dispatch(step="reserve_inventory", action=Action.UNDO, attempt=2)
+def test_a_refused_step_is_undone_too_so_no_late_copy_of_it_can_stand() -> None:
+    s = after_steps(1)
+    t = apply_reply(s, refused(s, "charge_payment"), "s1", T0, WF).state
+    # Undone first (the latest step): its undo voids the key at the service.
+    assert t.current_step is t.step("charge_payment")
+    assert t.outbox[-1] == Dispatch(step="charge_payment", action=Action.UNDO, attempt=2)
