@@ -23,13 +23,14 @@ def test_bench_smoke_writes_a_complete_report(tmp_path: Path) -> None:
 
     three = next(t for t in results["transactions"]
                  if t["workflow"] == "3-step" and t["transient_fault_rate"] == 0)
-    # One atomic intake + four transitions + the in-flight index entry and its removal.
-    assert three["table_writes"] == 7
+    # One atomic intake + four transitions + the in-flight index entry and its removal, and
+    # the three outboxes that dispatch a step confirmed sent (README, "What it costs").
+    assert three["table_writes"] == 10
     assert three["scheduler_table_reads"] == 4
     assert three["queue_sends"] == 7
     one = next(t for t in results["transactions"]
                if t["workflow"] == "1-step" and t["transient_fault_rate"] == 0)
-    assert one["table_writes"] == 5 and one["queue_sends"] == 3
+    assert one["table_writes"] == 6 and one["queue_sends"] == 3
     s = results["supervisor"]
     assert s["after"]["entities_read"] == s["before"]["entities_read"] == 2 * s["expired"]
     assert results["throughput"]["orders_per_s"] > 0
