@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
-.PHONY: test lint unit install clean demo bench
+.PHONY: test lint unit install clean demo bench soak
 
 ORDERS ?= 100
 PORT ?= 7071
@@ -47,3 +47,8 @@ unit: $(STAMP)
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) node_modules .pytest_cache .ruff_cache
+
+# The long runs, on demand: 20,000 model-based sequences and 1000 orders end to end with kills.
+soak: install
+	HYPOTHESIS_PROFILE=soak $(PY) -m pytest tests/model -p no:cacheprovider
+	E2E_ORDERS=1000 $(PY) -m pytest tests/e2e/test_pipeline.py -p no:cacheprovider
