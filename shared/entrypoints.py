@@ -12,6 +12,7 @@ from typing import Any
 import azure.functions as func
 
 from shared import bootstrap
+from shared.adapters.state_store import CorruptRecord
 from shared.handlers.operator import OrderNotFound, ResubmitRefused
 from shared.settings import load_settings
 
@@ -60,6 +61,8 @@ def get_order(req: func.HttpRequest) -> func.HttpResponse:
         return _json(bootstrap.container().operator.get(order_id))
     except OrderNotFound:
         return _error(404, f"no order {order_id!r}")
+    except CorruptRecord as e:  # our data, not the caller's fault: say what is wrong
+        return _error(500, str(e))
 
 
 def list_orders(req: func.HttpRequest) -> func.HttpResponse:
@@ -90,6 +93,8 @@ def resubmit_order(req: func.HttpRequest) -> func.HttpResponse:
         return _error(404, f"no order {order_id!r}")
     except ResubmitRefused as e:
         return _error(409, str(e))
+    except CorruptRecord as e:
+        return _error(500, str(e))
 
 
 def health(req: func.HttpRequest) -> func.HttpResponse:

@@ -53,6 +53,14 @@ def test_get_order(run_host: Any) -> None:
                                                       "arrange_shipping"]
         r = c.get("/orders/nope")
         assert r.status_code == 404 and "nope" in r.json()["error"]
+        # A record this code cannot read: a JSON error that says so, not a bare 500.
+        table = h.container.tables.get_table_client(h.env["StateTableName"])
+        bad = table.get_entity("o-1", "state")
+        bad["ProcessState"] = "Exploded"
+        table.update_entity(bad)
+        r = c.get("/orders/o-1")
+        assert r.status_code == 500 and "unreadable" in r.json()["error"]
+        assert "Exploded" in r.json()["error"]
 
 
 def test_list_orders_by_state_with_paging(run_host: Any) -> None:
