@@ -50,5 +50,5 @@ clean:
 
 # The long runs, on demand: 20,000 model-based sequences and 1000 orders end to end with kills.
 soak: install
-	HYPOTHESIS_PROFILE=soak $(PY) -m pytest tests/model -p no:cacheprovider
-	E2E_ORDERS=1000 $(PY) -m pytest tests/e2e/test_pipeline.py -p no:cacheprovider
+	HYPOTHESIS_PROFILE=soak $(PY) -m pytest tests/model -p no:cacheprovider --timeout=0
+	E2E_ORDERS=1000 $(PY) -m pytest tests/e2e/test_pipeline.py -p no:cacheprovider --timeout=0

@@ -331,9 +331,9 @@ def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
     """An operator sends a failed order round again, once its compensation has settled.
 
     Nothing is applied twice: a step keeps the key its work was done under unless that work was
-    undone or refused, so work still standing at a service (a completed step, or one whose undo
-    failed) is never redone under a new key; asked again under its own key, the service answers
-    with what it already did. A failed compensation leaves work standing that an operator must
+    undone, so work that may still stand at a service (a completed step, one whose undo failed,
+    one that failed and was never undone) is never redone under a new key; asked again under its
+    own key, the service answers with what it already did. A failed compensation leaves work standing that an operator must
     look at first, so resubmitting it needs ``force``.
     """
     if state.process_state is not ProcessState.ERROR or not state.is_settled:
@@ -368,9 +368,8 @@ def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
     for s in new.steps:
         if s.status is StepStatus.COMPLETED:
             continue
-        if s.status in (StepStatus.COMPENSATED, StepStatus.NOT_STARTED, StepStatus.FAILED):
-            # Undone (or voided), never run, or refused with nothing to undo it: new work,
-            # under a new key.
+        if s.status is StepStatus.COMPENSATED:
+            # Undone (or voided before it was done): new work, under a new key.
             s.work_key = None
         s.status = StepStatus.NOT_STARTED
         s.complete_by = None
