@@ -256,3 +256,7 @@ def test_orders_with_faults_all_end_in_a_known_state(env: dict[str, str],
         assert inv.get("supervisor", 0) > 0, st
         assert st.get("dead_lettered") == 0, st
     assert len(effects) >= 3 * len(processed)  # each processed order's work, once per step
+    print(json.dumps({"orders": len(expected), "processed": len(processed), "failed": len(failed),
+                      "host_kills": killer.kills, "failure_counts": Counter(
+                          s["FailureCount"] for s in states.values()),
+                      "crashed_failure_counts": [states[o]["FailureCount"] for o in crashed]}))
