@@ -13,6 +13,8 @@ class AlertKind(StrEnum):
     COMPENSATION_FAILED = "CompensationFailed"
     ORDER_CONFLICT = "OrderConflict"
     RECORD_UNREADABLE = "RecordUnreadable"
+    # The Supervisor could not act on an order several ticks running.
+    SUPERVISION_FAILING = "SupervisionFailing"
 
 
 @dataclass(frozen=True)

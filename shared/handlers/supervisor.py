@@ -27,6 +27,11 @@ from shared.handlers.relay import EffectRelay
 
 log = logging.getLogger(__name__)
 
+# Ticks in a row an order may fail before an operator is told: one bad tick is a blip (storage
+# busy), several are a problem with that order. Counted per Supervisor process: the timer runs as
+# a singleton, and a restart only delays the alert.
+FAILING_TICKS_BEFORE_ALERT = 3
+
 
 @dataclass
 class TickReport:
@@ -52,6 +57,7 @@ class Supervisor:
         self._policy = policy
         self._workflow = workflow
         self._clock = clock
+        self._failing: dict[str, int] = {}  # order id -> ticks in a row it could not be handled
 
     def tick(self) -> TickReport:
         report = TickReport()
@@ -61,11 +67,13 @@ class Supervisor:
             report.in_flight += 1
             try:
                 self._supervise(entry, report)
+                self._failing.pop(entry.order_id, None)
             except CorruptRecord as e:
                 self._unreadable(entry, e, report)
-            except Exception:
+            except Exception as e:
                 report.errors += 1
                 log.exception("supervisor: order %s not handled this tick", entry.order_id)
+                self._failed_again(entry, e)
         log.info("supervisor tick at %s: %s", now.isoformat(), report)
         return report
 
@@ -108,6 +116,19 @@ class Supervisor:
             report.retried += 1
         log.warning("supervisor: order %s %s (%s)", saved.order_id, decision.kind.value,
                     decision.reason)
+
+    def _failed_again(self, entry: InFlightEntry, e: Exception) -> None:
+        ticks = self._failing[entry.order_id] = self._failing.get(entry.order_id, 0) + 1
+        if ticks != FAILING_TICKS_BEFORE_ALERT:
+            return
+        try:
+            self._alerts.raise_alert(OperatorAlert(
+                AlertKind.SUPERVISION_FAILING, entry.order_id,
+                f"the Supervisor could not handle this order {ticks} ticks in a row: "
+                f"{type(e).__name__}: {e}"[:1000], self._clock(),
+                key=f"{entry.order_id}.failing.{type(e).__name__}.{self._clock():%Y%m%d}"))
+        except Exception:
+            log.exception("supervisor: could not report order %s", entry.order_id)
 
     def _unreadable(self, entry: InFlightEntry, e: CorruptRecord, report: TickReport) -> None:
         if entry.unreadable == e.version:

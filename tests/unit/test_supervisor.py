@@ -1,0 +1,78 @@
+"""The Supervisor over the in-memory fakes: each order on its own, whatever the others do."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from shared.domain.alerts import AlertKind
+from shared.domain.order import parse_order
+from shared.domain.state import OrderState, RetryPolicy, exponential_backoff, receive
+from shared.domain.workflow import ORDER_FULFILMENT
+from shared.handlers.relay import EffectRelay
+from shared.handlers.supervisor import FAILING_TICKS_BEFORE_ALERT, Supervisor
+from tests.conftest import FakeClock
+from tests.fakes import FakeAlertSink, FakeOrderStore, FakeQueues, StorageDown
+
+WF = ORDER_FULFILMENT
+AGENT_QS = {"inventory": "inv", "payment": "pay", "shipping": "ship"}
+
+
+class SaveFails(FakeOrderStore):
+    """A store that cannot save some orders (say their record grew past the entity limit)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broken: set[str] = set()
+
+    def save(self, state: OrderState) -> OrderState:
+        if state.order_id in self.broken:
+            raise StorageDown("EntityTooLarge")
+        return super().save(state)
+
+
+def setup() -> tuple[FakeClock, SaveFails, FakeAlertSink, Supervisor]:
+    clock = FakeClock()
+    store, alerts = SaveFails(), FakeAlertSink()
+    queues = FakeQueues(clock)
+    relay = EffectRelay(store=store, sender=queues, alerts=alerts, workflow=WF,
+                        agent_queues=AGENT_QS, scheduler_queue="cmds", clock=clock)
+    policy = RetryPolicy(3, exponential_backoff(timedelta(seconds=1), timedelta(seconds=4)),
+                         pending_grace=timedelta(seconds=30), rescue_threshold=100)
+    return clock, store, alerts, Supervisor(store=store, relay=relay, alerts=alerts,
+                                            policy=policy, workflow=WF, clock=clock)
+
+
+def pending(store: FakeOrderStore, clock: FakeClock, order_id: str) -> None:
+    o = parse_order(json.dumps({"order_id": order_id, "customer_id": "c",
+                                "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
+    store.track(order_id, 0, clock.now)
+    store.create(o, receive(order_id, WF, clock.now))
+
+
+def test_an_order_that_keeps_failing_is_alerted_once_and_the_rest_go_on() -> None:
+    clock, store, alerts, sup = setup()
+    pending(store, clock, "a-broken")
+    pending(store, clock, "b-fine")
+    store.broken.add("a-broken")
+    for tick in range(1, FAILING_TICKS_BEFORE_ALERT + 3):
+        clock.advance(seconds=61)
+        report = sup.tick()
+        assert (report.errors, report.rescued) == (1, 1)  # the other order is rescued each time
+        expected = 1 if tick >= FAILING_TICKS_BEFORE_ALERT else 0
+        assert len(alerts.of("a-broken", AlertKind.SUPERVISION_FAILING)) == expected
+    assert "EntityTooLarge" in alerts.of("a-broken")[0].reason
+    assert store.states["b-fine"].rescues == FAILING_TICKS_BEFORE_ALERT + 2
+
+
+def test_one_bad_tick_is_not_an_alert() -> None:
+    clock, store, alerts, sup = setup()
+    pending(store, clock, "a")
+    store.broken.add("a")
+    clock.advance(seconds=61)
+    assert sup.tick().errors == 1
+    store.broken.clear()
+    for _ in range(FAILING_TICKS_BEFORE_ALERT):
+        clock.advance(seconds=61)
+        assert sup.tick().errors == 0
+    assert alerts.alerts == {}
