@@ -7,6 +7,7 @@ the poison queue or the dead-letter queue), which is what we want for faults we 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import azure.functions as func
@@ -15,6 +16,11 @@ from shared import bootstrap
 from shared.adapters.state_store import CorruptRecord
 from shared.handlers.operator import OrderNotFound, ResubmitRefused
 from shared.settings import load_settings
+
+# The Python worker sets the root logger to INFO and forwards every record to the host, where
+# Application Insights ingests (and bills) it; at INFO the Azure SDK logs every HTTP request and
+# response, dozens per order. Its warnings and errors still go through.
+logging.getLogger("azure").setLevel(logging.WARNING)
 
 
 def check_settings() -> None:

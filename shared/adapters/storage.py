@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import requests
+from azure.core.pipeline.transport import RequestsTransport
 from azure.data.tables import TableServiceClient
 from azure.storage.queue import QueueServiceClient
+from requests.adapters import HTTPAdapter
 
 from shared.settings import Settings, SettingsError
 
@@ -27,7 +30,23 @@ def _endpoint(settings: Settings, service: str, explicit: str | None) -> str:
     raise SettingsError(f"AzureWebJobsStorage__{service}ServiceUri or __accountName is needed")
 
 
+# Connections each storage client keeps. The SDK's default (requests' 10) is below what one
+# instance runs at once: each queue function may hold batchSize + newBatchThreshold (24)
+# messages, and every one of them reads and writes tables. A smaller pool opens and drops a
+# connection per request over the limit, and logs "Connection pool is full" each time.
+POOL_SIZE = 64
+
+
+def _transport() -> RequestsTransport:
+    session = requests.Session()
+    adapter = HTTPAdapter(pool_connections=POOL_SIZE, pool_maxsize=POOL_SIZE)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return RequestsTransport(session=session, session_owner=True)
+
+
 def table_service(settings: Settings, **kwargs: Any) -> TableServiceClient:
+    kwargs.setdefault("transport", _transport())
     conn = settings.effective_storage_connection
     if conn:
         return TableServiceClient.from_connection_string(conn, **kwargs)
@@ -38,6 +57,7 @@ def table_service(settings: Settings, **kwargs: Any) -> TableServiceClient:
 
 
 def queue_service(settings: Settings, **kwargs: Any) -> QueueServiceClient:
+    kwargs.setdefault("transport", _transport())
     conn = settings.effective_storage_connection
     if conn:
         return QueueServiceClient.from_connection_string(conn, **kwargs)
