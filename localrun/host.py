@@ -44,6 +44,7 @@ from croniter import croniter
 from localrun.index import IndexedFunction as _Function
 from localrun.index import functions_of
 from localrun.servicebus import LocalServiceBusChannel, to_service_bus_message
+from shared.adapters.storage import pooled_transport
 
 log = logging.getLogger("localrun.host")
 _SETTING = re.compile(r"%([^%]+)%")
@@ -130,8 +131,9 @@ class LocalFunctionHost:
         self._lease = lease_seconds
         self._max_delivery = max_delivery_count
         # queue_options reach the SDK client (a metering hook counts the host's polling too).
-        self._queues = QueueServiceClient.from_connection_string(storage_connection,
-                                                                 **(queue_options or {}))
+        # It polls and settles as many messages at once as the app handles: the same pool size.
+        self._queues = QueueServiceClient.from_connection_string(
+            storage_connection, **{"transport": pooled_transport(), **(queue_options or {})})
         self._http_port = http_port
         self._functions = [f for f in self._index(app) if only is None or f.name in only]
         self._stop = threading.Event()

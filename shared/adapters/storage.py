@@ -37,7 +37,7 @@ def _endpoint(settings: Settings, service: str, explicit: str | None) -> str:
 POOL_SIZE = 64
 
 
-def _transport() -> RequestsTransport:
+def pooled_transport() -> RequestsTransport:
     session = requests.Session()
     adapter = HTTPAdapter(pool_connections=POOL_SIZE, pool_maxsize=POOL_SIZE)
     session.mount("http://", adapter)
@@ -46,7 +46,7 @@ def _transport() -> RequestsTransport:
 
 
 def table_service(settings: Settings, **kwargs: Any) -> TableServiceClient:
-    kwargs.setdefault("transport", _transport())
+    kwargs.setdefault("transport", pooled_transport())
     conn = settings.effective_storage_connection
     if conn:
         return TableServiceClient.from_connection_string(conn, **kwargs)
@@ -57,7 +57,7 @@ def table_service(settings: Settings, **kwargs: Any) -> TableServiceClient:
 
 
 def queue_service(settings: Settings, **kwargs: Any) -> QueueServiceClient:
-    kwargs.setdefault("transport", _transport())
+    kwargs.setdefault("transport", pooled_transport())
     conn = settings.effective_storage_connection
     if conn:
         return QueueServiceClient.from_connection_string(conn, **kwargs)
