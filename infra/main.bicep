@@ -22,8 +22,14 @@ param principalType string = 'User'
 @description('E-mail address for operator alerts; empty for none.')
 param alertEmail string = ''
 
-@description('Serve the simulated remote services from the app and point the Agents at them. Turn off and set the *ServiceUrl settings to use real services.')
-param simulatorsEnabled bool = true
+@description('The remote services the Agents call. real: the three URLs below. demo: simulated services served by the app itself, anonymous and injecting faults; for a demo deployment only, never for real orders.')
+@allowed(['real', 'demo'])
+param remoteServices string = 'real'
+
+@description('Base URLs of the real remote services (remoteServices=real); the app will not start without them.')
+param inventoryServiceUrl string = ''
+param paymentServiceUrl string = ''
+param shippingServiceUrl string = ''
 
 @allowed(['3.10', '3.11', '3.12'])
 param pythonVersion string = '3.11'
@@ -175,7 +181,12 @@ module function 'app/function.bicep' = {
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
     appSettings: appSettings
-    simulatorsEnabled: simulatorsEnabled
+    remoteServices: remoteServices
+    serviceUrls: {
+      InventoryServiceUrl: inventoryServiceUrl
+      PaymentServiceUrl: paymentServiceUrl
+      ShippingServiceUrl: shippingServiceUrl
+    }
   }
 }
 

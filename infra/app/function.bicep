@@ -16,8 +16,11 @@ param maximumInstanceCount int
 param instanceMemoryMB int
 @description('The app\'s own settings (queue and table names, budgets, thresholds, service URLs).')
 param appSettings object
-@description('Serve the simulated remote services and point the Agents at them (demo).')
-param simulatorsEnabled bool
+@description('real: the Agents call serviceUrls. demo: the app serves anonymous, fault-injecting simulated services and the Agents call those.')
+@allowed(['real', 'demo'])
+param remoteServices string
+@description('InventoryServiceUrl, PaymentServiceUrl, ShippingServiceUrl of the real services.')
+param serviceUrls object
 
 resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
   // checkov:skip=CKV_AZURE_225:Zone redundancy on Flex Consumption depends on the region; set zoneRedundant where it is offered.
@@ -81,13 +84,14 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
   }
 }
 
-// The simulated services are HTTP functions of this same app.
+// The simulated services are HTTP functions of this same app: a demo deployment's only.
+var simulatorsEnabled = remoteServices == 'demo'
 var simulatorBase = 'https://${app.properties.defaultHostName}/api/sim'
-var serviceUrls = simulatorsEnabled ? {
+var agentTargets = simulatorsEnabled ? {
   InventoryServiceUrl: '${simulatorBase}/inventory'
   PaymentServiceUrl: '${simulatorBase}/payment'
   ShippingServiceUrl: '${simulatorBase}/shipping'
-} : {}
+} : serviceUrls
 
 resource settings 'Microsoft.Web/sites/config@2024-04-01' = {
   // These checks read the 'web' config (logging, auth, .NET, Azure Files); this is 'appsettings'.
@@ -100,7 +104,7 @@ resource settings 'Microsoft.Web/sites/config@2024-04-01' = {
   // checkov:skip=CKV_AZURE_88:Flex Consumption keeps no content on Azure Files; the package is a blob.
   parent: app
   name: 'appsettings'
-  properties: union(appSettings, serviceUrls, {
+  properties: union(appSettings, agentTargets, {
     // Identity-based connections: no keys, no connection strings.
     AzureWebJobsStorage__accountName: storageAccountName
     AzureWebJobsStorage__credential: 'managedidentity'

@@ -102,3 +102,11 @@ def test_step_budgets_override_the_workflow() -> None:
 def test_backoff_cap_below_base_is_refused() -> None:
     with pytest.raises(SettingsError, match="RetryBackoffMaxSeconds"):
         load_settings({**BASE, "RetryBackoffSeconds": "10", "RetryBackoffMaxSeconds": "5"})
+
+
+def test_a_deployment_without_service_urls_fails_fast_naming_them() -> None:
+    from shared.settings import SettingsError, load_settings
+
+    with pytest.raises(SettingsError, match="InventoryServiceUrl=''"):
+        load_settings({"AzureWebJobsStorage": "UseDevelopmentStorage=true",
+                       "InventoryServiceUrl": "", "PaymentServiceUrl": "https://pay"})
