@@ -181,9 +181,6 @@ class FakeQueues:
     def complete(self, queue: str, message: QueuedMessage) -> None:
         self.queues[queue].remove(message)
 
-    def abandon(self, message: QueuedMessage) -> None:
-        """The function failed: the host lets the message become visible after the lease."""
-
 
 @dataclass
 class FakeAlertSink:

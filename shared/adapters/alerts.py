@@ -11,17 +11,9 @@ from typing import Protocol
 from azure.core.exceptions import ResourceExistsError
 from azure.data.tables import TableClient
 
-from shared.domain.alerts import AlertKind, OperatorAlert
+from shared.domain.alerts import OperatorAlert
 
 log = logging.getLogger("order_pipeline.alerts")
-
-# Kept as names for the modules that list alerts.
-ORDER_FAILED = AlertKind.ORDER_FAILED
-COMPENSATION_FAILED = AlertKind.COMPENSATION_FAILED
-ORDER_CONFLICT = AlertKind.ORDER_CONFLICT
-
-__all__ = ["COMPENSATION_FAILED", "ORDER_CONFLICT", "ORDER_FAILED", "AlertSink",
-           "OperatorAlert", "TableAlertSink"]
 
 
 class AlertSink(Protocol):

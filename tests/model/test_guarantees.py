@@ -28,9 +28,9 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from shared.adapters.alerts import COMPENSATION_FAILED, ORDER_FAILED
 from shared.adapters.remote_service import PermanentServiceError, TransientServiceError
 from shared.circuit_breaker import CircuitBreaker
+from shared.domain.alerts import AlertKind
 from shared.domain.state import CompensationState, ProcessState, RetryPolicy, exponential_backoff
 from shared.domain.workflow import ORDER_FULFILMENT
 from shared.handlers.agent import Agent, AgentRetryPolicy
@@ -311,12 +311,12 @@ class PipelineMachine(RuleBasedStateMachine):
                     f"{oid} reads compensated but its work still stands: {dict(standing)}\n"
                     + self.story(oid))
             failures = len(state.history) + (state.process_state is ProcessState.ERROR)
-            failed_alerts = len(self.alerts.of(oid, ORDER_FAILED))
+            failed_alerts = len(self.alerts.of(oid, AlertKind.ORDER_FAILED))
             assert failed_alerts >= failures, (
                 f"{oid} failed {failures} time(s) but the operator was alerted {failed_alerts}")
             comp_failures = sum(h.get("compensation") == "Failed" for h in state.history) + (
                 state.compensation is CompensationState.FAILED)
-            assert len(self.alerts.of(oid, COMPENSATION_FAILED)) >= comp_failures, (
+            assert len(self.alerts.of(oid, AlertKind.COMPENSATION_FAILED)) >= comp_failures, (
                 f"{oid}: a failed compensation reached no operator")
 
     def time_runs_on(self) -> None:
