@@ -155,6 +155,7 @@ module rbac 'app/rbac.bicep' = {
   params: {
     storageAccountName: storage.outputs.name
     serviceBusNamespaceName: serviceBus.outputs.name
+    ordersQueueName: serviceBus.outputs.ordersQueueName
     applicationInsightsName: monitoring.outputs.applicationInsightsName
     appPrincipalId: identity.outputs.principalId
     userPrincipalId: principalId

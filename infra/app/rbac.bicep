@@ -2,6 +2,7 @@
 
 param storageAccountName string
 param serviceBusNamespaceName string
+param ordersQueueName string
 param applicationInsightsName string
 param appPrincipalId string
 @description('The deploying user or group, so the CLI works against the cloud; empty to skip.')
@@ -15,7 +16,7 @@ var roles = {
   storageTableDataContributor: '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3'
   storageQueueDataReader: '19e7f393-937e-4f77-808e-94535e297925'
   storageTableDataReader: '76199698-9eea-4c19-bc75-cec21354c6b6'
-  serviceBusDataReceiver: '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
+  serviceBusDataOwner: '090c5cfd-751d-490a-894a-3ce6f1109419'
   serviceBusDataSender: '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
   monitoringMetricsPublisher: '3913510d-42f4-4e42-8a64-420c390055eb'
 }
@@ -26,6 +27,11 @@ resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
 
 resource namespace 'Microsoft.ServiceBus/namespaces@2022-10-01-preview' existing = {
   name: serviceBusNamespaceName
+}
+
+resource ordersQueue 'Microsoft.ServiceBus/namespaces/queues@2022-10-01-preview' existing = {
+  parent: namespace
+  name: ordersQueueName
 }
 
 resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing = {
@@ -51,13 +57,16 @@ resource appStorage 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
   }
 ]
 
+// The intake trigger receives from the orders queue, and the scale controller reads its length
+// to scale from zero, which needs Manage rights: Data Owner is the only built-in data role with
+// them, so it is granted on that one queue, not on the namespace.
 resource appServiceBus 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
-  name: guid(namespace.id, appPrincipalId, roles.serviceBusDataReceiver)
-  scope: namespace
+  name: guid(ordersQueue.id, appPrincipalId, roles.serviceBusDataOwner)
+  scope: ordersQueue
   properties: {
     principalId: appPrincipalId
     principalType: 'ServicePrincipal'
-    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataReceiver)
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.serviceBusDataOwner)
   }
 }
 
