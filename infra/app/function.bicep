@@ -84,6 +84,24 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
   }
 }
 
+// Deployments go through the blob container with the identity; no one needs the basic-auth
+// (publishing profile) credentials of FTP or the SCM site, so they are turned off.
+resource ftpBasicAuth 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+  parent: app
+  name: 'ftp'
+  properties: {
+    allow: false
+  }
+}
+
+resource scmBasicAuth 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+  parent: app
+  name: 'scm'
+  properties: {
+    allow: false
+  }
+}
+
 // The simulated services are HTTP functions of this same app: a demo deployment's only.
 var simulatorsEnabled = remoteServices == 'demo'
 var simulatorBase = 'https://${app.properties.defaultHostName}/api/sim'
