@@ -66,6 +66,11 @@ var tables = {
 var ordersQueueName = 'orders'
 
 var appSettings = {
+  // The Python worker runs every synchronous function on one pool of this many threads. An Agent
+  // holds its thread for up to a step's budget while a service hangs; with 3 Agents x 24
+  // messages in flight, a small pool (the worker's own default is min(32, CPUs + 4)) would leave
+  // the Scheduler, the Supervisor and /health waiting behind them.
+  PYTHON_THREADPOOL_THREAD_COUNT: '128'
   OrdersQueueName: ordersQueueName
   SchedulerQueueName: queues.scheduler
   AgentResponsesQueueName: queues.responses
