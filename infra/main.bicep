@@ -31,6 +31,9 @@ param inventoryServiceUrl string = ''
 param paymentServiceUrl string = ''
 param shippingServiceUrl string = ''
 
+@description('Send storage request logs to Log Analytics too: one record per table or queue transaction, billed as ingestion.')
+param storageRequestLogs bool = false
+
 @allowed(['3.10', '3.11', '3.12'])
 param pythonVersion string = '3.11'
 
@@ -193,6 +196,18 @@ module function 'app/function.bicep' = {
       PaymentServiceUrl: paymentServiceUrl
       ShippingServiceUrl: shippingServiceUrl
     }
+  }
+}
+
+module diagnostics 'app/diagnostics.bicep' = {
+  name: 'diagnostics'
+  scope: rg
+  params: {
+    logAnalyticsId: monitoring.outputs.logAnalyticsId
+    storageAccountName: storage.outputs.name
+    serviceBusNamespaceName: serviceBus.outputs.name
+    functionAppName: function.outputs.name
+    storageRequestLogs: storageRequestLogs
   }
 }
 
