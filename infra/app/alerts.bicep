@@ -28,13 +28,13 @@ resource operators 'Microsoft.Insights/actionGroups@2023-01-01' = {
 
 // The app logs every operator alert as "OPERATOR_ALERT <kind> order=<id> ..." with custom
 // dimensions, and stores it in the OperatorAlerts table.
-resource operatorAlerts 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview' = {
+resource operatorAlerts 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
   name: '${namePrefix}-operator-alerts'
   location: location
   tags: tags
   properties: {
     displayName: 'Order pipeline: operator alert raised'
-    description: 'An order failed, a compensation failed, or an order id arrived twice with different content.'
+    description: 'An order failed, a compensation failed, an order id arrived twice with different content, or the Supervisor cannot read or handle an order.'
     severity: 1
     enabled: true
     evaluationFrequency: 'PT5M'
