@@ -397,10 +397,10 @@ def markdown(r: dict[str, Any]) -> str:
         f"{k} {v:.2f}" for k, v in three["write_breakdown"].items()) + ". The floor is 5 (one "
         "atomic intake, one conditional write per transition); two more are the in-flight "
         "index entry (written at intake, deleted when the order settles), which keeps a "
-        "Supervisor tick independent of history; three more (table.merge) confirm that the "
-        "outboxes dispatching a step were sent, which lets the Supervisor re-send a lost "
-        "request without spending the order's FailureThreshold (README, \"What follows a "
-        "write\").",
+        "Supervisor tick independent of history; three more (merges, counted as table.write) "
+        "confirm that the outboxes dispatching a step were sent, which lets the Supervisor "
+        "re-send a lost request without spending the order's FailureThreshold (README, "
+        "\"What follows a write\").",
         "Empty polls are the host looking at idle queues: they grow with time, not orders.", ""]
     lines += [_targets(r), "", "## Throughput and latency", ""]
     tp, ce = r["throughput"], r["ceiling"]
