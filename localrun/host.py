@@ -32,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import azure.functions as func
 from azure.core.exceptions import ResourceExistsError
@@ -419,16 +419,20 @@ def _serve_http(host: LocalFunctionHost, functions: list[_Function],
                     continue
                 if self.command not in methods:
                     return self._reply(405, b"method not allowed", {})
+                # As the worker builds them: repeated query keys joined with commas, route
+                # values percent-decoded.
                 req = func.HttpRequest(
                     method=self.command, url=f"http://127.0.0.1:{port}{self.path}",
                     headers=dict(self.headers.items()),
-                    params={k: v[0] for k, v in parse_qs(url.query).items()},
-                    route_params={k: v for k, v in m.groupdict().items() if v is not None},
+                    params={k: ",".join(v) for k, v in parse_qs(url.query).items()},
+                    route_params={k: unquote(v) for k, v in m.groupdict().items()
+                                  if v is not None},
                     body=body)
                 try:
                     resp = host.invoke(f, req)
                 except Exception:
-                    return self._reply(500, b"function failed", {})
+                    log.exception("%s failed", f.name)
+                    return self._reply(500, b"", {})  # the host answers with an empty body
                 headers = dict(resp.headers)
                 if resp.mimetype and not any(k.lower() == "content-type" for k in headers):
                     headers["Content-Type"] = f"{resp.mimetype}; charset={resp.charset or 'utf-8'}"

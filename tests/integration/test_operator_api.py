@@ -178,3 +178,20 @@ def test_health(run_host: Any) -> None:
         r = c.get("/health")
         assert r.status_code == 503
         assert r.json()["checks"][f"queue:{h.env['PaymentRequestsQueueName']}"] != "ok"
+
+
+def test_http_requests_are_built_as_the_worker_builds_them(run_host: Any,
+                                                           monkeypatch: Any) -> None:
+    h: RunningHost = run_host(only=API)
+    accept("o:1")
+    with api(h) as c:
+        # Route values arrive percent-decoded.
+        r = c.get("/orders/o%3A1")
+        assert r.status_code == 200 and r.json()["OrderID"] == "o:1"
+        # A repeated query key arrives as one value, joined with commas: not a state.
+        r = c.get("/orders", params=[("state", "Error"), ("state", "Pending")])
+        assert r.status_code == 400 and "Error,Pending" in r.json()["error"]
+        # A function that fails: 500 with an empty body, nothing of the traceback.
+        monkeypatch.setattr(h.container.operator, "get", lambda order_id: 1 / 0)
+        r = c.get("/orders/o:1")
+        assert (r.status_code, r.content) == (500, b"")
