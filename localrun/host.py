@@ -233,6 +233,9 @@ class LocalFunctionHost:
         _current.function = f.name
         try:
             result = f.call(**{f.trigger["name"]: trigger_value}, **outs)
+            if result is not None and not any(b["name"] == "$return" for b in f.outputs):
+                # The worker fails such an invocation: nothing could receive the value.
+                raise TypeError(f"function {f.name} returned a value but has no return binding")
         except Exception:
             self.stats.count(f.name, ok=False)
             log.exception("function %s failed", f.name)
@@ -370,7 +373,12 @@ class LocalFunctionHost:
             if wait > 0 and self._stop.wait(wait):
                 return
             past_due = (datetime.now(UTC) - due) > timedelta(seconds=5)
-            status = {"Last": last.isoformat() if last else None, "Next": None}
+            # As the host's monitor records it (use_monitor): the last run, the next, and when
+            # that record was written.
+            status = {"Last": last.isoformat() if last else None,
+                      "Next": croniter(schedule, due, second_at_beginning=True)
+                      .get_next(datetime).isoformat(),
+                      "LastUpdated": datetime.now(UTC).isoformat()}
             # invoke() logs a failed run; like the host, wait for the next occurrence.
             with contextlib.suppress(Exception):
                 self.invoke(f, TimerRequest(past_due=past_due, schedule_status=status,

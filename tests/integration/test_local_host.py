@@ -138,3 +138,33 @@ def test_a_binding_setting_missing_at_start_stops_the_host(app_env: Any) -> None
     with pytest.raises(HostConfigError, match="OrdersQueueName"):
         host.start()
     host.stop()
+
+
+def test_a_value_returned_without_a_return_binding_fails_the_invocation(app_env: Any) -> None:
+    env = app_env()
+    app = func.FunctionApp()
+
+    @app.function_name("returns")
+    @app.queue_trigger(arg_name="msg", queue_name="%SchedulerQueueName%",
+                       connection="AzureWebJobsStorage")
+    def returns(msg: func.QueueMessage) -> str:
+        return "nowhere to go"
+
+    host = LocalFunctionHost(app, settings=env, storage_connection=env["AzureWebJobsStorage"],
+                             host_json=FAST_RETRIES)
+    (f,) = host._functions
+    with pytest.raises(TypeError, match="no return binding"):
+        host.invoke(f, func.QueueMessage(body=b"x"))
+    assert host.stats.failures["returns"] == 1
+
+
+def test_the_timer_gets_its_schedule_status(run_host: Any, monkeypatch: Any) -> None:
+    seen: list[Any] = []
+    import shared.entrypoints as ep
+
+    run_host(only={"supervisor"}, SupervisorSchedule="*/1 * * * * *")
+    monkeypatch.setattr(ep, "supervisor", lambda timer: seen.append(timer.schedule_status))
+    wait_until(lambda: len(seen) >= 2, timeout=10, message="two ticks")
+    status = seen[-1]
+    assert set(status) == {"Last", "Next", "LastUpdated"}
+    assert status["Last"] is not None and status["Next"] > status["Last"]
