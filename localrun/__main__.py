@@ -45,9 +45,13 @@ def main(argv: list[str] | None = None) -> int:
     host.add_argument("--settings", type=Path, default=ROOT / "local.settings.json")
     host.add_argument("--create-resources", action="store_true",
                       help="create the app's tables and queues first")
-    host.add_argument("--lease-seconds", type=float, default=300.0,
-                      help="how long a received message stays invisible to other hosts "
-                           "(default 300)")
+    host.add_argument("--lease-seconds", type=float, default=600.0,
+                      help="how long a received Storage-queue message stays invisible to other "
+                           "hosts; renewed at half-time while its function runs (default 600, "
+                           "as the host)")
+    host.add_argument("--lock-seconds", type=float, default=60.0,
+                      help="the Service Bus stand-in's message lock, renewed the same way "
+                           "(default 60, the orders queue's lockDuration)")
     args = parser.parse_args(argv)
 
     logging.basicConfig(level=os.environ.get("LOCALRUN_LOG_LEVEL", "WARNING"),
@@ -69,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         function_app.app, settings=dict(os.environ),
         storage_connection=settings.effective_storage_connection or "",
         host_json=ROOT / "host.json", http_port=args.port, poll_interval=args.poll_interval,
-        lease_seconds=args.lease_seconds)
+        lease_seconds=args.lease_seconds, lock_seconds=args.lock_seconds)
     runner.start()
     print(json.dumps({"event": "started", "functions": runner.functions,
                       "http": f"http://127.0.0.1:{runner.http_port}/api"}), flush=True)

@@ -4,14 +4,20 @@ It loads ``function_app.app``, reads each function's bindings from ``get_raw_bin
 the real host reads) and drives it against Azurite the way the host would:
 
 - queue triggers: base64 messages (``messageEncoding``), ``batchSize`` + ``newBatchThreshold``
-  messages in flight, a failed message made visible again after ``visibilityTimeout``, and moved
-  to ``<queue>-poison`` once its dequeue count reaches ``maxDequeueCount`` (all from host.json);
+  messages in flight, each received for 10 minutes and renewed at half-time while its function
+  runs, a failed message made visible again after ``visibilityTimeout``, and moved to
+  ``<queue>-poison`` once its dequeue count reaches ``maxDequeueCount`` (all from host.json);
 - queue output bindings (``func.Out``), sent after the function returns;
 - timer triggers on six-field NCRONTAB schedules;
 - HTTP triggers on ``http://127.0.0.1:<port>/api/<route>``;
-- the Service Bus trigger, fed from the local channel (see servicebus.py) with real
-  ``ServiceBusMessage`` objects; redelivered at once on failure, dead-lettered after
-  ``max_delivery_count``.
+- the Service Bus trigger, fed from the local channel (see servicebus.py), ``maxConcurrentCalls``
+  at once, each message locked for the queue's lock duration and the lock renewed while its
+  function runs (up to ``maxAutoLockRenewalDuration``); redelivered at once on failure,
+  dead-lettered after ``max_delivery_count``.
+
+Every trigger value is built as the worker builds it, from host-shaped data and trigger metadata
+through the library's converters (triggers.py), and every synchronous invocation runs on one
+shared thread pool of ``PYTHON_THREADPOOL_THREAD_COUNT`` threads, as in the worker.
 
 ``%Name%`` in a binding resolves from the settings, and a missing one is an error, as in the host.
 """
@@ -25,6 +31,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,14 +43,13 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import azure.functions as func
 from azure.core.exceptions import ResourceExistsError
-from azure.functions.queue import QueueMessage
-from azure.functions.timer import TimerRequest
 from azure.storage.queue import QueueClient, QueueServiceClient, TextBase64EncodePolicy
 from croniter import croniter
 
+from localrun import triggers
 from localrun.index import IndexedFunction as _Function
 from localrun.index import functions_of
-from localrun.servicebus import LocalServiceBusChannel, to_service_bus_message
+from localrun.servicebus import LocalServiceBusChannel, ServiceBusEnvelope
 from shared.adapters.storage import pooled_transport
 
 log = logging.getLogger("localrun.host")
@@ -89,6 +95,50 @@ class QueueOptions:
         )
 
 
+@dataclass(frozen=True)
+class ServiceBusOptions:
+    max_concurrent_calls: int = 16
+    max_auto_lock_renewal: float = 300.0
+
+    @classmethod
+    def from_host_json(cls, host: Mapping[str, Any]) -> ServiceBusOptions:
+        sb = host.get("extensions", {}).get("serviceBus", {})
+        return cls(max_concurrent_calls=int(sb.get("maxConcurrentCalls", 16)),
+                   max_auto_lock_renewal=_timespan(sb.get("maxAutoLockRenewalDuration",
+                                                          "00:05:00")))
+
+
+# The host's default when PYTHON_THREADPOOL_THREAD_COUNT is not set (the worker on its own would
+# take min(32, CPUs + 4)).
+HOST_DEFAULT_THREAD_COUNT = 1000
+
+
+def thread_count(settings: Mapping[str, str]) -> int:
+    raw = settings.get("PYTHON_THREADPOOL_THREAD_COUNT")
+    if raw is None or raw == "":
+        return HOST_DEFAULT_THREAD_COUNT
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 32767:
+        raise HostConfigError(
+            f"PYTHON_THREADPOOL_THREAD_COUNT={raw!r} must be a whole number from 1 to 32767")
+    return n
+
+
+@dataclass
+class _Held:
+    """A received message this host is working on, and the lease it keeps renewing."""
+
+    queue: QueueClient
+    message: Any
+    lease: float
+    renew_until: float
+    next_renewal: float
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
 @dataclass
 class HostStats:
     invocations: dict[str, int] = field(default_factory=dict)
@@ -120,15 +170,20 @@ class LocalFunctionHost:
     def __init__(self, app: func.FunctionApp, *, settings: Mapping[str, str],
                  storage_connection: str, host_json: Path | Mapping[str, Any],
                  http_port: int | None = None, poll_interval: float | None = None,
-                 lease_seconds: float = 300.0, max_delivery_count: int = 10,
-                 only: set[str] | None = None,
+                 lease_seconds: float = 600.0, lock_seconds: float = 60.0,
+                 max_delivery_count: int = 10, only: set[str] | None = None,
                  queue_options: Mapping[str, Any] | None = None) -> None:
         self._settings = settings
         host = (json.loads(Path(host_json).read_text()) if isinstance(host_json, Path)
                 else dict(host_json))
         self.queue_options = QueueOptions.from_host_json(host)
+        self.service_bus_options = ServiceBusOptions.from_host_json(host)
         self._poll_max = poll_interval or self.queue_options.max_polling_interval
+        # The queue listener receives for 10 minutes and renews at half-time while the function
+        # runs; Service Bus locks for the queue's lock duration (1 minute in the Bicep) and
+        # renews it. A host that dies leaves its messages invisible for that long, no longer.
         self._lease = lease_seconds
+        self._lock = lock_seconds
         self._max_delivery = max_delivery_count
         # queue_options reach the SDK client (a metering hook counts the host's polling too).
         # It polls and settles as many messages at once as the app handles: the same pool size.
@@ -138,9 +193,13 @@ class LocalFunctionHost:
         self._functions = [f for f in self._index(app) if only is None or f.name in only]
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        # Each triggered function gets its own workers, as many as it may have messages in
-        # flight, so a function blocked on slow calls (an Agent) cannot starve the others.
-        self._pools: list[ThreadPoolExecutor] = []
+        # As in the worker: every synchronous invocation, whatever its trigger, on one pool.
+        self.thread_count = thread_count(settings)
+        self._pool = ThreadPoolExecutor(max_workers=self.thread_count,
+                                        thread_name_prefix="worker")
+        self._leases: dict[int, _Held] = {}
+        self._leases_lock = threading.Lock()
+        self._listeners: list[ThreadPoolExecutor] = []
         self._http: ThreadingHTTPServer | None = None
         self.stats = HostStats()
 
@@ -191,6 +250,7 @@ class LocalFunctionHost:
         if http_routes and self._http_port is not None:
             self._http = _serve_http(self, http_routes, self._http_port)
             self._spawn("http", lambda _: self._http.serve_forever(0.2), None)  # type: ignore[union-attr]
+        self._spawn("leases", lambda _: self._renew_leases(), None)
         return self
 
     def _spawn(self, name: str, target: Callable[[Any], None], arg: Any) -> None:
@@ -213,8 +273,9 @@ class LocalFunctionHost:
             self._http.server_close()
         for t in self._threads:
             t.join(timeout=10)
-        for pool in self._pools:
-            pool.shutdown(wait=True, cancel_futures=True)
+        for listener in self._listeners:
+            listener.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> LocalFunctionHost:
         return self.start()
@@ -227,6 +288,10 @@ class LocalFunctionHost:
         return self._http.server_address[1] if self._http else None  # type: ignore[return-value]
 
     # -- invocation --------------------------------------------------------------------------
+
+    def run(self, f: _Function, trigger_value: Any) -> Any:
+        """Invoke on the shared pool and wait, as the worker runs a synchronous function."""
+        return self._pool.submit(self.invoke, f, trigger_value).result()
 
     def invoke(self, f: _Function, trigger_value: Any) -> Any:
         outs = {b["name"]: _Out() for b in f.outputs if b["name"] != "$return"}
@@ -262,8 +327,10 @@ class LocalFunctionHost:
               capacity: int) -> None:
         """The host's polling loop: fetch when there is room, back off when the queue is empty."""
         in_flight = threading.Semaphore(capacity)
-        pool = ThreadPoolExecutor(max_workers=capacity, thread_name_prefix="fn")
-        self._pools.append(pool)
+        # The host's side of each message (receive, renew, settle) is its own; only the
+        # invocation itself takes a thread of the worker's shared pool (run()).
+        listener = ThreadPoolExecutor(max_workers=capacity, thread_name_prefix="listener")
+        self._listeners.append(listener)
         delay = 0.05
         while not self._stop.is_set():
             # Wait for room for at least one message before asking for more.
@@ -289,7 +356,50 @@ class LocalFunctionHost:
                     finally:
                         in_flight.release()
 
-                pool.submit(run)
+                listener.submit(run)
+
+    # -- leases ------------------------------------------------------------------------------
+
+    def _hold(self, queue: QueueClient, m: Any, lease: float, renew_for: float) -> _Held:
+        now = time.monotonic()
+        held = _Held(queue, m, lease, renew_until=now + renew_for, next_renewal=now + lease / 2)
+        with self._leases_lock:
+            self._leases[id(held)] = held
+        return held
+
+    def _settle(self, held: _Held, visible_after: float | None) -> None:
+        """Delete the message (``None``) or make it visible again after so many seconds."""
+        with self._leases_lock:
+            self._leases.pop(id(held), None)
+        with held.lock:
+            if visible_after is None:
+                held.queue.delete_message(held.message)
+            else:
+                held.queue.update_message(held.message, visibility_timeout=int(visible_after))
+
+    def _renew_leases(self) -> None:
+        # The host's renewal timer: at half the lease, extend it by a whole lease, for as long as
+        # the function runs (Service Bus: up to maxAutoLockRenewalDuration).
+        while not self._stop.wait(0.5):
+            now = time.monotonic()
+            with self._leases_lock:
+                due = [h for h in self._leases.values()
+                       if h.next_renewal <= now < h.renew_until]
+            for h in due:
+                with h.lock:
+                    if id(h) not in self._leases:
+                        continue
+                    try:
+                        r = h.queue.update_message(h.message, visibility_timeout=int(h.lease))
+                    except Exception:
+                        log.warning("could not renew the lease on message %s", h.message.id,
+                                    exc_info=True)
+                        continue
+                    h.message.pop_receipt = r.pop_receipt
+                    h.message.next_visible_on = r.next_visible_on
+                    h.next_renewal = time.monotonic() + h.lease / 2
+
+    # -- queue trigger -----------------------------------------------------------------------
 
     def _queue_loop(self, f: _Function) -> None:
         opts = self.queue_options
@@ -302,6 +412,7 @@ class LocalFunctionHost:
                                                visibility_timeout=int(self._lease)))
 
         def handle(m: Any) -> None:
+            held = self._hold(queue, m, self._lease, renew_for=float("inf"))
             try:
                 body = base64.b64decode(m.content, validate=True) if opts.base64 \
                     else m.content.encode()
@@ -310,22 +421,22 @@ class LocalFunctionHost:
             try:
                 if body is None:
                     raise ValueError("message is not valid base64 (host messageEncoding)")
-                self.invoke(f, QueueMessage(
-                    id=m.id, body=body, dequeue_count=m.dequeue_count,
-                    expiration_time=m.expires_on, insertion_time=m.inserted_on,
-                    time_next_visible=m.next_visible_on, pop_receipt=m.pop_receipt))
+                self.run(f, triggers.queue_message(
+                    f.name, body=body, id=m.id, dequeue_count=m.dequeue_count,
+                    inserted_on=m.inserted_on, expires_on=m.expires_on,
+                    next_visible_on=m.next_visible_on, pop_receipt=m.pop_receipt))
             except Exception:
                 if m.dequeue_count >= opts.max_dequeue_count:
                     _ensure(poison)
                     poison.send_message(m.content)
-                    queue.delete_message(m)
+                    self._settle(held, None)
                     with self.stats._lock:
                         self.stats.poisoned += 1
                     log.error("%s: message %s moved to %s", f.name, m.id, poison.queue_name)
                 else:
-                    queue.update_message(m, visibility_timeout=int(opts.visibility_timeout))
+                    self._settle(held, opts.visibility_timeout)
                 return
-            queue.delete_message(m)
+            self._settle(held, None)
 
         self._poll(receive, handle, opts.batch_size + opts.new_batch_threshold)
 
@@ -335,29 +446,39 @@ class LocalFunctionHost:
         channel = LocalServiceBusChannel(self._queues, self.resolve(f.trigger["queueName"]))
         channel.ensure()
         queue = channel.queue
+        opts = self.service_bus_options
 
         def receive(n: int) -> list[Any]:
             return list(queue.receive_messages(messages_per_page=n, max_messages=n,
-                                               visibility_timeout=int(self._lease)))
+                                               visibility_timeout=int(self._lock)))
 
         def handle(m: Any) -> None:
+            held = self._hold(queue, m, self._lock, renew_for=opts.max_auto_lock_renewal)
             try:
-                self.invoke(f, to_service_bus_message(m))
+                env = ServiceBusEnvelope.parse(m.content)
+                self.run(f, triggers.service_bus_message(
+                    f.name, body=env.body, message_id=env.message_id,
+                    content_type=env.content_type,
+                    application_properties=env.application_properties,
+                    delivery_count=m.dequeue_count, sequence_number=env.sequence_number,
+                    enqueued=env.enqueued_time_utc, time_to_live=env.time_to_live,
+                    lock_token=m.pop_receipt,
+                    locked_until=datetime.now(UTC) + timedelta(seconds=self._lock)))
             except Exception:
                 if m.dequeue_count >= self._max_delivery:
                     envelope = json.loads(m.content)
                     envelope["dead_letter_reason"] = "MaxDeliveryCountExceeded"
                     channel.deadletter.send_message(json.dumps(envelope))
-                    queue.delete_message(m)
+                    self._settle(held, None)
                     with self.stats._lock:
                         self.stats.dead_lettered += 1
                 else:
                     # Service Bus redelivers an abandoned message at once.
-                    queue.update_message(m, visibility_timeout=0)
+                    self._settle(held, 0)
                 return
-            queue.delete_message(m)
+            self._settle(held, None)
 
-        self._poll(receive, handle, 16)
+        self._poll(receive, handle, opts.max_concurrent_calls)
 
     # -- timer trigger -----------------------------------------------------------------------
 
@@ -373,16 +494,12 @@ class LocalFunctionHost:
             if wait > 0 and self._stop.wait(wait):
                 return
             past_due = (datetime.now(UTC) - due) > timedelta(seconds=5)
-            # As the host's monitor records it (use_monitor): the last run, the next, and when
-            # that record was written.
-            status = {"Last": last.isoformat() if last else None,
-                      "Next": croniter(schedule, due, second_at_beginning=True)
-                      .get_next(datetime).isoformat(),
-                      "LastUpdated": datetime.now(UTC).isoformat()}
+            request = triggers.timer_request(
+                past_due=past_due, last=last,
+                next=croniter(schedule, due, second_at_beginning=True).get_next(datetime))
             # invoke() logs a failed run; like the host, wait for the next occurrence.
             with contextlib.suppress(Exception):
-                self.invoke(f, TimerRequest(past_due=past_due, schedule_status=status,
-                                                 schedule={"AdjustForDST": True}))
+                self.run(f, request)
             last = due
 
 
@@ -429,15 +546,14 @@ def _serve_http(host: LocalFunctionHost, functions: list[_Function],
                     return self._reply(405, b"method not allowed", {})
                 # As the worker builds them: repeated query keys joined with commas, route
                 # values percent-decoded.
-                req = func.HttpRequest(
+                req = triggers.http_request(
                     method=self.command, url=f"http://127.0.0.1:{port}{self.path}",
                     headers=dict(self.headers.items()),
-                    params={k: ",".join(v) for k, v in parse_qs(url.query).items()},
-                    route_params={k: unquote(v) for k, v in m.groupdict().items()
-                                  if v is not None},
+                    query={k: ",".join(v) for k, v in parse_qs(url.query).items()},
+                    route={k: unquote(v) for k, v in m.groupdict().items() if v is not None},
                     body=body)
                 try:
-                    resp = host.invoke(f, req)
+                    resp = host.run(f, req)
                 except Exception:
                     log.exception("%s failed", f.name)
                     return self._reply(500, b"", {})  # the host answers with an empty body

@@ -1,10 +1,11 @@
 """A local stand-in for the Service Bus orders queue, kept in an Azurite Storage queue.
 
 There is no Service Bus broker on a laptop without Docker, so the local host feeds the Service Bus
-trigger from this channel. Each message is an envelope that carries what the trigger needs to
-build a real ``azure.functions.ServiceBusMessage``: message id, body, content type and application
-properties; the delivery count is the queue's dequeue count. After ``max_delivery_count`` failed
-deliveries a message moves to ``<queue>-deadletter``, as Service Bus would dead-letter it.
+trigger from this channel. Each message is an envelope that carries what the host would send the
+worker for it: message id, body, content type, application properties, when it was enqueued, its
+sequence number and time to live; the delivery count is the queue's dequeue count. After
+``max_delivery_count`` failed deliveries a message moves to ``<queue>-deadletter``, as Service Bus
+would dead-letter it.
 """
 
 from __future__ import annotations
@@ -12,16 +13,18 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from azure.core.exceptions import ResourceExistsError
-from azure.functions.servicebus import ServiceBusMessage
-from azure.storage.queue import QueueClient, QueueMessage, QueueServiceClient
+from azure.storage.queue import QueueClient, QueueServiceClient
 
 DEADLETTER_SUFFIX = "-deadletter"
+# The orders queue's defaultMessageTimeToLive in the Bicep.
+DEFAULT_TTL = timedelta(days=7)
 
 
 def local_queue_name(orders_queue: str) -> str:
@@ -55,12 +58,15 @@ class LocalServiceBusChannel:
              application_properties: dict[str, Any] | None = None) -> str:
         raw = body.encode() if isinstance(body, str) else body
         mid = message_id or uuid.uuid4().hex
+        now = datetime.now(UTC)
         envelope = {
             "message_id": mid,
             "body": base64.b64encode(raw).decode(),
             "content_type": content_type,
             "application_properties": application_properties or {},
-            "enqueued_time_utc": datetime.now(UTC).isoformat(),
+            "enqueued_time_utc": now.isoformat(),
+            "sequence_number": time.time_ns() // 1000,
+            "time_to_live_seconds": DEFAULT_TTL.total_seconds(),
         }
         self.queue.send_message(json.dumps(envelope))
         return mid
@@ -69,18 +75,29 @@ class LocalServiceBusChannel:
         return [json.loads(m.content) for m in self.deadletter.peek_messages(max_messages=32)]
 
 
-def to_service_bus_message(m: QueueMessage) -> ServiceBusMessage:
-    env = json.loads(m.content)
-    props = env.get("application_properties") or {}
-    enqueued = datetime.fromisoformat(env["enqueued_time_utc"])
-    return ServiceBusMessage(
-        body=base64.b64decode(env["body"]),
-        message_id=env["message_id"],
-        content_type=env.get("content_type"),
-        delivery_count=m.dequeue_count,
-        enqueued_time_utc=enqueued,
-        lock_token=m.pop_receipt,
-        application_properties=props,
-        user_properties=props,
-        trigger_metadata={"MessageId": env["message_id"], "DeliveryCount": m.dequeue_count},
-    )
+@dataclass(frozen=True)
+class ServiceBusEnvelope:
+    """What the local channel keeps of a Service Bus message (the broker's view of it)."""
+
+    message_id: str
+    body: bytes
+    content_type: str | None
+    application_properties: dict[str, Any]
+    enqueued_time_utc: datetime
+    sequence_number: int
+    time_to_live: timedelta
+
+    @classmethod
+    def parse(cls, content: str) -> ServiceBusEnvelope:
+        env = json.loads(content)
+        enqueued = datetime.fromisoformat(env["enqueued_time_utc"])
+        return cls(
+            message_id=env["message_id"], body=base64.b64decode(env["body"]),
+            content_type=env.get("content_type"),
+            application_properties=env.get("application_properties") or {},
+            enqueued_time_utc=enqueued,
+            # Service Bus numbers messages in the order it accepts them.
+            sequence_number=int(env.get("sequence_number") or
+                                int(enqueued.timestamp() * 1_000_000)),
+            time_to_live=timedelta(seconds=float(env.get("time_to_live_seconds")
+                                                 or DEFAULT_TTL.total_seconds())))

@@ -36,7 +36,8 @@ from tests.integration.helpers import order
 
 ORDERS = int(os.environ.get("E2E_ORDERS", "200"))
 CRASHED = 5
-# A killed host's messages come back after this lease (the local host's, not renewed).
+# A killed host's messages come back after this lease, shorter than the host's 10 minutes (and the
+# Service Bus lock's minute) so that the test sees them come back; renewed while a function runs.
 LEASE_SECONDS = 20
 STEPS = {"reserve_inventory": "inventory", "charge_payment": "payment",
          "arrange_shipping": "shipping"}
@@ -72,7 +73,7 @@ class Host:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "localrun", "host", "--port", str(self.port),
              "--poll-interval", "0.2", "--settings", "/nonexistent",
-             "--lease-seconds", str(LEASE_SECONDS)],
+             "--lease-seconds", str(LEASE_SECONDS), "--lock-seconds", str(LEASE_SECONDS)],
             cwd=ROOT, env={**os.environ, **self.env, **urls, "SchedulerInstanceId": self.name,
                            "LOCALRUN_LOG_LEVEL": "WARNING"},
             stdout=self.out.open("w"), stderr=self.log.open("w"))
