@@ -37,9 +37,15 @@ param storageRequestLogs bool = false
 @allowed(['3.10', '3.11', '3.12'])
 param pythonVersion string = '3.11'
 
-@minValue(40)
+@description('The most instances the app may scale out to (Flex Consumption allows 1 to 1000).')
+@minValue(1)
 @maxValue(1000)
 param maximumInstanceCount int = 40
+
+@description('HTTP invocations one instance runs at once; the thread pool below is sized with it.')
+@minValue(1)
+@maxValue(1000)
+param httpPerInstanceConcurrency int = 16
 
 @allowed([512, 2048, 4096])
 param instanceMemoryMB int = 2048
@@ -69,11 +75,12 @@ var tables = {
 var ordersQueueName = 'orders'
 
 var appSettings = {
-  // The Python worker runs every synchronous function on one pool of this many threads. An Agent
-  // holds its thread for up to a step's budget while a service hangs; with 3 Agents x 24
-  // messages in flight, a small pool (the worker's own default is min(32, CPUs + 4)) would leave
-  // the Scheduler, the Supervisor and /health waiting behind them.
-  PYTHON_THREADPOOL_THREAD_COUNT: '128'
+  // The Python worker runs every synchronous function on one pool of this many threads, and an
+  // Agent holds its thread for up to a step's budget while a service hangs. Sized so that no
+  // invocation ever waits for a thread even with every function on one instance (Premium,
+  // Dedicated, locally): 5 queue functions x (batchSize 16 + newBatchThreshold 8), Service Bus
+  // maxConcurrentCalls 16, the timer 1, HTTP 16 = 153 (tests/infra/test_thread_pool.py).
+  PYTHON_THREADPOOL_THREAD_COUNT: '160'
   OrdersQueueName: ordersQueueName
   SchedulerQueueName: queues.scheduler
   AgentResponsesQueueName: queues.responses
@@ -189,6 +196,7 @@ module function 'app/function.bicep' = {
     pythonVersion: pythonVersion
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
+    httpPerInstanceConcurrency: httpPerInstanceConcurrency
     appSettings: appSettings
     remoteServices: remoteServices
     serviceUrls: {

@@ -14,6 +14,7 @@ param applicationInsightsConnectionString string
 param pythonVersion string
 param maximumInstanceCount int
 param instanceMemoryMB int
+param httpPerInstanceConcurrency int
 @description('The app\'s own settings (queue and table names, budgets, thresholds, service URLs).')
 param appSettings object
 @description('real: the Agents call serviceUrls. demo: the app serves anonymous, fault-injecting simulated services and the Agents call those.')
@@ -40,6 +41,7 @@ resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
 resource app 'Microsoft.Web/sites@2024-04-01' = {
   // checkov:skip=CKV_AZURE_222:No virtual network in this template: the operator API and the simulated services are called over the internet (function keys, HTTPS only).
   // checkov:skip=CKV_AZURE_17:Callers authenticate with function keys; Agents calling the simulated services present no client certificate.
+  // checkov:skip=CKV_AZURE_78:Flex Consumption has no FTP endpoint to configure (ftpsState does not apply); FTP basic-auth publishing is off below.
   // checkov:skip=CKV_AZURE_212:The app scales to zero on purpose (no cost at rest); add alwaysReady instances for production latency.
   // checkov:skip=CKV_AZURE_213:The work is queue-driven; platform health checks do not apply on Flex Consumption, GET /api/health reports reachability.
   name: name
@@ -55,10 +57,8 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
   properties: {
     serverFarmId: plan.id
     httpsOnly: true
-    clientCertMode: 'Optional'
     siteConfig: {
       minTlsVersion: '1.2'
-      ftpsState: 'Disabled'
       http20Enabled: true
     }
     functionAppConfig: {
@@ -75,6 +75,11 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
       scaleAndConcurrency: {
         maximumInstanceCount: maximumInstanceCount
         instanceMemoryMB: instanceMemoryMB
+        triggers: {
+          http: {
+            perInstanceConcurrency: httpPerInstanceConcurrency
+          }
+        }
       }
       runtime: {
         name: 'python'
