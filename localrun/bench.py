@@ -9,13 +9,15 @@ Scenarios: transactions per order (1-step and 3-step workflow, without and with 
 faults); throughput and latency (500 orders) against the ceiling of the same Azurite (conditional
 writes/s, queue send+receive+delete cycles/s); one Supervisor tick with 50 expired steps, before
 and after 10,000 completed orders are added; recovery when Agents go silent for 10% of requests;
-peak memory.
+a backlog while every remote call hangs (does the rest of the app still run?); log records per
+order, as the worker would forward them; peak memory.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
 import resource
@@ -50,11 +52,14 @@ class Scale:
     recovery_orders: int = 200
     latency_orders: int = 100
     ceiling_ops: int = 2000
+    starvation_orders: int = 100
+    starvation_window_s: float = 8.0
 
     @classmethod
     def smoke(cls) -> Scale:
         return cls(transactions_orders=8, throughput_orders=20, completed_orders=200,
-                   expired_steps=10, recovery_orders=20, latency_orders=10, ceiling_ops=200)
+                   expired_steps=10, recovery_orders=20, latency_orders=10, ceiling_ops=200,
+                   starvation_orders=20, starvation_window_s=3.0)
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -62,6 +67,50 @@ def percentile(values: list[float], p: float) -> float:
         return float("nan")
     s = sorted(values)
     return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))]
+
+
+# The local host's own records, and the simulated remote services' (not the app's bill).
+NOT_THE_APPS_LOGS = ("localrun", "shared.handlers.simulated_service")
+
+
+class LogCounter(logging.Handler):
+    """Counts the records the Python worker would forward to the host (and Azure would bill).
+
+    The worker sets the root logger to INFO and forwards every record at that level or above; the
+    local host's own records (``localrun``) are not the app's and are left out.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.INFO)
+        self.records = 0
+        self.bytes = 0
+        self.by_logger: dict[str, int] = {}
+        self._lock_ = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name.startswith(NOT_THE_APPS_LOGS):
+            return
+        size = len(record.getMessage().encode())
+        with self._lock_:
+            self.records += 1
+            self.bytes += size
+            self.by_logger[record.name] = self.by_logger.get(record.name, 0) + 1
+
+    def __enter__(self) -> LogCounter:
+        root = logging.getLogger()
+        self._level = root.level
+        # Other handlers keep their own levels: the console stays as quiet as it was.
+        for h in root.handlers:
+            if h.level == logging.NOTSET:
+                h.setLevel(self._level)
+        root.setLevel(logging.INFO)
+        root.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        root = logging.getLogger()
+        root.removeHandler(self)
+        root.setLevel(self._level)
 
 
 @dataclass
@@ -73,6 +122,8 @@ class Run:
     usage: dict[str, Any]
     per_function: dict[str, dict[str, int]]
     completions: list[float] = field(default_factory=list)
+    logs: LogCounter | None = None
+    invocations: dict[str, int] = field(default_factory=dict)
 
     def latencies(self, faulted: bool | None = None) -> list[float]:
         out = []
@@ -134,6 +185,7 @@ class Bench:
                                  storage_connection=self.connection,
                                  host_json=ROOT / "host.json", http_port=self.port,
                                  poll_interval=0.2, queue_options=meter.queue_options).start()
+        logs = LogCounter().__enter__()
         try:
             orders = list(sample_orders(n))
             meter.reset()
@@ -159,8 +211,10 @@ class Bench:
             if len(done_at) < n:
                 raise RuntimeError(f"{tag}: only {len(done_at)}/{n} orders settled")
             return Run(n, elapsed, states, sent_at, meter.snapshot(), meter.per_function(),
-                       sorted(t - started for t in done_at.values()))
+                       sorted(t - started for t in done_at.values()), logs,
+                       dict(host.stats.invocations))
         finally:
+            logs.__exit__()
             host.stop()
             bootstrap.reset()
 
@@ -304,6 +358,75 @@ class Bench:
                 "time_ratio": after["seconds"] / before["seconds"],
                 "entities_ratio": after["entities_read"] / max(1, before["entities_read"])}
 
+    def starvation(self) -> dict[str, Any]:
+        """A backlog while every remote call hangs past its budget: does the rest still run?
+
+        Every Agent holds a worker thread for its whole budget, and so does every simulated
+        service answering it (it is an HTTP function of the same app). Meanwhile /health is asked
+        every half second and the Supervisor is due every second. Run once with the pool the
+        Bicep deploys and once with the worker's own default, min(32, CPUs + 4).
+        """
+        import requests
+        from azure.storage.queue import QueueServiceClient
+
+        import function_app
+        from localrun.appsettings import local_app_settings as template
+        from localrun.host import LocalFunctionHost
+        from orderctl.samples import sample_orders
+        from orderctl.senders import LocalSender
+        from shared import bootstrap
+        from shared.settings import load_settings
+
+        deployed = template(self.connection, self.port)["PYTHON_THREADPOOL_THREAD_COUNT"]
+        budget, window = 6, self.scale.starvation_window_s
+        out: dict[str, Any] = {"backlog": self.scale.starvation_orders, "step_budget_s": budget,
+                               "window_s": window}
+        for label, threads in (("deployed", deployed),
+                               ("worker_default", str(min(32, (os.cpu_count() or 1) + 4)))):
+            env = self.base_env(
+                "hang", SimHangRate="1", SimHangSeconds=str(budget + 2),
+                StepBudgetSeconds=",".join(f"{s}={budget}" for s in (
+                    "reserve_inventory", "charge_payment", "arrange_shipping")),
+                SupervisorSchedule="*/1 * * * * *", PYTHON_THREADPOOL_THREAD_COUNT=threads)
+            settings = load_settings(env)
+            c = bootstrap.build(settings)
+            bootstrap.reset(c)
+            c.ensure_resources()
+            host = LocalFunctionHost(function_app.app, settings=env,
+                                     storage_connection=self.connection,
+                                     host_json=ROOT / "host.json", http_port=self.port,
+                                     poll_interval=0.2).start()
+            try:
+                sender = LocalSender(QueueServiceClient.from_connection_string(self.connection),
+                                     settings.orders_queue)
+                for o in sample_orders(self.scale.starvation_orders):
+                    sender.send([(o["order_id"], json.dumps(o).encode())])
+                time.sleep(2.0)  # intake and the first dispatches: the Agents are now stuck
+                ticks_before = host.stats.invocations.get("supervisor", 0)
+                health: list[float] = []
+                t_end = time.monotonic() + window
+                while time.monotonic() < t_end:
+                    t0 = time.perf_counter()
+                    try:
+                        requests.get(f"http://127.0.0.1:{self.port}/api/health", timeout=window)
+                        health.append(time.perf_counter() - t0)
+                    except requests.RequestException:
+                        health.append(float("inf"))
+                    time.sleep(max(0.0, 0.5 - (time.perf_counter() - t0)))
+                ticks = host.stats.invocations.get("supervisor", 0) - ticks_before
+                agents = sum(v for k, v in host.stats.invocations.items() if k.endswith("_agent"))
+            finally:
+                host.stop()
+                bootstrap.reset()
+            out[label] = {"threads": int(threads),
+                          "health_s": {"p50": percentile(health, 50),
+                                       "max": max(health, default=float("nan")),
+                                       "answered": sum(h != float("inf") for h in health),
+                                       "asked": len(health)},
+                          "supervisor_ticks": ticks, "supervisor_ticks_due": round(window),
+                          "agent_invocations_finished": agents}
+        return out
+
     def recovery(self) -> dict[str, Any]:
         budget, interval, backoff = 5, 2, 1
         run = self.run_orders(
@@ -365,7 +488,23 @@ def per_order(run: Run) -> dict[str, Any]:
         "queue_updates": totals.get("queue.update", 0) / n,
         "write_breakdown": {k: totals[k] / n for k in sorted(writes)},
         "failed_orders": sum(s["ProcessState"] == "Error" for s in run.states),
+        **log_volume(run),
     }
+
+
+# The host writes two records of its own per invocation (Executing, Executed) at Information.
+HOST_RECORDS_PER_INVOCATION = 2
+
+
+def log_volume(run: Run) -> dict[str, Any]:
+    if run.logs is None:
+        return {}
+    n = run.orders
+    invocations = sum(v for k, v in run.invocations.items() if k not in APP_FUNCTIONS_EXCLUDED)
+    return {"log_records": run.logs.records / n, "log_bytes": run.logs.bytes / n,
+            "log_records_by_logger": {k: v / n for k, v in sorted(run.logs.by_logger.items())},
+            "invocations": invocations / n,
+            "host_log_records": HOST_RECORDS_PER_INVOCATION * invocations / n}
 
 
 def write_report(out: Path, results: dict[str, Any], throughput_run: Run | None) -> None:
@@ -446,6 +585,31 @@ def markdown(r: dict[str, Any]) -> str:
         f"{rc['budget_s']} s + supervisor interval {rc['supervisor_interval_s']} s + first "
         f"backoff {rc['first_backoff_s']} s = {rc['expected_s']} s. (Measured as an order's "
         "latency minus the median latency of orders without a loss, per loss.)", ""]
+    st = r.get("starvation")
+    if st:
+        lines += ["## A backlog while every remote call hangs", "",
+                  f"{st['backlog']} orders sent while every remote call hangs past its "
+                  f"{st['step_budget_s']} s budget; then for {st['window_s']:.0f} s, /health "
+                  "asked every half second and the Supervisor due every second:", "",
+                  "| worker threads | /health p50 | /health max | answered | Supervisor ticks "
+                  "(due) |", "|---|---|---|---|---|"]
+        for label in ("deployed", "worker_default"):
+            x = st[label]
+            lines.append(f"| {x['threads']} ({label.replace('_', ' ')}) | "
+                         f"{x['health_s']['p50']:.2f} s | {x['health_s']['max']:.2f} s | "
+                         f"{x['health_s']['answered']}/{x['health_s']['asked']} | "
+                         f"{x['supervisor_ticks']} ({x['supervisor_ticks_due']}) |")
+        lines.append("")
+    three = next(t for t in r["transactions"] if t["workflow"] == "3-step"
+                 and not t["transient_fault_rate"])
+    if "log_records" in three:
+        lines += ["## Log records per order", "",
+                  f"3-step order without faults: {three['log_records']:.1f} records "
+                  f"({three['log_bytes']:.0f} bytes of message) from the app, as the worker would "
+                  f"forward them, plus about {three['host_log_records']:.0f} from the host "
+                  f"(Executing/Executed for {three['invocations']:.1f} invocations). By logger: "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in three["log_records_by_logger"].items())
+                  + ".", ""]
     if r.get("notes"):
         lines += ["## Notes", "", *[f"- {n}" for n in r["notes"]], ""]
     return "\n".join(lines)
@@ -549,6 +713,8 @@ def run_bench(out: Path, scale: Scale) -> dict[str, Any]:
         results["supervisor"] = b.supervisor()
         step("recovery")
         results["recovery"] = b.recovery()
+        step("a backlog while every remote call hangs")
+        results["starvation"] = b.starvation()
         write_report(out, results, run)
         step.done()
     finally:

@@ -19,8 +19,10 @@ from shared.settings import load_settings
 
 # The Python worker sets the root logger to INFO and forwards every record to the host, where
 # Application Insights ingests (and bills) it; at INFO the Azure SDK logs every HTTP request and
-# response, dozens per order. Its warnings and errors still go through.
-logging.getLogger("azure").setLevel(logging.WARNING)
+# response, dozens per order, and httpx one record per remote-service call. Their warnings and
+# errors still go through.
+for _sdk in ("azure", "httpx", "httpcore"):
+    logging.getLogger(_sdk).setLevel(logging.WARNING)
 
 
 def check_settings() -> None:

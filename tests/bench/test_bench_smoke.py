@@ -18,7 +18,8 @@ def test_bench_smoke_writes_a_complete_report(tmp_path: Path) -> None:
         assert (tmp_path / name).stat().st_size > 0, name
     report = json.loads((tmp_path / "report.json").read_text())
     assert set(report) >= {"transactions", "ceiling", "throughput", "supervisor", "recovery",
-                           "memory_peak_mb", "machine"}
+                           "starvation", "memory_peak_mb", "machine"}
+    assert report["starvation"]["deployed"]["threads"] == 160
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     three = next(t for t in results["transactions"]
@@ -28,6 +29,11 @@ def test_bench_smoke_writes_a_complete_report(tmp_path: Path) -> None:
     assert three["table_writes"] == 10
     assert three["scheduler_table_reads"] == 4
     assert three["queue_sends"] == 7
+    # What the worker would forward and Azure bill: the app's own records only, one per order
+    # from a fault-free run (no SDK request dumps); plus the host's two per invocation.
+    assert three["log_records_by_logger"].get("shared.handlers.intake") == 1
+    assert not any(k.startswith(("azure", "httpx")) for k in three["log_records_by_logger"])
+    assert three["host_log_records"] == 2 * three["invocations"]
     one = next(t for t in results["transactions"]
                if t["workflow"] == "1-step" and t["transient_fault_rate"] == 0)
     assert one["table_writes"] == 6 and one["queue_sends"] == 3

@@ -70,7 +70,7 @@ def test_operator_api_routes_and_auth_levels() -> None:
     }
 
 
-def test_the_azure_sdk_logs_warnings_only(caplog: Any) -> None:
+def test_the_sdks_log_warnings_only(caplog: Any) -> None:
     import logging
 
     import function_app  # noqa: F401  (importing the app is what sets the level)
@@ -78,5 +78,6 @@ def test_the_azure_sdk_logs_warnings_only(caplog: Any) -> None:
     caplog.set_level(logging.INFO)  # the root at INFO, as the Python worker sets it
     logging.getLogger("azure.core.pipeline.policies.http_logging_policy").info("Request URL: x")
     logging.getLogger("azure.data.tables").warning("a real problem")
+    logging.getLogger("httpx").info("HTTP Request: POST http://svc/reserve \"HTTP/1.1 200 OK\"")
     logging.getLogger("shared.handlers.scheduler").info("the app's own record")
     assert [r.getMessage() for r in caplog.records] == ["a real problem", "the app's own record"]
