@@ -75,8 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         host_json=ROOT / "host.json", http_port=args.port, poll_interval=args.poll_interval,
         lease_seconds=args.lease_seconds, lock_seconds=args.lock_seconds)
     runner.start()
+    # As the host, HTTP routes check keys by auth level: pass one as x-functions-key or ?code=.
     print(json.dumps({"event": "started", "functions": runner.functions,
-                      "http": f"http://127.0.0.1:{runner.http_port}/api"}), flush=True)
+                      "http": f"http://127.0.0.1:{runner.http_port}/api",
+                      "keys": {"function": runner.keys.function, "master": runner.keys.master}}),
+          flush=True)
     stop.wait()
     runner.stop()
     s = runner.stats

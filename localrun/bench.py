@@ -408,7 +408,8 @@ class Bench:
                 while time.monotonic() < t_end:
                     t0 = time.perf_counter()
                     try:
-                        requests.get(f"http://127.0.0.1:{self.port}/api/health", timeout=window)
+                        requests.get(f"http://127.0.0.1:{self.port}/api/health", timeout=window,
+                                     headers={"x-functions-key": host.keys.function})
                         health.append(time.perf_counter() - t0)
                     except requests.RequestException:
                         health.append(float("inf"))

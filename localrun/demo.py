@@ -159,7 +159,8 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
                                  poll_interval=0.2,
                                  queue_options=meter.queue_options).start()
         console.print(f"function app running: http://localhost:{port}/api "
-                      f"({len(host.functions)} functions)")
+                      f"({len(host.functions)} functions); operator routes take the header "
+                      f"x-functions-key: {host.keys.master}")
         sender = LocalSender(QueueServiceClient.from_connection_string(az.connection_string),
                              settings.orders_queue)
         ids = sender.send((o["order_id"], json.dumps(o).encode())

@@ -27,9 +27,11 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import hmac
 import json
 import logging
 import re
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -127,6 +129,36 @@ def thread_count(settings: Mapping[str, str]) -> int:
     return n
 
 
+@dataclass(frozen=True)
+class HostKeys:
+    """The keys the HTTP routes check: a function key (``function`` level) and the master key.
+
+    In Azure the host keeps them in its secret store; here they come from the settings
+    ``LOCALRUN_FUNCTION_KEY`` and ``LOCALRUN_MASTER_KEY``, or are made up at start-up.
+    """
+
+    function: str
+    master: str
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, str]) -> HostKeys:
+        return cls(settings.get("LOCALRUN_FUNCTION_KEY") or secrets.token_urlsafe(32),
+                   settings.get("LOCALRUN_MASTER_KEY") or secrets.token_urlsafe(32))
+
+    def allow(self, level: str, presented: str | None) -> bool:
+        """As the host: anonymous needs nothing, function a function or the master key, admin
+        the master key."""
+        level = level.upper()
+        if level == "ANONYMOUS":
+            return True
+        if not presented:
+            return False
+        master = hmac.compare_digest(presented, self.master)
+        if level == "ADMIN":
+            return master
+        return master or hmac.compare_digest(presented, self.function)
+
+
 @dataclass
 class _Held:
     """A received message this host is working on, and the lease it keeps renewing."""
@@ -190,6 +222,7 @@ class LocalFunctionHost:
         self._queues = QueueServiceClient.from_connection_string(
             storage_connection, **{"transport": pooled_transport(), **(queue_options or {})})
         self._http_port = http_port
+        self.keys = HostKeys.from_settings(settings)
         self._functions = [f for f in self._index(app) if only is None or f.name in only]
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -544,6 +577,10 @@ def _serve_http(host: LocalFunctionHost, functions: list[_Function],
                     continue
                 if self.command not in methods:
                     return self._reply(405, b"method not allowed", {})
+                key = self.headers.get("x-functions-key") or (
+                    parse_qs(url.query).get("code") or [None])[0]
+                if not host.keys.allow(f.trigger.get("authLevel", "FUNCTION"), key):
+                    return self._reply(401, b"", {})  # the host answers with an empty body
                 # As the worker builds them: repeated query keys joined with commas, route
                 # values percent-decoded.
                 req = triggers.http_request(

@@ -15,7 +15,10 @@ API = {"get_order", "list_orders", "resubmit_order", "health"}
 
 
 def api(h: RunningHost) -> httpx.Client:
-    return httpx.Client(base_url=f"http://127.0.0.1:{h.port}/api", timeout=10)
+    # The master key opens every route (the admin-level resubmit too); test_http_keys covers
+    # which key opens what.
+    return httpx.Client(base_url=f"http://127.0.0.1:{h.port}/api", timeout=10,
+                        headers={"x-functions-key": h.host.keys.master})
 
 
 def accept(order_id: str) -> None:

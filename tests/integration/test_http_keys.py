@@ -1,0 +1,56 @@
+"""HTTP routes check keys by auth level, as the Functions host does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from localrun.host import HostKeys
+from tests.integration.conftest import RunningHost
+
+
+@pytest.fixture
+def h(run_host: Any) -> RunningHost:
+    return run_host(only={"get_order", "resubmit_order", "health", "simulated_service"},
+                    LOCALRUN_FUNCTION_KEY="fn-key", LOCALRUN_MASTER_KEY="master-key")
+
+
+def _call(h: RunningHost, method: str, path: str, key: str | None = None,
+          how: str = "header") -> httpx.Response:
+    headers = {"x-functions-key": key} if key and how == "header" else {}
+    params = {"code": key} if key and how == "query" else {}
+    return httpx.request(method, f"http://127.0.0.1:{h.port}/api/{path}", headers=headers,
+                         params=params, json={} if method == "POST" else None, timeout=10)
+
+
+def test_a_function_route_needs_a_key(h: RunningHost) -> None:
+    assert h.host.keys == HostKeys("fn-key", "master-key")
+    refused = _call(h, "GET", "health")
+    assert (refused.status_code, refused.content) == (401, b"")
+    assert _call(h, "GET", "health", "wrong").status_code == 401
+    assert _call(h, "GET", "health", "fn-key").status_code == 200
+    assert _call(h, "GET", "health", "fn-key", how="query").status_code == 200
+    assert _call(h, "GET", "health", "master-key").status_code == 200
+    assert _call(h, "GET", "orders/nope", "fn-key").status_code == 404  # past the key check
+
+
+def test_an_admin_route_needs_the_master_key(h: RunningHost) -> None:
+    assert _call(h, "POST", "orders/nope/resubmit").status_code == 401
+    assert _call(h, "POST", "orders/nope/resubmit", "fn-key").status_code == 401
+    assert _call(h, "POST", "orders/nope/resubmit", "master-key").status_code == 404
+
+
+def test_an_anonymous_route_is_visibly_anonymous(h: RunningHost) -> None:
+    # The simulated services: no key needed (which is why they are a demo deployment's only).
+    r = _call(h, "POST", "sim/inventory/reserve")
+    assert r.status_code != 401
+
+
+def test_keys_are_made_up_when_the_settings_do_not_give_them() -> None:
+    a, b = HostKeys.from_settings({}), HostKeys.from_settings({})
+    assert a.function != b.function and len(a.master) >= 32
+    assert not a.allow("FUNCTION", None) and a.allow("FUNCTION", a.function)
+    assert not a.allow("ADMIN", a.function) and a.allow("ADMIN", a.master)
+    assert a.allow("ANONYMOUS", None)
