@@ -26,7 +26,18 @@ $(CHECKOV_STAMP): requirements-checkov.txt
 node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund
 
-install: $(STAMP) $(CHECKOV_STAMP) node_modules/.package-lock.json
+# Each ARM model package on its own (two releases of one package are needed): see the file.
+ARMSCHEMAS := .armschemas
+ARMSCHEMAS_STAMP := $(ARMSCHEMAS)/.installed
+$(ARMSCHEMAS_STAMP): requirements-armschemas.txt $(STAMP)
+	rm -rf $(ARMSCHEMAS)
+	grep -v '^#' requirements-armschemas.txt | grep . | while read -r req; do \
+		$(PY) -m pip install --quiet --no-deps --no-compile \
+			--target "$(ARMSCHEMAS)/$$(echo $$req | tr '=' '-' | tr -s '-')" "$$req" || exit 1; \
+	done
+	touch $(ARMSCHEMAS_STAMP)
+
+install: $(STAMP) $(CHECKOV_STAMP) $(ARMSCHEMAS_STAMP) node_modules/.package-lock.json
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -46,7 +57,7 @@ unit: $(STAMP)
 	$(PY) -m pytest tests/unit
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) node_modules .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) $(ARMSCHEMAS) node_modules .pytest_cache .ruff_cache
 
 # The long runs, on demand: 20,000 model-based sequences and 1000 orders end to end with kills.
 soak: install

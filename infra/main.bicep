@@ -113,7 +113,7 @@ var appSettings = {
   SimHangSeconds: '120'
 }
 
-resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
+resource rg 'Microsoft.Resources/resourceGroups@2024-11-01' = {
   name: 'rg-${environmentName}'
   location: location
   tags: tags

@@ -22,7 +22,7 @@ resource tableService 'Microsoft.Storage/storageAccounts/tableServices@2023-05-0
   name: 'default'
 }
 
-resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' existing = {
+resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' existing = {
   name: serviceBusNamespaceName
 }
 

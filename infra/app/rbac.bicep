@@ -25,11 +25,11 @@ resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
   name: storageAccountName
 }
 
-resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' existing = {
+resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' existing = {
   name: serviceBusNamespaceName
 }
 
-resource ordersQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' existing = {
+resource ordersQueue 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' existing = {
   parent: namespace
   name: ordersQueueName
 }

@@ -5,7 +5,7 @@ param location string
 param tags object
 param ordersQueueName string
 
-resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' = {
+resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' = {
   name: name
   location: location
   tags: tags
@@ -21,7 +21,7 @@ resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' = {
   }
 }
 
-resource orders 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = {
+resource orders 'Microsoft.ServiceBus/namespaces/queues@2026-01-01' = {
   parent: namespace
   name: ordersQueueName
   properties: {
