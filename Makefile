@@ -27,7 +27,8 @@ node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund
 
 # Each ARM model package on its own (two releases of one package are needed): see the file.
-ARMSCHEMAS := .armschemas
+# Inside .venv: tools that walk the project (azure-functions-doctor) skip it there.
+ARMSCHEMAS := $(VENV)/armschemas
 ARMSCHEMAS_STAMP := $(ARMSCHEMAS)/.installed
 $(ARMSCHEMAS_STAMP): requirements-armschemas.txt $(STAMP)
 	rm -rf $(ARMSCHEMAS)
@@ -57,7 +58,7 @@ unit: $(STAMP)
 	$(PY) -m pytest tests/unit
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) $(ARMSCHEMAS) node_modules .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) node_modules .pytest_cache .ruff_cache
 
 # The long runs, on demand: 20,000 model-based sequences and 1000 orders end to end with kills.
 soak: install

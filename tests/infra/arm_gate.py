@@ -24,10 +24,10 @@ from typing import Any
 from pycep import BicepParser
 
 ROOT = Path(__file__).resolve().parents[2]
-ARMSCHEMAS = ROOT / ".armschemas"
+ARMSCHEMAS = ROOT / ".venv" / "armschemas"
 COMMON = ("azure-mgmt-core-1.6.0", "azure-common-1.1.28")
 
-# type@apiVersion -> (package folder under .armschemas, models module, model class)
+# type@apiVersion -> (package folder under .venv/armschemas, models module, model class)
 MODELS: dict[str, tuple[str, str, str]] = {
     "Microsoft.Web/sites@2024-04-01":
         ("azure-mgmt-web-8.0.0", "azure.mgmt.web.v2024_04_01.models", "Site"),

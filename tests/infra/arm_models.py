@@ -1,7 +1,7 @@
 """Dump the REST shape of an ARM resource from an azure-mgmt model class, as JSON.
 
 Run as ``python -m tests.infra.arm_models MODULE CLASS`` with the package's folder on PYTHONPATH
-(each package release lives in a folder of its own under .armschemas, see
+(each package release lives in a folder of its own under .venv/armschemas, see
 requirements-armschemas.txt). Prints one node for the resource body:
 
   {"t": "object", "props": {name: node}, "required": [...], "readonly": [...]}

@@ -18,7 +18,7 @@ INFRA = ROOT / "infra"
 
 
 def test_the_model_packages_are_installed() -> None:
-    assert (ARMSCHEMAS / ".installed").exists(), "'make install' unpacks them into .armschemas"
+    assert (ARMSCHEMAS / ".installed").exists(), "'make install' unpacks them there"
 
 
 def test_every_resource_matches_its_arm_schema() -> None:
