@@ -88,6 +88,6 @@ def health(req: func.HttpRequest) -> func.HttpResponse:
 
 @app.function_name("simulated_service")
 @app.route(route="sim/{service}/{operation}", methods=["POST"],
-           auth_level=func.AuthLevel.ANONYMOUS)
+           auth_level=func.AuthLevel.FUNCTION)
 def simulated_service(req: func.HttpRequest) -> func.HttpResponse:
     return entrypoints.simulated_service(req)

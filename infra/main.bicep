@@ -22,9 +22,14 @@ param principalType string = 'User'
 @description('E-mail address for operator alerts; empty for none.')
 param alertEmail string = ''
 
-@description('The remote services the Agents call. real: the three URLs below. demo: simulated services served by the app itself, anonymous and injecting faults; for a demo deployment only, never for real orders.')
+@description('The remote services the Agents call. real: the three URLs below. demo: simulated services served by the app itself (function key) and injecting faults; for a demo deployment only, never for real orders.')
 @allowed(['real', 'demo'])
 param remoteServices string = 'real'
+
+@secure()
+// checkov:skip=CKV_AZURE_131:The default is newGuid(), a fresh value made at each deployment, not a value written here.
+@description('demo only: the function key the Agents present to the simulated services. A new one each deployment unless you give one.')
+param simulatorKey string = newGuid()
 
 @description('Base URLs of the real remote services (remoteServices=real); the app will not start without them.')
 param inventoryServiceUrl string = ''
@@ -199,6 +204,7 @@ module function 'app/function.bicep' = {
     httpPerInstanceConcurrency: httpPerInstanceConcurrency
     appSettings: appSettings
     remoteServices: remoteServices
+    simulatorKey: simulatorKey
     serviceUrls: {
       InventoryServiceUrl: inventoryServiceUrl
       PaymentServiceUrl: paymentServiceUrl

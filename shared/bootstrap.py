@@ -81,9 +81,11 @@ def build(settings: Settings, *, clock: Clock = utc_now,
     http = httpx.Client(limits=httpx.Limits(max_connections=64, max_keepalive_connections=16))
     retry = AgentRetryPolicy(settings.agent_retry_base, settings.agent_retry_max,
                              settings.agent_call_timeout)
+    key = (settings.remote_service_key.get_secret_value()
+           if settings.remote_service_key else None)
     agents = {
         name: Agent(
-            name=name, client=RemoteServiceClient(url, http), sender=sender,
+            name=name, client=RemoteServiceClient(url, http, key), sender=sender,
             responses_queue=settings.responses_queue, policy=retry,
             breaker=new_breaker(name, settings.breaker_failures, settings.breaker_reset),
             clock=clock,

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from shared.domain.workflow import Workflow
 
@@ -86,6 +86,9 @@ class Settings(BaseModel):
     shipping_url: str = Field(
         "http://localhost:7071/api/sim/shipping", alias="ShippingServiceUrl", pattern="^https?://"
     )
+    # Sent as x-functions-key on every remote call: the simulated services are function-level
+    # HTTP functions (a demo deployment sets it to a key the Bicep makes for them).
+    remote_service_key: SecretStr | None = Field(None, alias="RemoteServiceKey")
     agent_retry_base: Seconds = Field(0.2, alias="AgentRetryBaseSeconds")
     agent_retry_max: Seconds = Field(5, alias="AgentRetryMaxSeconds")
     agent_call_timeout: Seconds = Field(10, alias="AgentCallTimeoutSeconds")

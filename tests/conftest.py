@@ -38,6 +38,9 @@ def unique_settings(connection: str, **overrides: str) -> dict[str, str]:
         "SchedulerInstanceId": "scheduler-test",
         "AgentRetryBaseSeconds": "0.05",
         "AgentRetryMaxSeconds": "0.3",
+        # The local host's function key, which the Agents present to the simulated services.
+        "LOCALRUN_FUNCTION_KEY": "test-function-key",
+        "RemoteServiceKey": "test-function-key",
     }
     settings.update(overrides)
     return settings

@@ -17,11 +17,14 @@ param instanceMemoryMB int
 param httpPerInstanceConcurrency int
 @description('The app\'s own settings (queue and table names, budgets, thresholds, service URLs).')
 param appSettings object
-@description('real: the Agents call serviceUrls. demo: the app serves anonymous, fault-injecting simulated services and the Agents call those.')
+@description('real: the Agents call serviceUrls. demo: the app serves fault-injecting simulated services (function key) and the Agents call those.')
 @allowed(['real', 'demo'])
 param remoteServices string
 @description('InventoryServiceUrl, PaymentServiceUrl, ShippingServiceUrl of the real services.')
 param serviceUrls object
+@secure()
+@description('demo only: a host function key the Agents present to the simulated services.')
+param simulatorKey string
 
 resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
   // checkov:skip=CKV_AZURE_225:Zone redundancy on Flex Consumption depends on the region; set zoneRedundant where it is offered.
@@ -114,7 +117,15 @@ var agentTargets = simulatorsEnabled ? {
   InventoryServiceUrl: '${simulatorBase}/inventory'
   PaymentServiceUrl: '${simulatorBase}/payment'
   ShippingServiceUrl: '${simulatorBase}/shipping'
+  RemoteServiceKey: simulatorKey
 } : serviceUrls
+
+// The simulated services are function-level routes: the Agents present this host key, which
+// exists only in a demo deployment.
+resource simulatorFunctionKey 'Microsoft.Web/sites/host/functionKeys@2024-04-01' = if (simulatorsEnabled) {
+  name: '${app.name}/default/agents'
+  value: simulatorKey
+}
 
 resource settings 'Microsoft.Web/sites/config@2024-04-01' = {
   // These checks read the 'web' config (logging, auth, .NET, Azure Files); this is 'appsettings'.

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+FUNCTION_KEY_HEADER = "x-functions-key"
 _TRANSIENT_STATUS = {408, 425, 429}
 # Retry-After beyond this is treated as "not within any budget we have".
 _MAX_RETRY_AFTER = 3600.0
@@ -60,16 +61,18 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
 
 
 class RemoteServiceClient:
-    def __init__(self, base_url: str, http: httpx.Client) -> None:
+    def __init__(self, base_url: str, http: httpx.Client, key: str | None = None) -> None:
         self._base = base_url.rstrip("/")
         self._http = http
+        self._headers = {FUNCTION_KEY_HEADER: key} if key else {}
 
     def call(self, operation: str, idempotency_key: str, body: dict[str, Any],
              timeout: float) -> dict[str, Any]:
         try:
             r = self._http.post(
                 f"{self._base}/{operation}", json=body, timeout=timeout,
-                headers={IDEMPOTENCY_HEADER: idempotency_key}, follow_redirects=False,
+                headers={**self._headers, IDEMPOTENCY_HEADER: idempotency_key},
+                follow_redirects=False,
             )
         except httpx.TransportError as e:  # timeouts, refused connections, resets
             raise TransientServiceError(f"{operation}: {type(e).__name__}: {e}") from e

@@ -38,6 +38,8 @@ MODELS: dict[str, tuple[str, str, str]] = {
     "Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01":
         ("azure-mgmt-web-8.0.0", "azure.mgmt.web.v2024_04_01.models",
          "CsmPublishingCredentialsPoliciesEntity"),
+    "Microsoft.Web/sites/host/functionKeys@2024-04-01":
+        ("azure-mgmt-web-8.0.0", "azure.mgmt.web.v2024_04_01.models", "KeyInfo"),
     "Microsoft.Storage/storageAccounts@2023-05-01":
         ("azure-mgmt-storage-21.2.1", "azure.mgmt.storage.v2023_05_01.models",
          "StorageAccountCreateParameters"),

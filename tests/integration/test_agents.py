@@ -100,7 +100,7 @@ def test_undo_before_the_work_voids_it(run_host: Any) -> None:
 def test_simulators_are_off_unless_enabled(run_host: Any) -> None:
     h: RunningHost = run_host(only=SIM_ONLY, SimulatorsEnabled="false")
     r = httpx.post(f"http://127.0.0.1:{h.port}/api/sim/payment/charge", json={},
-                   headers={"Idempotency-Key": "k"})
+                   headers={"Idempotency-Key": "k", "x-functions-key": h.host.keys.function})
     assert r.status_code == 404
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import azure.functions as func
 import httpx
 import pytest
 
-from localrun.host import HostKeys
+from localrun.azurite import free_port
+from localrun.host import HostKeys, LocalFunctionHost
 from tests.integration.conftest import RunningHost
 
 
@@ -42,10 +44,24 @@ def test_an_admin_route_needs_the_master_key(h: RunningHost) -> None:
     assert _call(h, "POST", "orders/nope/resubmit", "master-key").status_code == 404
 
 
-def test_an_anonymous_route_is_visibly_anonymous(h: RunningHost) -> None:
-    # The simulated services: no key needed (which is why they are a demo deployment's only).
-    r = _call(h, "POST", "sim/inventory/reserve")
-    assert r.status_code != 401
+def test_the_simulated_services_need_a_function_key(h: RunningHost) -> None:
+    assert _call(h, "POST", "sim/inventory/reserve").status_code == 401
+    assert _call(h, "POST", "sim/inventory/reserve", "fn-key").status_code != 401
+
+
+def test_an_anonymous_route_needs_no_key(app_env: Any) -> None:
+    app = func.FunctionApp()
+
+    @app.function_name("open")
+    @app.route(route="open", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
+    def open_(req: func.HttpRequest) -> func.HttpResponse:
+        return func.HttpResponse("hello")
+
+    env = app_env()
+    with LocalFunctionHost(app, settings=env, storage_connection=env["AzureWebJobsStorage"],
+                           host_json={"version": "2.0"}, http_port=free_port()) as host:
+        r = httpx.get(f"http://127.0.0.1:{host.http_port}/api/open", timeout=10)
+    assert (r.status_code, r.text) == (200, "hello")
 
 
 def test_keys_are_made_up_when_the_settings_do_not_give_them() -> None:

@@ -44,6 +44,15 @@ def test_a_2xx_json_object_is_the_result_and_the_key_is_sent() -> None:
     assert req.headers["Idempotency-Key"] == "o-1.charge_payment.do"
 
 
+def test_the_function_key_is_sent_when_one_is_set() -> None:
+    seen: list[httpx.Request] = []
+    keyed = RemoteServiceClient("http://svc/api/pay", httpx.Client(transport=httpx.MockTransport(
+        lambda r: seen.append(r) or httpx.Response(200, json={}))), key="k-1")
+    call(keyed)
+    call(client(httpx.Response(200, json={}), seen))
+    assert [r.headers.get("x-functions-key") for r in seen] == ["k-1", None]
+
+
 @pytest.mark.parametrize("status", [301, 302, 307, 308])
 def test_a_redirect_is_permanent_and_never_success(status: int) -> None:
     """Bug 3: an http:// URL redirected to https marked every order charged."""
