@@ -98,6 +98,10 @@ var appSettings = {
   OperatorAlertsTableName: tables.alerts
   SimulatorTableName: tables.simulator
   SupervisorSchedule: '*/30 * * * * *'
+  // Longer than this between two completed ticks is an outage (2.5 x the interval): the steps
+  // due in it are sent again without counting a failure.
+  OutageGapSeconds: '75'
+  SupervisorMaxRecoveriesPerTick: '200'
   FailureThreshold: '3'
   CompensationFailureThreshold: '10'
   RescueThreshold: '5'

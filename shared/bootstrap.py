@@ -20,6 +20,7 @@ from shared.adapters.rejections import TableRejectionStore
 from shared.adapters.remote_service import RemoteServiceClient
 from shared.adapters.state_store import TableOrderStore
 from shared.adapters.storage import queue_service, table_service
+from shared.adapters.tick_log import TableTickLog
 from shared.clock import Clock, utc_now
 from shared.domain.state import RetryPolicy, exponential_backoff
 from shared.domain.workflow import ORDER_FULFILMENT, Workflow
@@ -99,6 +100,8 @@ def build(settings: Settings, *, clock: Clock = utc_now,
         pending_grace=timedelta(seconds=settings.pending_grace),
         compensation_threshold=settings.compensation_threshold,
         rescue_threshold=settings.rescue_threshold,
+        outage_gap=timedelta(seconds=settings.outage_gap),
+        max_recoveries_per_tick=settings.max_recoveries_per_tick,
     )
     return Container(
         settings=settings, workflow=workflow, tables=tables, queues=queues, store=store,
@@ -109,8 +112,9 @@ def build(settings: Settings, *, clock: Clock = utc_now,
             reply_allowed=settings.reply_queue_allowed, clock=clock),
         scheduler=Scheduler(instance_id=settings.scheduler_instance_id, store=store,
                             relay=relay, workflow=workflow, clock=clock),
-        supervisor=Supervisor(store=store, relay=relay, alerts=alerts, policy=policy,
-                              workflow=workflow, clock=clock),
+        supervisor=Supervisor(
+            store=store, ticks=TableTickLog(tables.get_table_client(settings.inflight_table)),
+            relay=relay, alerts=alerts, policy=policy, workflow=workflow, clock=clock),
         agents=agents,
         operator=Operator(
             store=store, relay=relay, alerts=tables.get_table_client(settings.alerts_table),

@@ -71,6 +71,10 @@ class Settings(BaseModel):
     retry_backoff: Seconds = Field(5, alias="RetryBackoffSeconds")
     retry_backoff_max: Seconds = Field(300, alias="RetryBackoffMaxSeconds")
     pending_grace: Seconds = Field(60, alias="PendingGraceSeconds")
+    # Longer than this between two completed Supervisor ticks is an outage: about 2.5 times the
+    # schedule's interval, so one missed tick is not one.
+    outage_gap: Seconds = Field(75, alias="OutageGapSeconds")
+    max_recoveries_per_tick: int = Field(200, alias="SupervisorMaxRecoveriesPerTick", ge=1)
     step_budgets: str = Field("", alias="StepBudgetSeconds")
     reply_allow_list: str = Field("order-status-*", alias="ReplyQueueAllowList")
     scheduler_instance_id: str = Field(

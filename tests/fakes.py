@@ -25,6 +25,7 @@ from shared.adapters.state_store import (
 )
 from shared.domain.alerts import OperatorAlert
 from shared.domain.order import Order
+from shared.domain.outages import TickLog
 from shared.domain.state import OrderState
 
 Fault = Callable[[str], None]
@@ -40,6 +41,26 @@ class Crash(BaseException):
 
 class StorageDown(Exception):
     """The store or the queue service did not answer."""
+
+
+class FakeTickLog:
+    """The Supervisor's tick record, in memory, versioned like the table entity."""
+
+    def __init__(self, fault: Fault = no_fault) -> None:
+        self.fault = fault
+        self.log = TickLog()
+        self.version: str | None = None
+        self._versions = itertools.count(1)
+
+    def read(self) -> tuple[TickLog, str | None]:
+        self.fault("ticks.read")
+        return self.log, self.version
+
+    def write(self, log: TickLog, version: str | None) -> None:
+        self.fault("ticks.write")
+        if version != self.version:
+            raise ConcurrencyConflict(f"tick log is at {self.version}, not {version}")
+        self.log, self.version = log, f"t{next(self._versions)}"
 
 
 class FakeOrderStore:

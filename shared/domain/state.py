@@ -35,6 +35,7 @@ from shared.domain.messages import (
     StatusEvent,
     new_work_key,
 )
+from shared.domain.outages import TickLog
 from shared.domain.workflow import Workflow
 
 
@@ -210,6 +211,11 @@ class RetryPolicy:
     compensation_threshold: int = 10
     # Hand an order to a Scheduler this often with no progress, then give up and alert.
     rescue_threshold: int = 5
+    # Longer than this between two completed Supervisor ticks, nothing could make progress.
+    outage_gap: timedelta = timedelta(seconds=75)
+    # Recoveries one tick carries out; the rest wait for the next, so that after an outage the
+    # recovery does not itself overload the store.
+    max_recoveries_per_tick: int = 200
 
 
 def exponential_backoff(base: timedelta, cap: timedelta) -> Callable[[int], timedelta]:
@@ -386,6 +392,7 @@ def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
 class DecisionKind(StrEnum):
     RESCUE = "rescue"  # nobody took the order: hand it to a Scheduler again
     REDISPATCH = "redispatch"  # the step's request was never confirmed sent: send it again
+    OUTAGE = "outage"  # the step's time fell in an outage: send it again, no failure counted
     RETRY = "retry"  # a step timed out: count a failure, try again after a backoff
     FAIL = "fail"  # past a threshold: give up (and undo, or call an operator)
     FORGET = "forget"  # settled: finish its effects and drop it from the in-flight index
@@ -399,12 +406,13 @@ class SupervisorDecision:
 
 
 def supervise(state: OrderState, now: datetime, policy: RetryPolicy,
-              workflow: Workflow) -> SupervisorDecision | None:
+              workflow: Workflow, ticks: TickLog | None = None) -> SupervisorDecision | None:
     """What the Supervisor should do about this order now, or None when nothing is overdue.
 
     Knows nothing of the business: only of states, deadlines and counts. Time lost to the
-    pipeline itself (a request never sent, an order no Scheduler took) is not the order's
-    failure: it is counted apart, as rescues, and has its own threshold.
+    pipeline itself (a request never sent, an order no Scheduler took, a step whose time fell
+    in an outage the tick log shows) is not the order's failure: it is counted apart, as
+    rescues, and has its own threshold.
     """
     if state.is_settled:
         # The Scheduler drops a settled order from the index itself; step in only when it
@@ -428,15 +436,22 @@ def supervise(state: OrderState, now: datetime, policy: RetryPolicy,
         _emit(new, Cause.SUPERVISOR, now, [], SendCommand(command=waiting_for, reason=why))
         return SupervisorDecision(DecisionKind.RESCUE, new, why)
     step = new.current_step
-    if (step is not None and state.dispatch_unconfirmed
-            and new.rescues < policy.rescue_threshold):
-        new.rescues += 1
-        why = (f"request for {step.name} attempt {step.attempt} never confirmed sent; "
-               f"sent again (rescue {new.rescues} of {policy.rescue_threshold})")
-        step.complete_by = now + workflow.step(step.name).budget
-        new.complete_by = step.complete_by
-        _emit(new, Cause.SUPERVISOR, now, [])
-        return SupervisorDecision(DecisionKind.REDISPATCH, new, why)
+    if step is not None and new.rescues < policy.rescue_threshold:
+        budget = workflow.step(step.name).budget
+        gap = (ticks.gap_during(step.complete_by - budget, step.complete_by)
+               if ticks is not None and step.complete_by is not None else None)
+        if state.dispatch_unconfirmed or gap is not None:
+            new.rescues += 1
+            kind = DecisionKind.REDISPATCH if state.dispatch_unconfirmed else DecisionKind.OUTAGE
+            why = (f"request for {step.name} attempt {step.attempt} never confirmed sent"
+                   if gap is None else
+                   f"{step.name} attempt {step.attempt} was due during an outage "
+                   f"({gap.start:%H:%M:%S} to {gap.end:%H:%M:%S}), not counted as a failure")
+            why += f"; sent again (rescue {new.rescues} of {policy.rescue_threshold})"
+            step.complete_by = now + budget
+            new.complete_by = step.complete_by
+            _emit(new, Cause.SUPERVISOR, now, [])
+            return SupervisorDecision(kind, new, why)
     if state.process_state is ProcessState.PROCESSING:
         return _expire_step(new, now, policy)
     if state.compensation is CompensationState.RUNNING:

@@ -4,6 +4,11 @@ Knows nothing of the business. Every change it makes is a conditional write, so 
 ticking at once recover each overdue step once: the second one's write loses and it moves on.
 Every order is handled on its own: a record it cannot read is reported once and skipped, and a
 fault on one order is counted and leaves the rest of the tick to run.
+
+Each completed tick is recorded (shared/domain/outages.py): a stretch without completed ticks is
+an outage, and a step whose time fell in one is sent again without counting a failure. A tick
+carries out at most ``max_recoveries_per_tick`` recoveries and leaves the rest to the next, so the
+burst of overdue work after an outage is spread over ticks.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ from shared.adapters.state_store import (
     InFlightEntry,
     OrderStore,
 )
+from shared.adapters.tick_log import TickLogStore
 from shared.clock import Clock
 from shared.domain.alerts import AlertKind, OperatorAlert
 from shared.domain.effects import Forget
+from shared.domain.outages import TickLog
 from shared.domain.state import DecisionKind, RetryPolicy, supervise
 from shared.domain.workflow import Workflow
 from shared.handlers.relay import EffectRelay
@@ -43,15 +50,19 @@ class TickReport:
     redispatched: int = 0
     forgotten: int = 0
     lost_races: int = 0
+    excused: int = 0  # steps sent again because their time fell in an outage
+    deferred: int = 0  # in-flight entries left to the next tick (recoveries per tick reached)
     unreadable: int = 0  # records reported to an operator this tick
     skipped: int = 0  # unreadable records reported before and unchanged since
     errors: int = 0  # orders a fault stopped this tick; the next tick tries them again
 
 
 class Supervisor:
-    def __init__(self, *, store: OrderStore, relay: EffectRelay, alerts: AlertSink,
-                 policy: RetryPolicy, workflow: Workflow, clock: Clock) -> None:
+    def __init__(self, *, store: OrderStore, ticks: TickLogStore, relay: EffectRelay,
+                 alerts: AlertSink, policy: RetryPolicy, workflow: Workflow,
+                 clock: Clock) -> None:
         self._store = store
+        self._ticks = ticks
         self._relay = relay
         self._alerts = alerts
         self._policy = policy
@@ -62,11 +73,18 @@ class Supervisor:
     def tick(self) -> TickReport:
         report = TickReport()
         now = self._clock()
+        # Read first: with storage down the tick fails here, and the gap shows at the next one.
+        log_read, version = self._ticks.read()
+        report.entities_read += 1
+        ticks = log_read.after_tick(now, self._policy.outage_gap)
         for entry in self._store.in_flight():
             report.entities_read += 1
             report.in_flight += 1
+            if self._recoveries(report) >= self._policy.max_recoveries_per_tick:
+                report.deferred += 1
+                continue
             try:
-                self._supervise(entry, report)
+                self._supervise(entry, report, ticks)
                 self._failing.pop(entry.order_id, None)
             except CorruptRecord as e:
                 self._unreadable(entry, e, report)
@@ -74,10 +92,23 @@ class Supervisor:
                 report.errors += 1
                 log.exception("supervisor: order %s not handled this tick", entry.order_id)
                 self._failed_again(entry, e)
+        self._record(ticks, version)
         log.info("supervisor tick at %s: %s", now.isoformat(), report)
         return report
 
-    def _supervise(self, entry: InFlightEntry, report: TickReport) -> None:
+    @staticmethod
+    def _recoveries(r: TickReport) -> int:
+        return r.retried + r.failed + r.rescued + r.redispatched + r.excused
+
+    def _record(self, ticks: TickLog, version: str | None) -> None:
+        try:
+            self._ticks.write(ticks, version)
+        except ConcurrencyConflict:
+            # Another Supervisor completed a tick meanwhile: keep what both saw.
+            theirs, version = self._ticks.read()
+            self._ticks.write(theirs.merge(ticks), version)
+
+    def _supervise(self, entry: InFlightEntry, report: TickReport, ticks: TickLog) -> None:
         now = self._clock()
         grace = self._policy.pending_grace
         report.entities_read += 1
@@ -90,7 +121,7 @@ class Supervisor:
                 self._store.forget(entry.order_id, entry.generation)
                 report.forgotten += 1
             return
-        decision = supervise(state, now, self._policy, self._workflow)
+        decision = supervise(state, now, self._policy, self._workflow, ticks)
         if decision is None:
             return
         if decision.kind is DecisionKind.FORGET:
@@ -112,6 +143,8 @@ class Supervisor:
             report.rescued += 1
         elif decision.kind is DecisionKind.REDISPATCH:
             report.redispatched += 1
+        elif decision.kind is DecisionKind.OUTAGE:
+            report.excused += 1
         else:
             report.retried += 1
         log.warning("supervisor: order %s %s (%s)", saved.order_id, decision.kind.value,

@@ -36,11 +36,14 @@ def make_pipeline(app_env: Callable[..., dict[str, str]], clock: FakeClock
     made: list[Pipeline] = []
 
     def make(**overrides: str) -> Pipeline:
-        env = app_env(**overrides)
+        # These tests move the clock by minutes between ticks: that is not an outage here
+        # (tests/unit/test_outages.py and the model test cover outages).
+        env = app_env(**{"OutageGapSeconds": "86400", **overrides})
         meter = StorageMeter()
         c = bootstrap.build(load_settings(env), clock=clock, table_options=meter.table_options,
                             queue_options=meter.queue_options)
         bootstrap.reset(c)
+        c.supervisor.tick()  # the Supervisor has been ticking since before these orders
         p = Pipeline(env, clock, meter, c)
         made.append(p)
         return p

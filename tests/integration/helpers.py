@@ -77,3 +77,8 @@ def race_on_save(stores: list[Any]) -> None:
             return real_save(state)
 
         store.save = save
+
+
+def index_entries(env: dict[str, str]) -> list[dict[str, Any]]:
+    """The in-flight index's own entries (the Supervisor's tick log shares the table)."""
+    return entities(env["InFlightTableName"], "PartitionKey eq 'inflight'")

@@ -8,7 +8,7 @@ from typing import Any
 from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
 from tests.conftest import wait_until
 from tests.integration.conftest import RunningHost
-from tests.integration.helpers import entities, function, order, sb_message
+from tests.integration.helpers import entities, function, index_entries, order, sb_message
 
 PIPELINE = {"scheduler_commands", "scheduler_replies", "inventory_agent", "payment_agent",
             "shipping_agent", "simulated_service"}
@@ -59,4 +59,4 @@ def test_refused_payment_undoes_the_reservation_exactly_once(run_host: Any) -> N
     wait_until(lambda: h.host.stats.invocations["scheduler_replies"] > replies_before,
                timeout=10, message="the duplicate reply to be handled")
     assert state(h, "o-1") == final  # a stale reply changes nothing
-    assert entities(h.env["InFlightTableName"]) == []
+    assert index_entries(h.env) == []

@@ -58,7 +58,7 @@ def test_a_service_bus_message_is_what_the_worker_builds(app_env: Any) -> None:
     channel.send(b'{"order_id": "o-1", "note": "caf\xe9"}', message_id="m-1",
                  application_properties={"source": "test"})
     with host:
-        wait_until(lambda: seen, timeout=10, message="the message")
+        wait_until(lambda: seen, timeout=30, message="the message")
     (m,) = seen
     # The host passes the body as text: bytes that are not UTF-8 arrive replaced.
     assert m.get_body() == '{"order_id": "o-1", "note": "caf\ufffd"}'.encode()
@@ -86,7 +86,7 @@ def test_a_queue_message_is_what_the_worker_builds(app_env: Any) -> None:
     queue = _queue(env, "SchedulerQueueName")
     queue.send_message("hello")
     with _host(app, env):
-        wait_until(lambda: seen, timeout=10, message="the message")
+        wait_until(lambda: seen, timeout=30, message="the message")
     (m,) = seen
     assert m.get_body() == b"hello" and m.dequeue_count == 1
     # Storage queue times are DateTimeOffsets: aware.

@@ -10,7 +10,14 @@ import pytest
 from azure.core.exceptions import ServiceRequestError
 
 from shared import bootstrap
-from tests.integration.helpers import drain_json, entities, function, order, sb_message
+from tests.integration.helpers import (
+    drain_json,
+    entities,
+    function,
+    index_entries,
+    order,
+    sb_message,
+)
 
 intake = function("intake")
 
@@ -31,7 +38,7 @@ def test_accepted_order_is_stored_atomically_with_the_brief_state(env: dict[str,
     assert state.get("LockedBy") is None and state.get("CompleteBy") is None
     assert json.loads(rows["order"]["Document"])["customer_id"] == "c-1"
     assert [c["order_id"] for c in drain_json(env["SchedulerQueueName"])] == ["o-1"]
-    assert [(e["OrderID"], e["Generation"]) for e in entities(env["InFlightTableName"])] == [
+    assert [(e["OrderID"], e["Generation"]) for e in index_entries(env)] == [
         ("o-1", 0)]
 
 
@@ -123,9 +130,9 @@ def _process(order_id: str, env: dict[str, str]) -> None:
 def test_redelivery_of_a_settled_order_leaves_no_index_entry(env: dict[str, str]) -> None:
     intake(msg=sb_message(order("o-1")))
     _process("o-1", env)
-    assert entities(env["InFlightTableName"]) == []
+    assert index_entries(env) == []
     assert intake(msg=sb_message(order("o-1"), delivery_count=2)) is None
-    assert entities(env["InFlightTableName"]) == []
+    assert index_entries(env) == []
     assert drain_json(env["SchedulerQueueName"]) == []
 
 
@@ -139,7 +146,7 @@ def test_redelivery_never_takes_an_index_entry_that_was_not_its_own(
     _process("o-1", env)
     c.store.forget = real_forget  # type: ignore[method-assign]
     intake(msg=sb_message(order("o-1"), delivery_count=2))
-    assert [e["OrderID"] for e in entities(env["InFlightTableName"])] == ["o-1"]
+    assert [e["OrderID"] for e in index_entries(env)] == ["o-1"]
 
 
 def test_redelivery_during_a_supervisor_backoff_sends_no_start(env: dict[str, str]) -> None:

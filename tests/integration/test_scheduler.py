@@ -15,6 +15,7 @@ from tests.integration.helpers import (
     drain_json,
     entities,
     function,
+    index_entries,
     order,
     race_on_save,
     sb_message,
@@ -88,7 +89,7 @@ def test_happy_path_dispatches_each_step_and_processes_the_order(pipeline: Pipel
     assert st.get("LockedBy") is None and st.get("CompleteBy") is None
     assert st["FailureCount"] == 0
     assert all(x["status"] == "completed" for x in st["Steps"].values())
-    assert entities(env["InFlightTableName"]) == []  # settled: out of the Supervisor's way
+    assert index_entries(env) == []  # settled: out of the Supervisor's way
     events = [m["event"] for m in drain_json(reply_q)]
     assert events == ["received", "step_completed", "step_completed", "step_completed",
                       "completed"]
@@ -230,7 +231,7 @@ def test_permanent_error_fails_alerts_and_starts_compensation(pipeline: Pipeline
     st = state(pipeline)
     assert st["Compensation"] == "Done"
     assert st["Steps"]["reserve_inventory"]["status"] == "compensated"
-    assert entities(env["InFlightTableName"]) == []
+    assert index_entries(env) == []
 
 
 def test_message_for_an_unknown_order_is_ignored(pipeline: Pipeline) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -15,10 +15,12 @@ from shared.adapters.state_store import (
     OrderStore,
     TableOrderStore,
 )
+from shared.adapters.tick_log import TableTickLog, TickLogStore
 from shared.domain.order import parse_order
+from shared.domain.outages import TickLog
 from shared.domain.state import ProcessState, receive
 from shared.domain.workflow import ORDER_FULFILMENT
-from tests.fakes import FakeOrderStore
+from tests.fakes import FakeOrderStore, FakeTickLog
 from tests.integration.helpers import order
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
@@ -105,3 +107,43 @@ def test_the_in_flight_index_is_keyed_by_generation(store: OrderStore) -> None:
     store.forget("o-1", 1)
     store.quarantine(entry, "v-bad")  # gone meanwhile: nothing to mark, no error
     assert list(store.in_flight()) == []
+
+
+@pytest.fixture(params=["fake", "table"])
+def tick_log(request: pytest.FixtureRequest,
+             app_env: Callable[..., dict[str, str]]) -> Iterator[TickLogStore]:
+    if request.param == "fake":
+        yield FakeTickLog()
+        return
+    from shared import bootstrap
+
+    app_env()
+    c = bootstrap.container()
+    yield TableTickLog(c.tables.get_table_client(c.settings.inflight_table))
+
+
+def test_the_tick_log_reads_back_what_was_written_and_refuses_a_stale_write(
+        tick_log: TickLogStore) -> None:
+    empty, v0 = tick_log.read()
+    assert empty == TickLog() and v0 is None
+    log = TickLog().after_tick(T0, timedelta(seconds=75)).after_tick(
+        T0 + timedelta(seconds=200), timedelta(seconds=75))
+    tick_log.write(log, v0)
+    read, v1 = tick_log.read()
+    assert read == log and v1 is not None
+    with pytest.raises(ConcurrencyConflict):
+        tick_log.write(log, v0)  # someone wrote since v0
+    tick_log.write(read.after_tick(T0 + timedelta(seconds=230), timedelta(seconds=75)), v1)
+    with pytest.raises(ConcurrencyConflict):
+        tick_log.write(log, v1)
+
+
+def test_the_tick_log_is_not_in_the_in_flight_index(app_env: Callable[..., dict[str, str]]
+                                                    ) -> None:
+    from shared import bootstrap
+
+    app_env()
+    c = bootstrap.container()
+    TableTickLog(c.tables.get_table_client(c.settings.inflight_table)).write(
+        TickLog().after_tick(T0, timedelta(seconds=75)), None)
+    assert list(c.store.in_flight()) == []

@@ -14,7 +14,7 @@ from shared.domain.order import parse_order
 from shared.domain.state import ProcessState, receive
 from shared.handlers.supervisor import TickReport
 from tests.integration.conftest import Pipeline
-from tests.integration.helpers import drain_json, entities, order, race_on_save
+from tests.integration.helpers import drain_json, entities, index_entries, order, race_on_save
 from tests.integration.test_scheduler import accept, drain_json_eventually, reply, state
 
 
@@ -33,7 +33,8 @@ def claimed_and_lost(p: Pipeline, order_id: str = "o-1") -> None:
 def test_overdue_step_is_reset_and_retried_after_a_backoff(pipeline: Pipeline) -> None:
     c = pipeline.container
     claimed_and_lost(pipeline)
-    assert c.supervisor.tick() == TickReport(entities_read=2, in_flight=1)  # not overdue yet
+    # The tick log, the in-flight entry and the state record; not overdue yet.
+    assert c.supervisor.tick() == TickReport(entities_read=3, in_flight=1)
     pipeline.clock.advance(seconds=31)
     report = c.supervisor.tick()
     assert report.retried == 1
@@ -129,7 +130,7 @@ def test_index_entry_without_an_order_is_dropped_after_the_grace(pipeline: Pipel
     assert c.supervisor.tick().forgotten == 0
     pipeline.clock.advance(seconds=11)
     assert c.supervisor.tick().forgotten == 1
-    assert entities(pipeline.env["InFlightTableName"]) == []
+    assert index_entries(pipeline.env) == []
 
 
 def _completed_orders(p: Pipeline, n: int) -> None:
@@ -157,9 +158,10 @@ def test_tick_cost_does_not_grow_with_completed_orders(pipeline: Pipeline) -> No
     c.supervisor.tick()
     after = meter.snapshot()
     assert after == before
-    # Reads: one index query plus one state record per order in flight, nothing else.
-    assert before["entities_read"] == 2 * 3
-    assert before["requests"] == {"table.query": 1, "table.read": 3}
+    # Reads: the tick log, one index query and one state record per order in flight; the one
+    # write is the tick log's.
+    assert before["entities_read"] == 2 * 3 + 1
+    assert before["requests"] == {"table.query": 1, "table.read": 4, "table.write": 1}
 
 
 def test_an_unreadable_record_is_reported_once_and_the_tick_goes_on(pipeline: Pipeline) -> None:

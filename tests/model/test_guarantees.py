@@ -17,6 +17,7 @@ compensated order has nothing left standing, and every failure reached an operat
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 from collections import Counter
@@ -46,6 +47,7 @@ from tests.fakes import (
     FakeOrderStore,
     FakeQueues,
     FakeRejections,
+    FakeTickLog,
     QueuedMessage,
     StorageDown,
 )
@@ -149,6 +151,8 @@ class PipelineMachine(RuleBasedStateMachine):
             pending_grace=timedelta(seconds=10),
             compensation_threshold=3,
             rescue_threshold=3,
+            # Shorter than the shortest outage below, so that every outage is seen.
+            outage_gap=timedelta(seconds=15),
         )
         relay = EffectRelay(store=self.store, sender=self.queues, alerts=self.alerts,
                             workflow=workflow, agent_queues=AGENT_QS,
@@ -159,7 +163,9 @@ class PipelineMachine(RuleBasedStateMachine):
             reply_allowed=lambda q: True, clock=self.clock)
         self.scheduler = Scheduler(instance_id="s1", store=self.store, relay=relay,
                                    workflow=workflow, clock=self.clock)
-        self.supervisor = Supervisor(store=self.store, relay=relay, alerts=self.alerts,
+        self.ticks = FakeTickLog(self.fault)
+        self.supervisor = Supervisor(store=self.store, ticks=self.ticks, relay=relay,
+                                     alerts=self.alerts,
                                      policy=self.policy, workflow=workflow, clock=self.clock)
         self.operator = Operator(
             store=self.store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
@@ -175,10 +181,14 @@ class PipelineMachine(RuleBasedStateMachine):
             for name in AGENT_QS
         }
         self.orders: dict[str, bytes] = {}
+        self.storage_down = False
+        self.outages: list[tuple[datetime, datetime]] = []
 
     # --- the machinery the rules share ---------------------------------------------------------
 
     def fault(self, op: str) -> None:
+        if self.storage_down:
+            raise StorageDown(op)
         if self.plan is None:
             return
         self.plan.countdown -= 1
@@ -245,7 +255,47 @@ class PipelineMachine(RuleBasedStateMachine):
     @rule(seconds=st.sampled_from([1, 5, 11, 30, 61]), fault=FAULTS)
     def supervisor_tick(self, seconds: int, fault: tuple[int, str] | None) -> None:
         self.clock.advance(seconds=seconds)
-        self.run(fault, self.supervisor.tick)
+        self.run(fault, self.tick)
+
+    @rule(seconds=st.sampled_from([20, 45, 120]), tries=st.integers(0, 3))
+    def storage_outage(self, seconds: int, tries: int) -> None:
+        """Storage stops answering for a while; the Supervisor keeps trying, and failing."""
+        start = self.clock.now
+        self.storage_down = True
+        try:
+            for _ in range(tries):
+                self.clock.advance(seconds=seconds / (tries + 1))
+                assert not self.run(None, self.tick), "a tick worked with storage down"
+            self.clock.now = start + timedelta(seconds=seconds)
+        finally:
+            self.storage_down = False
+        self.outages.append((start, self.clock.now))
+
+    def tick(self) -> None:
+        """A Supervisor tick, held to: no order's failures rise for time spent in an outage.
+
+        A step's attempt runs from its complete-by less its budget to its complete-by; if that
+        overlaps an outage, the tick may send it again but not count a failure, unless the
+        order has used up its rescues (RescueThreshold bounds the free retries).
+        """
+        before = {oid: copy.deepcopy(s) for oid, s in self.store.states.items()}
+        self.supervisor.tick()
+        for oid, old in before.items():
+            new = self.store.states.get(oid)
+            step = old.current_step
+            if new is None or step is None or step.complete_by is None:
+                continue
+            counted = (new.failure_count > old.failure_count
+                       or new.compensation_failure_count > old.compensation_failure_count)
+            if not counted or old.rescues >= self.policy.rescue_threshold:
+                continue
+            budget = ORDER_FULFILMENT.step(step.name).budget
+            window = (step.complete_by - budget, step.complete_by)
+            during = [o for o in self.outages if o[0] < window[1] and window[0] < o[1]]
+            assert not during, (
+                f"{oid}: a failure was counted for {step.name} attempt {step.attempt} "
+                f"({window[0]:%H:%M:%S} to {window[1]:%H:%M:%S}), whose time fell in the "
+                f"outage {during[0][0]:%H:%M:%S} to {during[0][1]:%H:%M:%S}\n" + self.story(oid))
 
     @rule(seconds=st.sampled_from([1, 10, 60]))
     def time_passes(self, seconds: int) -> None:
@@ -334,7 +384,7 @@ class PipelineMachine(RuleBasedStateMachine):
                     self.queues.queues.get(q) for q in WORK_QUEUES) and not self.store.index:
                 return
             self.clock.advance(seconds=5)
-            self.supervisor.tick()
+            self.tick()
 
 
 settings.register_profile("default", max_examples=400, stateful_step_count=50,

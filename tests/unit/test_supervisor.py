@@ -12,7 +12,7 @@ from shared.domain.workflow import ORDER_FULFILMENT
 from shared.handlers.relay import EffectRelay
 from shared.handlers.supervisor import FAILING_TICKS_BEFORE_ALERT, Supervisor
 from tests.conftest import FakeClock
-from tests.fakes import FakeAlertSink, FakeOrderStore, FakeQueues, StorageDown
+from tests.fakes import FakeAlertSink, FakeOrderStore, FakeQueues, FakeTickLog, StorageDown
 
 WF = ORDER_FULFILMENT
 AGENT_QS = {"inventory": "inv", "payment": "pay", "shipping": "ship"}
@@ -39,8 +39,9 @@ def setup() -> tuple[FakeClock, SaveFails, FakeAlertSink, Supervisor]:
                         agent_queues=AGENT_QS, scheduler_queue="cmds", clock=clock)
     policy = RetryPolicy(3, exponential_backoff(timedelta(seconds=1), timedelta(seconds=4)),
                          pending_grace=timedelta(seconds=30), rescue_threshold=100)
-    return clock, store, alerts, Supervisor(store=store, relay=relay, alerts=alerts,
-                                            policy=policy, workflow=WF, clock=clock)
+    return clock, store, alerts, Supervisor(store=store, ticks=FakeTickLog(), relay=relay,
+                                            alerts=alerts, policy=policy, workflow=WF,
+                                            clock=clock)
 
 
 def pending(store: FakeOrderStore, clock: FakeClock, order_id: str) -> None:

@@ -1,0 +1,63 @@
+"""When the pipeline itself could not make progress, from the Supervisor's record of its ticks.
+
+The Supervisor ticks on a schedule and every tick reads storage. So a stretch longer than
+``OutageGapSeconds`` between two completed ticks is time in which nothing can be shown to have
+worked: storage unreachable, the app not running, or the Supervisor itself stopped. A step whose
+time fell in such a gap did not fail on its own account: it is sent again without counting a
+failure (the Supervisor, ``supervise``). Outages shorter than the gap are not seen; a step whose
+deadline fell in one is counted as usual.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+NEVER = datetime.min.replace(tzinfo=UTC)
+# Gaps remembered: enough for an order deferred over several ticks of a paced recovery.
+KEEP_GAPS = 20
+
+
+@dataclass(frozen=True, order=True)
+class Gap:
+    start: datetime  # the last completed tick before it
+    end: datetime  # the first tick after it
+
+    def overlaps(self, start: datetime, end: datetime) -> bool:
+        return self.start < end and start < self.end
+
+
+@dataclass(frozen=True)
+class TickLog:
+    last_tick: datetime | None = None
+    gaps: tuple[Gap, ...] = ()
+
+    def after_tick(self, now: datetime, gap: timedelta) -> TickLog:
+        """The record once a tick that started at ``now`` has completed."""
+        gaps = self.gaps
+        if self.last_tick is None:
+            # No tick was ever recorded: nothing shows that anything could make progress.
+            gaps = (Gap(NEVER, now),)
+        elif now - self.last_tick > gap:
+            gaps = (*gaps, Gap(self.last_tick, now))
+        last = now if self.last_tick is None else max(now, self.last_tick)
+        return TickLog(last, tuple(sorted(set(gaps)))[-KEEP_GAPS:])
+
+    def merge(self, other: TickLog) -> TickLog:
+        """Two Supervisors' records of the same time: every gap either saw, the later tick."""
+        ticks = [t for t in (self.last_tick, other.last_tick) if t is not None]
+        return TickLog(max(ticks, default=None),
+                       tuple(sorted(set(self.gaps) | set(other.gaps)))[-KEEP_GAPS:])
+
+    def gap_during(self, start: datetime, end: datetime) -> Gap | None:
+        return next((g for g in reversed(self.gaps) if g.overlaps(start, end)), None)
+
+    def gaps_to_json(self) -> str:
+        return json.dumps([[g.start.isoformat(), g.end.isoformat()] for g in self.gaps])
+
+    @classmethod
+    def from_parts(cls, last_tick: datetime | None, gaps_json: str | None) -> TickLog:
+        gaps = tuple(Gap(datetime.fromisoformat(a), datetime.fromisoformat(b))
+                     for a, b in json.loads(gaps_json or "[]"))
+        return cls(last_tick, gaps)

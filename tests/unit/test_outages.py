@@ -1,0 +1,106 @@
+"""Outages from the Supervisor's tick log: a step whose time fell in one costs no failure."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+from shared.domain.order import parse_order
+from shared.domain.outages import NEVER, Gap, TickLog
+from shared.domain.state import (
+    DecisionKind,
+    RetryPolicy,
+    claim,
+    exponential_backoff,
+    receive,
+    supervise,
+)
+from shared.domain.workflow import ORDER_FULFILMENT as WF
+from shared.handlers.relay import EffectRelay
+from shared.handlers.supervisor import Supervisor
+from tests.conftest import FakeClock
+from tests.fakes import FakeAlertSink, FakeOrderStore, FakeQueues, FakeTickLog
+
+T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
+GAP = timedelta(seconds=75)
+POLICY = RetryPolicy(3, exponential_backoff(timedelta(seconds=1), timedelta(seconds=4)),
+                     pending_grace=timedelta(seconds=30), outage_gap=GAP)
+
+
+def test_a_gap_is_recorded_only_when_ticks_stop_for_longer_than_the_outage_gap() -> None:
+    log = TickLog().after_tick(T0, GAP)
+    assert log.gaps == (Gap(NEVER, T0),)  # before the first tick, nothing showed progress
+    log = log.after_tick(T0 + timedelta(seconds=30), GAP)
+    assert log.last_tick == T0 + timedelta(seconds=30) and len(log.gaps) == 1
+    log = log.after_tick(T0 + timedelta(seconds=130), GAP)
+    assert log.gaps[-1] == Gap(T0 + timedelta(seconds=30), T0 + timedelta(seconds=130))
+    assert log.gap_during(T0 + timedelta(seconds=100), T0 + timedelta(seconds=140))
+    assert log.gap_during(T0 + timedelta(seconds=130), T0 + timedelta(seconds=160)) is None
+
+
+def test_two_supervisors_keep_every_gap_either_saw() -> None:
+    a = TickLog(T0, (Gap(T0 - timedelta(minutes=5), T0 - timedelta(minutes=3)),))
+    b = TickLog(T0 + timedelta(seconds=1), (Gap(T0 - timedelta(minutes=2), T0),))
+    merged = a.merge(b)
+    assert merged.last_tick == b.last_tick and set(merged.gaps) == set(a.gaps) | set(b.gaps)
+    again = TickLog.from_parts(merged.last_tick, merged.gaps_to_json())
+    assert again == merged
+
+
+def _running(order_id: str = "o-1") -> tuple[FakeOrderStore, str]:
+    store = FakeOrderStore()
+    o = parse_order(json.dumps({"order_id": order_id, "customer_id": "c",
+                                "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
+    store.track(order_id, 0, T0)
+    s = store.create(o, receive(order_id, WF, T0))
+    running = claim(s, "s1", T0, WF).state
+    running.outbox = []  # its request went out
+    store.save(running)
+    return store, order_id
+
+
+def test_a_step_due_in_an_outage_is_sent_again_without_a_failure() -> None:
+    store, oid = _running()
+    state = store.get_state(oid)
+    assert state is not None and state.complete_by is not None
+    after = state.complete_by + timedelta(seconds=60)
+    quiet = TickLog(state.complete_by - timedelta(seconds=1)).after_tick(after, GAP)
+    decision = supervise(state, after, POLICY, WF, quiet)
+    assert decision is not None and decision.kind is DecisionKind.RETRY  # 61 s: no outage
+    assert decision.state.failure_count == 1
+    down = TickLog(state.complete_by - timedelta(seconds=100)).after_tick(after, GAP)
+    decision = supervise(state, after, POLICY, WF, down)
+    assert decision is not None and decision.kind is DecisionKind.OUTAGE
+    assert decision.state.failure_count == 0 and decision.state.rescues == 1
+    assert "outage" in decision.reason
+    step = decision.state.current_step
+    assert step is not None and step.complete_by is not None and step.complete_by > after
+
+
+def test_a_tick_records_itself_and_recoveries_are_paced() -> None:
+    clock = FakeClock(T0)
+    store, ticks, alerts = FakeOrderStore(), FakeTickLog(), FakeAlertSink()
+    queues = FakeQueues(clock)
+    relay = EffectRelay(store=store, sender=queues, alerts=alerts, workflow=WF,
+                        agent_queues={"inventory": "i", "payment": "p", "shipping": "s"},
+                        scheduler_queue="cmds", clock=clock)
+    policy = RetryPolicy(3, exponential_backoff(timedelta(seconds=1), timedelta(seconds=4)),
+                         pending_grace=timedelta(seconds=30), outage_gap=GAP,
+                         max_recoveries_per_tick=2)
+    sup = Supervisor(store=store, ticks=ticks, relay=relay, alerts=alerts, policy=policy,
+                     workflow=WF, clock=clock)
+    for i in range(5):
+        o = parse_order(json.dumps({"order_id": f"o-{i}", "customer_id": "c",
+                                    "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
+        store.track(o.order_id, 0, T0)
+        store.create(o, receive(o.order_id, WF, T0))
+    clock.advance(seconds=120)
+    first = sup.tick()
+    assert (first.rescued, first.deferred) == (2, 3)
+    assert ticks.log.last_tick == clock.now and ticks.version is not None
+    clock.advance(seconds=10)
+    second = sup.tick()
+    assert (second.rescued, second.deferred) == (2, 1)
+    clock.advance(seconds=10)
+    assert sup.tick().rescued == 1
+    assert all(s.rescues == 1 for s in store.states.values())
