@@ -4,8 +4,10 @@ The Supervisor ticks on a schedule and every tick reads storage. So a stretch lo
 ``OutageGapSeconds`` between two completed ticks is time in which nothing can be shown to have
 worked: storage unreachable, the app not running, or the Supervisor itself stopped. A step whose
 time fell in such a gap did not fail on its own account: it is sent again without counting a
-failure (the Supervisor, ``supervise``). Outages shorter than the gap are not seen; a step whose
-deadline fell in one is counted as usual.
+failure (the Supervisor, ``supervise``). So is one sent during the recovery that follows, as long
+as the outage itself (at most MAX_RECOVERY): listeners back off while storage is down, and the
+backlog of the outage drains before new work gets through. Outages shorter than the gap are not
+seen; a step whose deadline fell in one is counted as usual.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 NEVER = datetime.min.replace(tzinfo=UTC)
+# The longest recovery an outage earns, however long it was.
+MAX_RECOVERY = timedelta(minutes=10)
 # Gaps remembered: enough for an order deferred over several ticks of a paced recovery.
 KEEP_GAPS = 20
 
@@ -24,8 +28,14 @@ class Gap:
     start: datetime  # the last completed tick before it
     end: datetime  # the first tick after it
 
+    @property
+    def recovery(self) -> timedelta:
+        # Before the first tick ever there was no outage to recover from, only no record.
+        return timedelta(0) if self.start == NEVER else min(self.end - self.start, MAX_RECOVERY)
+
     def overlaps(self, start: datetime, end: datetime) -> bool:
-        return self.start < end and start < self.end
+        """Whether an attempt running from start to end met this outage or its recovery."""
+        return self.start < end and start < self.end + self.recovery
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,9 @@ class TickLog:
             gaps = (*gaps, Gap(self.last_tick, now))
         last = now if self.last_tick is None else max(now, self.last_tick)
         return TickLog(last, tuple(sorted(set(gaps)))[-KEEP_GAPS:])
+
+    def with_gap(self, gap: Gap) -> TickLog:
+        return TickLog(self.last_tick, tuple(sorted({*self.gaps, gap}))[-KEEP_GAPS:])
 
     def merge(self, other: TickLog) -> TickLog:
         """Two Supervisors' records of the same time: every gap either saw, the later tick."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from shared.adapters.alerts import AlertSink
 from shared.adapters.state_store import (
@@ -27,7 +28,7 @@ from shared.adapters.tick_log import TickLogStore
 from shared.clock import Clock
 from shared.domain.alerts import AlertKind, OperatorAlert
 from shared.domain.effects import Forget
-from shared.domain.outages import TickLog
+from shared.domain.outages import Gap, TickLog
 from shared.domain.state import DecisionKind, RetryPolicy, supervise
 from shared.domain.workflow import Workflow
 from shared.handlers.relay import EffectRelay
@@ -38,6 +39,22 @@ log = logging.getLogger(__name__)
 # busy), several are a problem with that order. Counted per Supervisor process: the timer runs as
 # a singleton, and a restart only delays the alert.
 FAILING_TICKS_BEFORE_ALERT = 3
+# Writes of the tick log a tick tries against other Supervisors' writes before it leaves it.
+RECORD_TRIES = 5
+
+
+@dataclass
+class _Tick:
+    """What one tick knows of outages: the record, and when storage last answered it."""
+
+    log: TickLog
+    last_answer: datetime
+
+    def storage_answered(self, at: datetime, gap: timedelta) -> None:
+        # A tick that itself hung on storage spans an outage: work due meanwhile is excused too.
+        if at - self.last_answer > gap:
+            self.log = self.log.with_gap(Gap(self.last_answer, at))
+        self.last_answer = at
 
 
 @dataclass
@@ -72,11 +89,12 @@ class Supervisor:
 
     def tick(self) -> TickReport:
         report = TickReport()
-        now = self._clock()
         # Read first: with storage down the tick fails here, and the gap shows at the next one.
+        # The tick starts when storage answers: a read that hung through an outage shows it.
         log_read, version = self._ticks.read()
+        now = self._clock()
         report.entities_read += 1
-        ticks = log_read.after_tick(now, self._policy.outage_gap)
+        tick = _Tick(log_read.after_tick(now, self._policy.outage_gap), now)
         for entry in self._store.in_flight():
             report.entities_read += 1
             report.in_flight += 1
@@ -84,7 +102,7 @@ class Supervisor:
                 report.deferred += 1
                 continue
             try:
-                self._supervise(entry, report, ticks)
+                self._supervise(entry, report, tick)
                 self._failing.pop(entry.order_id, None)
             except CorruptRecord as e:
                 self._unreadable(entry, e, report)
@@ -92,7 +110,7 @@ class Supervisor:
                 report.errors += 1
                 log.exception("supervisor: order %s not handled this tick", entry.order_id)
                 self._failed_again(entry, e)
-        self._record(ticks, version)
+        self._record(tick.log, version)
         log.info("supervisor tick at %s: %s", now.isoformat(), report)
         return report
 
@@ -101,18 +119,23 @@ class Supervisor:
         return r.retried + r.failed + r.rescued + r.redispatched + r.excused
 
     def _record(self, ticks: TickLog, version: str | None) -> None:
-        try:
-            self._ticks.write(ticks, version)
-        except ConcurrencyConflict:
-            # Another Supervisor completed a tick meanwhile: keep what both saw.
-            theirs, version = self._ticks.read()
-            self._ticks.write(theirs.merge(ticks), version)
+        for _ in range(RECORD_TRIES):
+            try:
+                self._ticks.write(ticks, version)
+                return
+            except ConcurrencyConflict:
+                # Another Supervisor completed a tick meanwhile: keep what both saw.
+                theirs, version = self._ticks.read()
+                ticks = theirs.merge(ticks)
+        # Others keep writing: they record the ticks, and this one's work is done.
+        log.warning("supervisor: tick log busy, this tick not recorded")
 
-    def _supervise(self, entry: InFlightEntry, report: TickReport, ticks: TickLog) -> None:
-        now = self._clock()
+    def _supervise(self, entry: InFlightEntry, report: TickReport, tick: _Tick) -> None:
         grace = self._policy.pending_grace
         report.entities_read += 1
         state = self._store.get_state(entry.order_id)
+        now = self._clock()  # when the record was read: decisions are about this moment
+        tick.storage_answered(now, self._policy.outage_gap)
         if state is None or entry.generation != state.generation:
             # Written before an order (or a resubmission) that never followed, or left by a
             # generation that has settled: drop it once nothing can still be on its way.
@@ -121,7 +144,7 @@ class Supervisor:
                 self._store.forget(entry.order_id, entry.generation)
                 report.forgotten += 1
             return
-        decision = supervise(state, now, self._policy, self._workflow, ticks)
+        decision = supervise(state, now, self._policy, self._workflow, tick.log)
         if decision is None:
             return
         if decision.kind is DecisionKind.FORGET:

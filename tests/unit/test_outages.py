@@ -35,7 +35,11 @@ def test_a_gap_is_recorded_only_when_ticks_stop_for_longer_than_the_outage_gap()
     log = log.after_tick(T0 + timedelta(seconds=130), GAP)
     assert log.gaps[-1] == Gap(T0 + timedelta(seconds=30), T0 + timedelta(seconds=130))
     assert log.gap_during(T0 + timedelta(seconds=100), T0 + timedelta(seconds=140))
-    assert log.gap_during(T0 + timedelta(seconds=130), T0 + timedelta(seconds=160)) is None
+    # The recovery after it lasts as long as the outage did (100 s): still excused...
+    assert log.gap_during(T0 + timedelta(seconds=200), T0 + timedelta(seconds=230))
+    # ...and no longer after that; nor is anything after the first tick's "gap".
+    assert log.gap_during(T0 + timedelta(seconds=230), T0 + timedelta(seconds=260)) is None
+    assert TickLog().after_tick(T0, GAP).gap_during(T0, T0 + timedelta(seconds=1)) is None
 
 
 def test_two_supervisors_keep_every_gap_either_saw() -> None:
@@ -104,3 +108,32 @@ def test_a_tick_records_itself_and_recoveries_are_paced() -> None:
     clock.advance(seconds=10)
     assert sup.tick().rescued == 1
     assert all(s.rescues == 1 for s in store.states.values())
+
+
+def test_a_tick_that_hangs_on_storage_excuses_what_fell_due_meanwhile() -> None:
+    """The tick began before the outage and got its answer after it: no gap between ticks."""
+    clock = FakeClock(T0)
+
+    class Hangs(FakeOrderStore):
+        def get_state(self, order_id: str):  # type: ignore[no-untyped-def]
+            clock.advance(seconds=120)  # storage answers two minutes later
+            return super().get_state(order_id)
+
+    store, ticks, alerts = Hangs(), FakeTickLog(), FakeAlertSink()
+    relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=alerts, workflow=WF,
+                        agent_queues={"inventory": "i", "payment": "p", "shipping": "s"},
+                        scheduler_queue="cmds", clock=clock)
+    sup = Supervisor(store=store, ticks=ticks, relay=relay, alerts=alerts, policy=POLICY,
+                     workflow=WF, clock=clock)
+    o = parse_order(json.dumps({"order_id": "o-1", "customer_id": "c",
+                                "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
+    store.track("o-1", 0, T0)
+    s = store.create(o, receive("o-1", WF, T0))
+    running = claim(s, "s1", T0, WF).state
+    running.outbox = []
+    store.save(running)
+    ticks.log = TickLog(T0)  # the Supervisor was ticking when the step began
+    report = sup.tick()
+    assert report.excused == 1 and report.retried == 0
+    assert store.states["o-1"].failure_count == 0
+    assert any(g.end - g.start >= timedelta(seconds=120) for g in ticks.log.gaps)
