@@ -300,13 +300,15 @@ class Bench:
         from shared.domain.state import ProcessState, claim, receive
         from shared.settings import load_settings
 
-        env = self.base_env("sup", FailureThreshold="100")
+        # The clock jumps hours between ticks here: that is not an outage.
+        env = self.base_env("sup", FailureThreshold="100", OutageGapSeconds="86400")
         meter = StorageMeter()
         clock_now = [datetime.now(UTC)]
         c = bootstrap.build(load_settings(env), clock=lambda: clock_now[0],
                             table_options=meter.table_options, queue_options=meter.queue_options)
         c.ensure_resources()
         store = c.store
+        c.supervisor.tick()  # the Supervisor was running before these orders
         past = clock_now[0] - timedelta(hours=1)
         for i in range(self.scale.expired_steps):
             o = parse_order(json.dumps(_order(f"late-{i:04d}")))
