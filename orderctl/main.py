@@ -166,6 +166,8 @@ def status(order_id: str,
         view = opts.container().operator.get(order_id)
     except OrderNotFound:
         raise CliError(f"no order {order_id!r}") from None
+    except ValueError as e:  # not an order id
+        raise CliError(str(e), 2) from None
     if as_json:
         print(json.dumps(view, indent=2, default=str))
         return
@@ -266,6 +268,8 @@ def resubmit(order_id: str, reason: Annotated[str, typer.Option(
         view = opts.container().operator.resubmit(order_id, reason, force)
     except OrderNotFound:
         raise CliError(f"no order {order_id!r}") from None
+    except ValueError as e:  # not an order id, or a reason too long to keep
+        raise CliError(str(e), 2) from None
     except ResubmitRefused as e:
         raise CliError(str(e)) from None
     out().print(f"{order_id} resubmitted: {view['ProcessState']} "

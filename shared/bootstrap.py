@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -19,12 +19,13 @@ from shared.adapters.queues import StorageQueueSender
 from shared.adapters.rejections import TableRejectionStore
 from shared.adapters.remote_service import RemoteServiceClient
 from shared.adapters.state_store import TableOrderStore
-from shared.adapters.storage import queue_service, table_service
+from shared.adapters.storage import probe_options, queue_service, table_service
 from shared.adapters.tick_log import TableTickLog
 from shared.clock import Clock, utc_now
 from shared.domain.state import RetryPolicy, exponential_backoff
 from shared.domain.workflow import ORDER_FULFILMENT, Workflow
 from shared.handlers.agent import Agent, AgentRetryPolicy, new_breaker
+from shared.handlers.health import HealthProbe
 from shared.handlers.intake import IntakeHandler
 from shared.handlers.operator import Operator
 from shared.handlers.relay import EffectRelay
@@ -32,6 +33,9 @@ from shared.handlers.scheduler import Scheduler
 from shared.handlers.simulated_service import Faults, SimulatedService
 from shared.handlers.supervisor import Supervisor
 from shared.settings import Settings, load_settings
+
+# Each health check's connect and read timeout; the probe answers within 4 s in all.
+PROBE_TIMEOUT_SECONDS = 2.0
 
 
 @dataclass
@@ -62,6 +66,20 @@ class Container:
 
     def close(self) -> None:
         self.http.close()
+
+
+def health_probe(settings: Settings) -> HealthProbe:
+    """The state table and every work queue, each read once with short timeouts."""
+    tables = table_service(settings, **probe_options(PROBE_TIMEOUT_SECONDS))
+    queues = queue_service(settings, **probe_options(PROBE_TIMEOUT_SECONDS))
+    state = tables.get_table_client(settings.state_table)
+    checks: dict[str, Callable[[], object]] = {
+        "state_table": lambda: next(iter(state.query_entities(
+            "RowKey eq 'state'", results_per_page=1, select=["PartitionKey"]).by_page()), None)}
+    for q in [settings.scheduler_queue, settings.responses_queue,
+              *settings.agent_queues.values()]:
+        checks[f"queue:{q}"] = queues.get_queue_client(q).get_queue_properties
+    return HealthProbe(checks)
 
 
 def build(settings: Settings, *, clock: Clock = utc_now,
@@ -118,10 +136,8 @@ def build(settings: Settings, *, clock: Clock = utc_now,
         agents=agents,
         operator=Operator(
             store=store, relay=relay, alerts=tables.get_table_client(settings.alerts_table),
-            rejected=tables.get_table_client(settings.rejected_table), queues=queues,
-            checked_queues=[settings.scheduler_queue, settings.responses_queue,
-                            *settings.agent_queues.values()],
-            pending_grace=policy.pending_grace, clock=clock),
+            rejected=tables.get_table_client(settings.rejected_table),
+            health=health_probe(settings), pending_grace=policy.pending_grace, clock=clock),
         simulator=SimulatedService(
             tables.get_table_client(settings.simulator_table),
             Faults(settings.sim_latency_ms, settings.sim_transient_rate,

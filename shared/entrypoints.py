@@ -14,7 +14,7 @@ import azure.functions as func
 
 from shared import bootstrap
 from shared.adapters.state_store import CorruptRecord
-from shared.handlers.operator import OrderNotFound, ResubmitRefused
+from shared.handlers.operator import OrderNotFound, ResubmitRefused, ResubmitRequest
 from shared.settings import load_settings
 
 # The Python worker sets the root logger to INFO and forwards every record to the host, where
@@ -67,6 +67,8 @@ def get_order(req: func.HttpRequest) -> func.HttpResponse:
     order_id = req.route_params.get("order_id", "")
     try:
         return _json(bootstrap.container().operator.get(order_id))
+    except ValueError as e:  # not an order id
+        return _error(400, str(e))
     except OrderNotFound:
         return _error(404, f"no order {order_id!r}")
     except CorruptRecord as e:  # our data, not the caller's fault: say what is wrong
@@ -87,16 +89,11 @@ def list_orders(req: func.HttpRequest) -> func.HttpResponse:
 def resubmit_order(req: func.HttpRequest) -> func.HttpResponse:
     order_id = req.route_params.get("order_id", "")
     try:
-        body = req.get_json() if req.get_body() else {}
-    except ValueError:
-        return _error(400, "body must be JSON, e.g. {\"reason\": \"card limit raised\"}")
-    if not isinstance(body, dict):
-        return _error(400, "body must be a JSON object, e.g. {\"reason\": \"card limit raised\"}")
-    reason, force = body.get("reason", ""), body.get("force", False)
-    if not isinstance(force, bool):
-        return _error(400, "force must be true or false")
-    try:
-        return _json(bootstrap.container().operator.resubmit(order_id, str(reason), force), 202)
+        body = ResubmitRequest.from_body(req.get_body())
+        return _json(bootstrap.container().operator.resubmit(order_id, body.reason, body.force),
+                     202)
+    except ValueError as e:  # the body, the reason or the id
+        return _error(400, str(e))
     except OrderNotFound:
         return _error(404, f"no order {order_id!r}")
     except ResubmitRefused as e:

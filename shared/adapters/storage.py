@@ -45,6 +45,16 @@ def pooled_transport() -> RequestsTransport:
     return RequestsTransport(session=session, session_owner=True)
 
 
+def probe_options(seconds: float) -> dict[str, Any]:
+    """Client options for a health probe: one try, and no longer than ``seconds`` waiting.
+
+    The SDK's defaults retry with back-off and wait a minute for a read: with storage down a
+    health check would take minutes (seen: 423 s), longer than Azure's front end waits (230 s).
+    """
+    return {"transport": RequestsTransport(connection_timeout=seconds, read_timeout=seconds),
+            "retry_total": 0}
+
+
 def table_service(settings: Settings, **kwargs: Any) -> TableServiceClient:
     kwargs.setdefault("transport", pooled_transport())
     conn = settings.effective_storage_connection

@@ -3,23 +3,64 @@ alerts and rejected intake, check health. Used by the HTTP API and the orders CL
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from azure.data.tables import TableClient
-from azure.storage.queue import QueueServiceClient
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shared.adapters.rejections import REJECTED_PARTITION
 from shared.adapters.state_store import ConcurrencyConflict, OrderStore
 from shared.clock import Clock
+from shared.domain.order import ORDER_ID_PATTERN
 from shared.domain.state import IllegalTransition, OrderState, ProcessState, resubmit
+from shared.handlers.health import HealthProbe
 from shared.handlers.relay import EffectRelay
 
 log = logging.getLogger(__name__)
 
 MAX_PAGE = 1000
+# A resubmit reason is kept in the order's history: a sentence, not a document.
+MAX_REASON = 1000
+_ORDER_ID = re.compile(ORDER_ID_PATTERN)
+
+
+class ResubmitRequest(BaseModel):
+    """The body of POST /api/orders/{id}/resubmit (optional as a whole)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    reason: str = Field("", max_length=MAX_REASON)
+    force: bool = False
+
+    @classmethod
+    def from_body(cls, body: bytes) -> ResubmitRequest:
+        """The request, or ValueError saying what is wrong with it, in a sentence."""
+        if not body.strip():
+            return cls()
+        try:
+            return cls.model_validate_json(body)
+        except ValidationError as e:
+            raise ValueError(_first_problem(e)) from None
+
+
+def _first_problem(e: ValidationError) -> str:
+    err = e.errors()[0]
+    where = ".".join(str(x) for x in err["loc"]) or "body"
+    if err["type"] == "extra_forbidden":
+        return f"{where} is not a field of a resubmit (reason, force)"
+    if err["type"] in ("json_invalid", "model_type"):
+        return 'body must be a JSON object, e.g. {"reason": "card limit raised"}'
+    return f"{where}: {err['msg']}"
+
+
+def check_order_id(order_id: str) -> None:
+    if not _ORDER_ID.match(order_id):
+        raise ValueError(f"{order_id[:140]!r} is not an order id (letters, digits and ._:- , "
+                         "up to 128 characters, starting with a letter or digit)")
 
 
 class OrderNotFound(LookupError):
@@ -68,18 +109,18 @@ def _entity_view(e: Any, fields: tuple[str, ...]) -> dict[str, Any]:
 
 class Operator:
     def __init__(self, *, store: OrderStore, relay: EffectRelay, alerts: TableClient,
-                 rejected: TableClient, queues: QueueServiceClient, checked_queues: list[str],
-                 pending_grace: timedelta, clock: Clock) -> None:
+                 rejected: TableClient, health: HealthProbe, pending_grace: timedelta,
+                 clock: Clock) -> None:
         self._store = store
         self._relay = relay
         self._alerts = alerts
         self._rejected = rejected
-        self._queues = queues
-        self._checked_queues = checked_queues
+        self._health = health
         self._pending_grace = pending_grace
         self._clock = clock
 
     def get(self, order_id: str) -> dict[str, Any]:
+        check_order_id(order_id)
         stored = self._store.load(order_id)
         if stored is None:
             raise OrderNotFound(order_id)
@@ -94,6 +135,9 @@ class Operator:
         return Page([state_view(s) for s in states], token)
 
     def resubmit(self, order_id: str, reason: str = "", force: bool = False) -> dict[str, Any]:
+        check_order_id(order_id)
+        if len(reason) > MAX_REASON:
+            raise ValueError(f"the reason is {len(reason)} characters; at most {MAX_REASON}")
         state = self._store.get_state(order_id)
         if state is None:
             raise OrderNotFound(order_id)
@@ -102,11 +146,16 @@ class Operator:
         except IllegalTransition as e:
             raise ResubmitRefused(str(e)) from None
         # Index first: an order the Supervisor can see is never lost, even if we stop here.
-        self._store.track(order_id, t.state.generation, self._clock())
+        added = self._store.track(order_id, t.state.generation, self._clock())
         try:
             saved = self._store.save(t.state)
         except ConcurrencyConflict:
             raise ResubmitRefused(f"order {order_id} changed meanwhile; look again") from None
+        except Exception:
+            if added:  # nothing follows it: take it back rather than leave it to the Supervisor
+                with contextlib.suppress(Exception):
+                    self._store.forget(order_id, t.state.generation)
+            raise
         saved = self._relay.carry_out(saved)
         log.warning("order %s resubmitted%s (%s)", order_id, " with force" if force else "",
                     reason or "no reason given")
@@ -134,17 +183,4 @@ class Operator:
         return rows[:limit]
 
     def health(self) -> dict[str, Any]:
-        checks: dict[str, str] = {}
-        try:
-            self._store.list_states(None, 1, None)
-            checks["state_table"] = "ok"
-        except Exception as e:  # any failure is the answer, not a crash
-            checks["state_table"] = f"{type(e).__name__}: {e}"[:300]
-        for q in self._checked_queues:
-            try:
-                self._queues.get_queue_client(q).get_queue_properties()
-                checks[f"queue:{q}"] = "ok"
-            except Exception as e:
-                checks[f"queue:{q}"] = f"{type(e).__name__}: {e}"[:300]
-        return {"status": "ok" if all(v == "ok" for v in checks.values()) else "unhealthy",
-                "checks": checks}
+        return self._health.run()

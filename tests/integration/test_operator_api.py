@@ -6,9 +6,10 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.integration.conftest import RunningHost
-from tests.integration.helpers import drain_json, function, order, sb_message
+from tests.integration.helpers import drain_json, function, index_entries, order, sb_message
 from tests.integration.test_scheduler import reply
 
 API = {"get_order", "list_orders", "resubmit_order", "health"}
@@ -198,3 +199,31 @@ def test_http_requests_are_built_as_the_worker_builds_them(run_host: Any,
         monkeypatch.setattr(h.container.operator, "get", lambda order_id: 1 / 0)
         r = c.get("/orders/o:1")
         assert (r.status_code, r.content) == (500, b"")
+
+
+@pytest.mark.parametrize(("path", "body", "says"), [
+    ("/orders/o-1/resubmit", {"reason": "x" * 100_000}, "reason"),
+    ("/orders/o-1/resubmit", {"reason": 5}, "reason"),
+    ("/orders/o-1/resubmit", {"force": "yes"}, "force"),
+    ("/orders/o-1/resubmit", {"reasn": "typo"}, "reasn is not a field"),
+    ("/orders/o-1/resubmit", ["reason"], "JSON object"),
+    ("/orders/a%2Fb/resubmit", {"reason": "ok"}, "not an order id"),
+    ("/orders/" + "x" * 200 + "/resubmit", {}, "not an order id"),
+])
+def test_bad_operator_input_is_a_400_that_says_why_and_changes_nothing(
+        run_host: Any, path: str, body: Any, says: str) -> None:
+    h: RunningHost = run_host(only=API)
+    failed_and_compensated(h, "o-1")
+    before = index_entries(h.env)
+    with api(h) as c:
+        r = c.post(path, json=body)
+    assert r.status_code == 400 and says in r.json()["error"], r.text
+    assert index_entries(h.env) == before  # no stale in-flight entry left behind
+    assert h.container.store.get_state("o-1").process_state.value == "Error"
+
+
+def test_a_bad_order_id_in_a_lookup_is_a_400(run_host: Any) -> None:
+    h: RunningHost = run_host(only=API)
+    with api(h) as c:
+        r = c.get("/orders/a%2Fb")
+    assert r.status_code == 400 and "not an order id" in r.json()["error"]

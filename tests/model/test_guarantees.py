@@ -35,6 +35,7 @@ from shared.domain.alerts import AlertKind
 from shared.domain.state import CompensationState, ProcessState, RetryPolicy, exponential_backoff
 from shared.domain.workflow import ORDER_FULFILMENT
 from shared.handlers.agent import Agent, AgentRetryPolicy
+from shared.handlers.health import HealthProbe
 from shared.handlers.intake import IntakeHandler
 from shared.handlers.operator import Operator, ResubmitRefused
 from shared.handlers.relay import EffectRelay
@@ -169,8 +170,7 @@ class PipelineMachine(RuleBasedStateMachine):
                                      policy=self.policy, workflow=workflow, clock=self.clock)
         self.operator = Operator(
             store=self.store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
-            queues=None, checked_queues=[],  # type: ignore[arg-type]
-            pending_grace=self.policy.pending_grace, clock=self.clock)
+            health=HealthProbe({}), pending_grace=self.policy.pending_grace, clock=self.clock)
         self.agents = {
             name: Agent(
                 name=name, client=ModelClient(name, self.model, self),  # type: ignore[arg-type]

@@ -1,0 +1,60 @@
+"""The operator's resubmit leaves nothing behind when it cannot finish."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from shared.domain.order import parse_order
+from shared.domain.state import CompensationState, ProcessState, receive
+from shared.domain.workflow import ORDER_FULFILMENT as WF
+from shared.handlers.health import HealthProbe
+from shared.handlers.operator import Operator, ResubmitRequest
+from shared.handlers.relay import EffectRelay
+from tests.conftest import FakeClock
+from tests.fakes import FakeAlertSink, FakeOrderStore, FakeQueues, StorageDown
+
+T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
+
+
+def test_a_resubmit_whose_save_fails_takes_its_index_entry_back() -> None:
+    clock = FakeClock(T0)
+
+    class SaveFails(FakeOrderStore):
+        fail = False
+
+        def save(self, state):  # type: ignore[no-untyped-def]
+            if self.fail:
+                raise StorageDown("EntityTooLarge")
+            return super().save(state)
+
+    store = SaveFails()
+    o = parse_order(json.dumps({"order_id": "o-1", "customer_id": "c",
+                                "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
+    s = store.create(o, receive("o-1", WF, T0))
+    s.process_state = ProcessState.ERROR
+    s.compensation = CompensationState.DONE
+    store.save(s)
+    relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=FakeAlertSink(),
+                        workflow=WF, agent_queues={}, scheduler_queue="cmds", clock=clock)
+    op = Operator(store=store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
+                  health=HealthProbe({}), pending_grace=timedelta(seconds=30), clock=clock)
+    store.fail = True
+    with pytest.raises(StorageDown):
+        op.resubmit("o-1", "try again")
+    assert store.index == {}
+
+
+@pytest.mark.parametrize(("body", "problem"), [
+    (b"", None), (b"  ", None), (b'{"reason": "ok", "force": true}', None),
+    (b"null", "JSON object"), (b"[1]", "JSON object"), (b"{", "JSON object"),
+    (b'{"reason": 1}', "reason"), (b'{"force": 1}', "force"), (b'{"x": 1}', "x is not a field"),
+])
+def test_a_resubmit_body_is_read_strictly(body: bytes, problem: str | None) -> None:
+    if problem is None:
+        ResubmitRequest.from_body(body)
+        return
+    with pytest.raises(ValueError, match=problem):
+        ResubmitRequest.from_body(body)
