@@ -8,6 +8,7 @@ or else local Azurite. Table and queue names come from the same settings as the 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -17,6 +18,7 @@ from typing import Annotated, Any
 
 import typer
 from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, ServiceRequestError
+from azure.servicebus.exceptions import ServiceBusError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -131,8 +133,11 @@ def send(
     if local:
         sender = LocalSender(opts.container().queues, orders_queue)
     else:
-        sender = ServiceBusSender(orders_queue, connection_string=connection_string,
-                                  namespace=namespace)
+        try:
+            sender = ServiceBusSender(orders_queue, connection_string=connection_string,
+                                      namespace=namespace)
+        except ValueError as e:  # the SDK's word for a malformed connection string
+            raise CliError(f"--connection-string: {e}", 2) from None
     items = (list(orders_from_file(file)) if file else
              [(o["order_id"], json.dumps(o).encode())
               for o in sample_orders(count, seed=seed, reply_to=reply_to)])
@@ -306,9 +311,12 @@ def _print_rows(rows: list[dict[str, Any]], columns: tuple[str, ...], as_json: b
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI; every known failure is one line on stderr and a non-zero exit code."""
+    # The app's own log records (an operator's resubmit logs one) are not the CLI's output.
+    logging.getLogger().addHandler(logging.NullHandler())
     try:
-        app(args=argv, prog_name="orders", standalone_mode=False)
-        return 0
+        # Not standalone, typer returns an exit code rather than raising it: 130 after Ctrl-C.
+        rv = app(args=argv, prog_name="orders", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
     except CliError as e:
         err().print(f"[red]error:[/] {e}")
         return e.code
@@ -317,6 +325,9 @@ def run(argv: list[str] | None = None) -> int:
         return 2
     except ServiceRequestError as e:
         err().print(f"[red]error:[/] cannot reach storage or Service Bus: {_first_line(e)}")
+        return 2
+    except ServiceBusError as e:  # unreachable namespace, no rights, no such queue
+        err().print(f"[red]error:[/] Service Bus: {_first_line(e)}")
         return 2
     except ClientAuthenticationError as e:
         err().print(f"[red]error:[/] not authorised: {_first_line(e)}")

@@ -164,3 +164,38 @@ def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
     for cmd in ("send", "status", "list", "watch", "resubmit", "alerts", "rejected"):
         assert run([cmd, "--help"]) == 0, cmd
         assert "Usage" in capsys.readouterr().out
+
+
+def test_ctrl_c_exits_130(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import orderctl.main as cli
+
+    def interrupted(_: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.time, "sleep", interrupted)
+    assert orders("send", "--local", "--count", "3", "--rate", "1") == 130
+
+
+def test_a_malformed_service_bus_connection_string_is_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert run([*NO_SETTINGS, "send", "--connection-string", "garbage"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--connection-string" in lines[0] and "malformed" in lines[0]
+
+
+def test_a_bad_order_id_is_one_line(env: dict[str, str],
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    assert orders("status", "a/b") == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "not an order id" in lines[0]
+
+
+def test_resubmit_prints_only_its_answer(run_host: Any,
+                                         capfd: pytest.CaptureFixture[str]) -> None:
+    h: RunningHost = run_host(only=set())
+    failed_and_compensated(h, "f-9")
+    capfd.readouterr()
+    assert orders("resubmit", "f-9", "--reason", "fixed") == 0
+    captured = capfd.readouterr()
+    assert captured.out.strip() == "f-9 resubmitted: Pending (resubmission 1)"
+    assert captured.err == ""
