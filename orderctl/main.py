@@ -21,7 +21,7 @@ from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, 
 from azure.servicebus.exceptions import ServiceBusError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.table import Column, Table
 
 from orderctl.samples import orders_from_file, sample_orders
 from orderctl.senders import LocalSender, OrderSender, ServiceBusSender
@@ -205,7 +205,8 @@ def list_(
     if as_json:
         print(json.dumps({"orders": page.items, "continuation": page.continuation}, default=str))
         return
-    t = Table("order", "state", "failures", "current step", "last error", "updated")
+    t = Table(_id_column("order", [o["OrderID"] for o in page.items]), "state", "failures",
+              "current step", "last error", "updated")
     for o in page.items:
         t.add_row(o["OrderID"], o["ProcessState"] + (f"/{o['Compensation']}" if o["Compensation"]
                                                      else ""),
@@ -251,7 +252,7 @@ def watch(
             if done == len(ids) or time.monotonic() > deadline:
                 break
             time.sleep(interval)
-    t = Table("order", "state", "failures", "last error")
+    t = Table(_id_column("order", ids), "state", "failures", "last error")
     for oid in ids:
         s = states.get(oid)
         t.add_row(oid, s.process_state.value if s else "not received",
@@ -297,11 +298,17 @@ def rejected(limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
     _print_rows(rows, ("RejectedAt", "Kind", "MessageId", "Reason"), as_json)
 
 
+def _id_column(header: str, ids: list[str]) -> Column:
+    """Ids stay whole on a narrow terminal (other columns wrap instead): they get copied."""
+    return Column(header, no_wrap=True, min_width=max([len(header), *map(len, ids)]))
+
+
 def _print_rows(rows: list[dict[str, Any]], columns: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         print(json.dumps(rows, default=str))
         return
-    t = Table(*columns)
+    t = Table(*(_id_column(c, [str(r.get(c) or "") for r in rows])
+                if c in ("OrderID", "MessageId") else c for c in columns))
     for r in rows:
         t.add_row(*(str(r.get(c) or "") for c in columns))
     out().print(t)

@@ -199,3 +199,13 @@ def test_resubmit_prints_only_its_answer(run_host: Any,
     captured = capfd.readouterr()
     assert captured.out.strip() == "f-9 resubmitted: Pending (resubmission 1)"
     assert captured.err == ""
+
+
+def test_order_ids_stay_whole_in_a_narrow_terminal(
+        env: dict[str, str], capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    long_id = "customer-4711.order-2026-11-22T05:59:01.123456"
+    function("intake")(msg=sb_message(order(long_id), message_id=long_id))
+    assert orders("list") == 0
+    assert long_id in capsys.readouterr().out
