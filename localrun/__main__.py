@@ -58,23 +58,39 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _load_local_settings(args.settings)
     sys.path.insert(0, str(ROOT))
-    import function_app
-    from localrun.host import LocalFunctionHost
-    from shared import bootstrap
-    from shared.settings import load_settings
+    from localrun.host import HostConfigError, LocalFunctionHost
+    from shared.settings import SettingsError
 
-    settings = load_settings()
-    if args.create_resources:
-        bootstrap.container().ensure_resources()
+    try:
+        import function_app  # checks the settings, as the host does when it indexes the app
+        from shared import bootstrap
+        from shared.settings import load_settings
+
+        settings = load_settings()
+        if args.create_resources:
+            bootstrap.container().ensure_resources()
+        runner = LocalFunctionHost(
+            function_app.app, settings=dict(os.environ),
+            storage_connection=settings.effective_storage_connection or "",
+            host_json=ROOT / "host.json", http_port=args.port, poll_interval=args.poll_interval,
+            lease_seconds=args.lease_seconds, lock_seconds=args.lock_seconds)
+    except (SettingsError, HostConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        runner.start()
+    except HostConfigError as e:
+        runner.stop()
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # the HTTP port
+        runner.stop()
+        print(f"error: cannot serve HTTP on port {args.port}: {e.strerror or e} "
+              "(another host running? choose one with --port)", file=sys.stderr)
+        return 2
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    runner = LocalFunctionHost(
-        function_app.app, settings=dict(os.environ),
-        storage_connection=settings.effective_storage_connection or "",
-        host_json=ROOT / "host.json", http_port=args.port, poll_interval=args.poll_interval,
-        lease_seconds=args.lease_seconds, lock_seconds=args.lock_seconds)
-    runner.start()
     # As the host, HTTP routes check keys by auth level: pass one as x-functions-key or ?code=.
     print(json.dumps({"event": "started", "functions": runner.functions,
                       "http": f"http://127.0.0.1:{runner.http_port}/api",

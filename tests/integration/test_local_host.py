@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import azure.functions as func
@@ -168,3 +169,33 @@ def test_the_timer_gets_its_schedule_status(run_host: Any, monkeypatch: Any) -> 
     status = seen[-1]
     assert set(status) == {"Last", "Next", "LastUpdated"}
     assert status["Last"] is not None and status["Next"] > status["Last"]
+
+
+def _host_cli(env: dict[str, str], *args: str) -> Any:
+    import subprocess
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if k not in env and "Azure" not in k}
+    return subprocess.run([sys.executable, "-m", "localrun", "host", "--settings", "/nonexistent",
+                           *args], env={**clean, **env}, cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_the_host_reports_bad_settings_in_one_line() -> None:
+    r = _host_cli({"PATH": os.environ["PATH"]})
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and r.stderr.startswith("error: "), r.stderr
+    assert "AzureWebJobsStorage" in r.stderr
+
+
+def test_the_host_reports_a_busy_port_in_one_line(app_env: Any) -> None:
+    import socket
+
+    env = app_env()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = _host_cli(env, "--port", str(port))
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip().count("\n") == 0 and f"port {port}" in r.stderr, r.stderr
