@@ -69,9 +69,11 @@ class _Options:
             try:
                 settings = load_settings(self.env())
                 # One quick retry: a CLI should say "unreachable" in seconds, not minutes.
-                quick = {"retry_total": 1, "retry_backoff_factor": 0.2}
-                self._container = bootstrap.build(settings, table_options=quick,
-                                                  queue_options=quick)
+                # (The queue client's own retry policy waits 15 s before its first retry.)
+                self._container = bootstrap.build(
+                    settings, table_options={"retry_total": 1, "retry_backoff_factor": 0.2},
+                    queue_options={"retry_total": 1, "initial_backoff": 0.5,
+                                   "increment_base": 2})
             except ValueError as e:
                 raise CliError(f"storage connection string is malformed: {e}", 2) from None
         return self._container

@@ -209,3 +209,18 @@ def test_order_ids_stay_whole_in_a_narrow_terminal(
     function("intake")(msg=sb_message(order(long_id), message_id=long_id))
     assert orders("list") == 0
     assert long_id in capsys.readouterr().out
+
+
+def test_send_local_to_unreachable_storage_is_one_line_and_quick(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    from shared.settings import AZURITE_CONNECTION
+
+    unreachable = AZURITE_CONNECTION.replace(":10001/", ":9/").replace(":10002/", ":9/")
+    t0 = time.monotonic()
+    assert run([*NO_SETTINGS, "--storage", unreachable, "send", "--local"]) == 2
+    took = time.monotonic() - t0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot reach storage")
+    assert took < 10, took  # it took 19 s with the queue client's default retry policy
