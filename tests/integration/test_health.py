@@ -11,13 +11,13 @@ from typing import Any
 from localrun.azurite import Azurite, free_port
 from shared.bootstrap import health_probe
 from shared.handlers.health import HealthProbe
-from shared.settings import load_settings
+from shared.settings import AZURITE_CONNECTION, load_settings
 from tests.conftest import unique_settings
 
-DEAD = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
-        "AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/"
-        "KBHBeksoGMGw==;TableEndpoint=http://127.0.0.1:{p}/devstoreaccount1;"
-        "QueueEndpoint=http://127.0.0.1:{p}/devstoreaccount1;")
+
+def _dead(port: int) -> str:
+    """Azurite's well-known account, at a port where nothing listens."""
+    return AZURITE_CONNECTION.replace(":10001/", f":{port}/").replace(":10002/", f":{port}/")
 
 
 def _timed(probe: HealthProbe) -> tuple[dict[str, Any], float]:
@@ -41,7 +41,7 @@ def test_a_check_that_never_answers_is_reported_at_the_deadline() -> None:
 
 
 def test_storage_that_refuses_connections_is_reported_within_five_seconds() -> None:
-    settings = load_settings(unique_settings(DEAD.format(p=free_port())))
+    settings = load_settings(unique_settings(_dead(free_port())))
     report, took = _timed(health_probe(settings))
     assert report["status"] == "unhealthy" and took < 5, (took, report)
     assert all(v != "ok" for v in report["checks"].values())
