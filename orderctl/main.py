@@ -236,19 +236,23 @@ def watch(
         ids = [line.strip() for line in sys.stdin if line.strip()]
     if not ids:
         raise CliError("no order ids given", 2)
-    store = opts.container().store
+    store, operator = opts.container().store, opts.container().operator
     deadline = time.monotonic() + timeout
     states: dict[str, OrderState | None] = {}
+    rejected: dict[str, str] = {}  # message id -> why intake refused it
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err()) as progress:
         task = progress.add_task("waiting", total=len(ids))
         while True:
             for oid in ids:
-                if not _settled(states.get(oid)):
+                if not _settled(states.get(oid)) and oid not in rejected:
                     states[oid] = store.get_state(oid)
-            by_state = Counter(s.process_state.value if s else "not yet received"
-                               for s in states.values())
-            done = sum(_settled(s) for s in states.values())
+                    if states[oid] is None and (r := operator.rejection(oid)) is not None:
+                        rejected[oid] = f"{r['Kind']}: {r['Reason']}"
+            by_state = Counter("rejected" if oid in rejected else
+                               s.process_state.value if s else "not yet received"
+                               for oid, s in states.items())
+            done = sum(_settled(s) for s in states.values()) + len(rejected)
             progress.update(task, completed=done, description=", ".join(
                 f"{k} {v}" for k, v in sorted(by_state.items())))
             if done == len(ids) or time.monotonic() > deadline:
@@ -257,11 +261,17 @@ def watch(
     t = Table(_id_column("order", ids), "state", "failures", "last error")
     for oid in ids:
         s = states.get(oid)
+        if oid in rejected:
+            t.add_row(oid, "rejected", "", rejected[oid])
+            continue
         t.add_row(oid, s.process_state.value if s else "not received",
                   str(s.failure_count) if s else "", (s.last_error or "") if s else "")
     out().print(t)
     if done < len(ids):
         raise CliError(f"{len(ids) - done} order(s) not settled after {timeout:.0f}s")
+    if rejected:
+        raise CliError(f"{len(rejected)} message(s) rejected at intake (see the table, or "
+                       "`orders rejected`)")
 
 
 @app.command()

@@ -174,6 +174,15 @@ class Operator:
                     return out
         return out
 
+    def rejection(self, message_id: str) -> dict[str, Any] | None:
+        """Why intake rejected the message with this id, if it did."""
+        for e in self._rejected.query_entities(
+                "PartitionKey eq @p and MessageId eq @m",
+                parameters={"p": REJECTED_PARTITION, "m": message_id},
+                select=["RejectedAt", "Kind", "MessageId", "Reason"]):
+            return _entity_view(e, ("RejectedAt", "Kind", "MessageId", "Reason"))
+        return None
+
     def rejected(self, limit: int = 50) -> list[dict[str, Any]]:
         rows = [_entity_view(e, ("RejectedAt", "Kind", "MessageId", "Reason", "DeliveryCount",
                                  "Body"))

@@ -224,3 +224,25 @@ def test_send_local_to_unreachable_storage_is_one_line_and_quick(
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: cannot reach storage")
     assert took < 10, took  # it took 19 s with the queue client's default retry policy
+
+
+def test_watch_reports_a_rejected_message_at_once(env: dict[str, str], tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """It used to wait its whole timeout for an order that intake had already refused."""
+    f = tmp_path / "orders.jsonl"
+    f.write_text("not json\n")
+    assert orders("send", "--local", "--file", str(f)) == 0
+    ids = capsys.readouterr().out.split()
+    intake = function("intake")
+    from shared import bootstrap
+
+    channel = LocalServiceBusChannel(bootstrap.container().queues, env["OrdersQueueName"])
+    import base64
+
+    for m in channel.queue.receive_messages():
+        sent = json.loads(m.content)
+        intake(msg=sb_message(base64.b64decode(sent["body"]), message_id=sent["message_id"]))
+    assert orders("watch", *ids, "--timeout", "30", "--interval", "0.1") == 1
+    captured = capsys.readouterr()
+    assert "1 message(s) rejected" in captured.err and "not settled" not in captured.err
+    assert "rejected" in captured.out and "invalid" in captured.out
