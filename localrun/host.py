@@ -440,9 +440,7 @@ class LocalFunctionHost:
         poison = self._queues.get_queue_client(queue.queue_name + "-poison")
         _ensure(queue)
 
-        def receive(n: int) -> list[Any]:
-            return list(queue.receive_messages(messages_per_page=n, max_messages=n,
-                                               visibility_timeout=int(self._lease)))
+        receive = _receiver(queue, self._lease)
 
         def handle(m: Any) -> None:
             held = self._hold(queue, m, self._lease, renew_for=float("inf"))
@@ -481,9 +479,7 @@ class LocalFunctionHost:
         queue = channel.queue
         opts = self.service_bus_options
 
-        def receive(n: int) -> list[Any]:
-            return list(queue.receive_messages(messages_per_page=n, max_messages=n,
-                                               visibility_timeout=int(self._lock)))
+        receive = _receiver(queue, self._lock)
 
         def handle(m: Any) -> None:
             held = self._hold(queue, m, self._lock, renew_for=opts.max_auto_lock_renewal)
@@ -536,6 +532,16 @@ class LocalFunctionHost:
             last = due
 
 
+def _receiver(queue: QueueClient, lease: float) -> Callable[[int], list[Any]]:
+    """Receive up to n messages, each invisible to other hosts for ``lease`` seconds."""
+
+    def receive(n: int) -> list[Any]:
+        return list(queue.receive_messages(messages_per_page=n, max_messages=n,
+                                           visibility_timeout=int(lease)))
+
+    return receive
+
+
 def _ensure(q: QueueClient) -> None:
     with contextlib.suppress(ResourceExistsError):
         q.create_queue()
@@ -577,8 +583,8 @@ def _serve_http(host: LocalFunctionHost, functions: list[_Function],
                     continue
                 if self.command not in methods:
                     return self._reply(405, b"method not allowed", {})
-                key = self.headers.get("x-functions-key") or (
-                    parse_qs(url.query).get("code") or [None])[0]
+                query = parse_qs(url.query)
+                key = self.headers.get("x-functions-key") or (query.get("code") or [None])[0]
                 if not host.keys.allow(f.trigger.get("authLevel", "FUNCTION"), key):
                     return self._reply(401, b"", {})  # the host answers with an empty body
                 # As the worker builds them: repeated query keys joined with commas, route
@@ -586,7 +592,7 @@ def _serve_http(host: LocalFunctionHost, functions: list[_Function],
                 req = triggers.http_request(
                     method=self.command, url=f"http://127.0.0.1:{port}{self.path}",
                     headers=dict(self.headers.items()),
-                    query={k: ",".join(v) for k, v in parse_qs(url.query).items()},
+                    query={k: ",".join(v) for k, v in query.items()},
                     route={k: unquote(v) for k, v in m.groupdict().items() if v is not None},
                     body=body)
                 try:
