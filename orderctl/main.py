@@ -303,11 +303,23 @@ def alerts(limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
 
 
 @app.command()
-def rejected(limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+def rejected(limit: Annotated[int, typer.Option(min=1, max=1000, help="Rows per page.")] = 20,
+             continuation: Annotated[str | None, typer.Option(
+                 help="Token from the previous page.")] = None,
              as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """Invalid or conflicting orders that intake recorded, with the reason."""
-    rows = opts.container().operator.rejected(limit)
-    _print_rows(rows, ("RejectedAt", "Kind", "MessageId", "Reason"), as_json)
+    """Invalid or conflicting orders that intake recorded, with the reason, newest first, a page
+    at a time."""
+    try:
+        page = opts.container().operator.rejected(limit, continuation)
+    except ValueError as e:
+        raise CliError(str(e), 2) from None
+    if as_json:
+        print(json.dumps({"rejected": page.items, "continuation": page.continuation},
+                         default=str))
+        return
+    _print_rows(page.items, ("RejectedAt", "Kind", "MessageId", "Reason"), False)
+    if page.continuation:
+        err().print(f"more: --continuation {page.continuation}")
 
 
 def _id_column(header: str, ids: list[str]) -> Column:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import UTC
 from typing import Any
 
 import azure.functions as func
@@ -31,7 +32,9 @@ def check_settings() -> None:
 
 
 def intake(msg: func.ServiceBusMessage) -> None:
-    bootstrap.container().intake.handle(msg.message_id, msg.get_body(), msg.delivery_count or 1)
+    sent = msg.enqueued_time_utc  # naive UTC, as the worker gives it
+    bootstrap.container().intake.handle(msg.message_id, msg.get_body(), msg.delivery_count or 1,
+                                        sent.replace(tzinfo=UTC) if sent else None)
 
 
 def _redelivered(msg: func.QueueMessage) -> bool:

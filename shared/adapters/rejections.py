@@ -22,10 +22,20 @@ class Rejection:
     body: bytes
     delivery_count: int
     at: datetime
+    # When the message was sent (Service Bus's enqueued time): the same on every delivery of it.
+    sent_at: datetime | None = None
 
 
 class RejectionStore(Protocol):
     def record(self, r: Rejection) -> None: ...
+
+
+def rejection_row_key(r: Rejection) -> str:
+    """Newest first (the key counts down from when the message was sent), and the same for every
+    delivery of one message, so a redelivery updates its own row instead of adding one."""
+    countdown = 10**13 - int((r.sent_at or r.at).timestamp() * 1000)
+    digest = hashlib.sha256(r.message_id.encode() + b"\0" + r.body).hexdigest()[:24]
+    return f"{countdown:013d}-{digest}"
 
 
 class TableRejectionStore:
@@ -33,11 +43,9 @@ class TableRejectionStore:
         self._table = table
 
     def record(self, r: Rejection) -> None:
-        # Keyed by content, so a redelivered message updates its own row instead of adding one.
-        key = hashlib.sha256(r.message_id.encode() + b"\0" + r.body).hexdigest()[:40]
         self._table.upsert_entity({
             "PartitionKey": REJECTED_PARTITION,
-            "RowKey": key,
+            "RowKey": rejection_row_key(r),
             "Kind": r.kind,
             "Reason": r.reason[:8000],
             "MessageId": r.message_id[:1000],

@@ -15,7 +15,6 @@ Keys:
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import copy
 import json
@@ -33,6 +32,7 @@ from azure.core.exceptions import (
 )
 from azure.data.tables import TableClient, TableTransactionError, UpdateMode
 
+from shared.adapters.paging import decode_token, encode_token
 from shared.domain.effects import outbox_from_json, outbox_to_json
 from shared.domain.order import Order
 from shared.domain.state import (
@@ -47,26 +47,6 @@ log = logging.getLogger(__name__)
 ORDER_ROW = "order"
 STATE_ROW = "state"
 INFLIGHT_PARTITION = "inflight"
-
-
-class BadContinuation(ValueError):
-    """A continuation token that this store did not hand out."""
-
-
-def _encode_token(token: Any) -> str:
-    return base64.urlsafe_b64encode(json.dumps(token).encode()).decode()
-
-
-def _decode_token(token: str | None) -> Any:
-    if not token:
-        return None
-    try:
-        value = json.loads(base64.urlsafe_b64decode(token.encode()))
-    except (ValueError, UnicodeDecodeError):
-        raise BadContinuation("continuation token is not one this API handed out") from None
-    if not isinstance(value, dict):
-        raise BadContinuation("continuation token is not one this API handed out")
-    return value
 
 
 class ConcurrencyConflict(Exception):
@@ -292,7 +272,7 @@ class TableOrderStore:
         params = {"rk": STATE_ROW, "ps": process_state or ""}
         pages = self._states.query_entities(query, parameters=params,
                                             results_per_page=limit).by_page(
-            continuation_token=_decode_token(continuation))
+            continuation_token=decode_token(continuation))
         page = next(pages, [])
         items = []
         for e in page:
@@ -301,7 +281,7 @@ class TableOrderStore:
             except CorruptRecord as err:  # the Supervisor reports it; a listing goes on
                 log.warning("%s", err)
         token = pages.continuation_token  # type: ignore[attr-defined]
-        return items, _encode_token(token) if token else None
+        return items, encode_token(token) if token else None
 
     def track(self, order_id: str, generation: int, since: datetime) -> bool:
         """Put an order's generation into the in-flight index, before it is handed on.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
@@ -47,8 +47,12 @@ class IntakeHandler:
         self._reply_allowed = reply_allowed
         self._clock = clock
 
-    def handle(self, message_id: str, body: bytes, delivery_count: int = 1) -> IntakeResult:
-        """Raises only for faults worth a redelivery (storage down); bad input is recorded."""
+    def handle(self, message_id: str, body: bytes, delivery_count: int = 1,
+               sent_at: datetime | None = None) -> IntakeResult:
+        """Raises only for faults worth a redelivery (storage down); bad input is recorded.
+
+        ``sent_at`` is when the message was enqueued: it orders the rejected list.
+        """
         now = self._clock()
         try:
             order = parse_order(body)
@@ -57,7 +61,7 @@ class IntakeHandler:
         except InvalidOrder as e:
             reason = str(e)
             self._rejections.record(Rejection(INVALID, reason, message_id, body, delivery_count,
-                                              now))
+                                              now, sent_at))
             log.warning("order message %s rejected: %s", message_id, reason)
             return IntakeResult(IntakeOutcome.INVALID, None, reason)
 
@@ -67,15 +71,15 @@ class IntakeHandler:
         try:
             saved = self._store.create(order, state)
         except OrderAlreadyExists as e:
-            return self._seen_before(order, e.fingerprint, indexed_now, message_id, body,
-                                     delivery_count, now)
+            return self._seen_before(order, e.fingerprint, indexed_now,
+                                     Rejection(CONFLICT, "", message_id, body, delivery_count,
+                                               now, sent_at))
         self._relay.carry_out(saved, order.document())
         log.info("order %s accepted", order.order_id)
         return IntakeResult(IntakeOutcome.ACCEPTED, order.order_id)
 
     def _seen_before(self, order: Order, fingerprint: str | None, indexed_now: bool,
-                     message_id: str, body: bytes, delivery_count: int,
-                     now: datetime) -> IntakeResult:
+                     conflict: Rejection) -> IntakeResult:
         current = self._store.get_state(order.order_id)
         if indexed_now and current is not None and (current.generation != 0
                                                     or current.is_settled):
@@ -88,10 +92,9 @@ class IntakeHandler:
                       "the stored order was kept" if fingerprint else
                       f"order {order.order_id} has a state record but no order row; "
                       "nothing was changed")
-            self._rejections.record(Rejection(CONFLICT, reason, message_id, body,
-                                              delivery_count, now))
+            self._rejections.record(replace(conflict, reason=reason))
             self._alerts.raise_alert(OperatorAlert(
-                AlertKind.ORDER_CONFLICT, order.order_id, reason, now,
+                AlertKind.ORDER_CONFLICT, order.order_id, reason, conflict.at,
                 key=f"{order.order_id}.conflict.{order.fingerprint()[:16]}"))
             return IntakeResult(IntakeOutcome.CONFLICT, order.order_id, reason)
         # The same order again. If the first delivery died before handing the order on, its

@@ -13,6 +13,7 @@ from typing import Any
 from azure.data.tables import TableClient
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from shared.adapters.paging import decode_token, encode_token
 from shared.adapters.rejections import REJECTED_PARTITION
 from shared.adapters.state_store import ConcurrencyConflict, OrderStore
 from shared.clock import Clock
@@ -107,6 +108,9 @@ def _entity_view(e: Any, fields: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+_REJECTED_FIELDS = ("RejectedAt", "Kind", "MessageId", "Reason", "DeliveryCount", "Body")
+
+
 class Operator:
     def __init__(self, *, store: OrderStore, relay: EffectRelay, alerts: TableClient,
                  rejected: TableClient, health: HealthProbe, pending_grace: timedelta,
@@ -183,13 +187,16 @@ class Operator:
             return _entity_view(e, ("RejectedAt", "Kind", "MessageId", "Reason"))
         return None
 
-    def rejected(self, limit: int = 50) -> list[dict[str, Any]]:
-        rows = [_entity_view(e, ("RejectedAt", "Kind", "MessageId", "Reason", "DeliveryCount",
-                                 "Body"))
-                for e in self._rejected.query_entities(
-                    "PartitionKey eq @p", parameters={"p": REJECTED_PARTITION})]
-        rows.sort(key=lambda r: r["RejectedAt"] or "", reverse=True)
-        return rows[:limit]
+    def rejected(self, limit: int = 50, continuation: str | None = None) -> Page:
+        """One page of rejected intake, newest sent first (the row key counts down)."""
+        if not 1 <= limit <= MAX_PAGE:
+            raise ValueError(f"limit must be between 1 and {MAX_PAGE}")
+        pages = self._rejected.query_entities(
+            "PartitionKey eq @p", parameters={"p": REJECTED_PARTITION}, results_per_page=limit,
+            select=list(_REJECTED_FIELDS)).by_page(continuation_token=decode_token(continuation))
+        rows = [_entity_view(e, _REJECTED_FIELDS) for e in next(pages, [])]
+        token = pages.continuation_token  # type: ignore[attr-defined]
+        return Page(rows, encode_token(token) if token else None)
 
     def health(self) -> dict[str, Any]:
         return self._health.run()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -140,9 +141,33 @@ def test_alerts_and_rejected(run_host: Any, capsys: pytest.CaptureFixture[str]) 
     (alert,) = json.loads(capsys.readouterr().out)
     assert (alert["Kind"], alert["OrderID"]) == ("OrderFailed", "f-1")
     assert orders("rejected", "--json") == 0
-    (rej,) = json.loads(capsys.readouterr().out)
+    (rej,) = json.loads(capsys.readouterr().out)["rejected"]
     assert rej["MessageId"] == "bad-1" and "JSON" in rej["Reason"]
     assert orders("alerts") == 0 and "OrderFailed" in capsys.readouterr().out
+
+
+def test_rejected_pages_newest_sent_first(run_host: Any,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    run_host(only=set())
+    intake = function("intake")
+    sent = datetime(2026, 5, 1, tzinfo=UTC)
+    # Rejected in an order other than they were sent; the third one is delivered twice.
+    for minute in (3, 0, 4, 1, 2, 3):
+        intake(msg=sb_message(b"{oops", message_id=f"bad-{minute}",
+                              enqueued=sent + timedelta(minutes=minute),
+                              delivery_count=2 if minute == 3 else 1))
+    seen: list[str] = []
+    token: list[str] = []
+    for _ in range(3):
+        assert orders("rejected", "--json", "--limit", "2", *token) == 0
+        page = json.loads(capsys.readouterr().out)
+        assert len(page["rejected"]) <= 2
+        seen += [r["MessageId"] for r in page["rejected"]]
+        if not page["continuation"]:
+            break
+        token = ["--continuation", page["continuation"]]
+    assert seen == ["bad-4", "bad-3", "bad-2", "bad-1", "bad-0"]
+    assert orders("rejected", "--continuation", "garbage") == 2
 
 
 def test_unreachable_storage_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from azure.core.exceptions import ServiceRequestError
@@ -82,15 +82,18 @@ def test_same_id_with_different_content_is_a_recorded_conflict(env: dict[str, st
 ])
 def test_invalid_message_is_recorded_with_its_reason_and_not_retried(
         env: dict[str, str], body: bytes, reason: str) -> None:
-    intake(msg=sb_message(body, message_id="bad-1"))  # returns: the message completes
+    sent = datetime.now(UTC)
+    intake(msg=sb_message(body, message_id="bad-1", enqueued=sent))  # the message completes
     (rej,) = entities(env["RejectedOrdersTableName"])
     assert rej["Kind"] == "invalid" and reason in rej["Reason"]
     assert rej["MessageId"] == "bad-1" and rej["Body"] == body.decode()
     assert entities(env["StateTableName"]) == []
     assert drain_json(env["SchedulerQueueName"]) == []
-    # A redelivery of the same bad message updates its record, it does not add another.
-    intake(msg=sb_message(body, message_id="bad-1", delivery_count=2))
-    assert len(entities(env["RejectedOrdersTableName"])) == 1
+    # A redelivery of the same bad message (same enqueued time) updates its record, it does
+    # not add another.
+    intake(msg=sb_message(body, message_id="bad-1", delivery_count=2, enqueued=sent))
+    (again,) = entities(env["RejectedOrdersTableName"])
+    assert again["DeliveryCount"] == 2
 
 
 def test_allowed_reply_queue_gets_received_status(env: dict[str, str]) -> None:
