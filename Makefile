@@ -38,7 +38,16 @@ $(ARMSCHEMAS_STAMP): requirements-armschemas.txt $(STAMP)
 	done
 	touch $(ARMSCHEMAS_STAMP)
 
-install: $(STAMP) $(CHECKOV_STAMP) $(ARMSCHEMAS_STAMP) node_modules/.package-lock.json
+# The console's browser tests drive Debian's Chromium (Playwright's own browser download is not
+# used: it needs a host this machine may not reach).
+CHROMIUM ?= /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+$(CHROMIUM):
+	@command -v apt-get >/dev/null || { echo "install Chromium and set CHROMIUM_PATH"; exit 1; }
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null
+
+install: $(STAMP) $(CHECKOV_STAMP) $(ARMSCHEMAS_STAMP) node_modules/.package-lock.json $(CHROMIUM)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

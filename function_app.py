@@ -80,6 +80,30 @@ def resubmit_order(req: func.HttpRequest) -> func.HttpResponse:
     return entrypoints.resubmit_order(req)
 
 
+@app.function_name("list_rejected")
+@app.route(route="rejected", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+def list_rejected(req: func.HttpRequest) -> func.HttpResponse:
+    return entrypoints.list_rejected(req)
+
+
+@app.function_name("overview")
+@app.route(route="overview", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+def overview(req: func.HttpRequest) -> func.HttpResponse:
+    return entrypoints.overview(req)
+
+
+@app.function_name("console")
+@app.route(route="console", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+def console(req: func.HttpRequest) -> func.HttpResponse:
+    return entrypoints.console(req)
+
+
+@app.function_name("openapi")
+@app.route(route="openapi.json", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+def openapi(req: func.HttpRequest) -> func.HttpResponse:
+    return entrypoints.openapi(req)
+
+
 @app.function_name("health")
 @app.route(route="health", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 def health(req: func.HttpRequest) -> func.HttpResponse:

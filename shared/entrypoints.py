@@ -9,14 +9,18 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC
+from pathlib import Path
 from typing import Any
 
 import azure.functions as func
 
 from shared import bootstrap
 from shared.adapters.state_store import CorruptRecord
+from shared.contracts.openapi import openapi_document
 from shared.handlers.operator import OrderNotFound, ResubmitRefused, ResubmitRequest
 from shared.settings import load_settings
+
+CONSOLE_PAGE = Path(__file__).parent / "console" / "console.html"
 
 # The Python worker sets the root logger to INFO and forwards every record to the host, where
 # Application Insights ingests (and bills) it; at INFO the Azure SDK logs every HTTP request and
@@ -103,6 +107,33 @@ def resubmit_order(req: func.HttpRequest) -> func.HttpResponse:
         return _error(409, str(e))
     except CorruptRecord as e:
         return _error(500, str(e))
+
+
+def overview(req: func.HttpRequest) -> func.HttpResponse:
+    return _json(bootstrap.container().operator.overview())
+
+
+def list_rejected(req: func.HttpRequest) -> func.HttpResponse:
+    try:
+        limit = int(req.params.get("limit", "50"))
+        page = bootstrap.container().operator.rejected(limit, req.params.get("continuation"))
+    except ValueError as e:  # a bad limit or continuation token
+        return _error(400, str(e))
+    return _json({"rejected": page.items, "continuation": page.continuation})
+
+
+def console(req: func.HttpRequest) -> func.HttpResponse:
+    return func.HttpResponse(CONSOLE_PAGE.read_bytes(), mimetype="text/html", headers={
+        # The page runs only its own script and talks only to this app.
+        "Content-Security-Policy": "default-src 'self'; script-src 'self' 'unsafe-inline'; "
+                                   "style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+                                   "frame-ancestors 'none'",
+        "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer"})
+
+
+def openapi(req: func.HttpRequest) -> func.HttpResponse:
+    return _json(openapi_document())
 
 
 def health(req: func.HttpRequest) -> func.HttpResponse:

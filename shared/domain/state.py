@@ -405,6 +405,12 @@ class SupervisorDecision:
     reason: str = ""
 
 
+def due_at(state: OrderState, pending_grace: timedelta) -> datetime:
+    """When the Supervisor steps in, unless the order moves first (a new order has no
+    complete-by time yet: it is due a grace period after it arrived)."""
+    return state.complete_by or state.created_at + pending_grace
+
+
 def supervise(state: OrderState, now: datetime, policy: RetryPolicy,
               workflow: Workflow, ticks: TickLog | None = None) -> SupervisorDecision | None:
     """What the Supervisor should do about this order now, or None when nothing is overdue.
@@ -420,8 +426,7 @@ def supervise(state: OrderState, now: datetime, policy: RetryPolicy,
         if state.updated_at + policy.pending_grace > now:
             return None
         return SupervisorDecision(DecisionKind.FORGET, state, "settled")
-    deadline = state.complete_by or state.created_at + policy.pending_grace
-    if deadline > now:
+    if due_at(state, policy.pending_grace) > now:
         return None
     new = state._copy(now)
     waiting_for = (CommandKind.START if state.process_state is ProcessState.PENDING

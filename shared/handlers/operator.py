@@ -6,8 +6,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+from collections import Counter
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from azure.data.tables import TableClient
@@ -18,13 +19,31 @@ from shared.adapters.rejections import REJECTED_PARTITION
 from shared.adapters.state_store import ConcurrencyConflict, OrderStore
 from shared.clock import Clock
 from shared.domain.order import ORDER_ID_PATTERN
-from shared.domain.state import IllegalTransition, OrderState, ProcessState, resubmit
+from shared.domain.state import (
+    CompensationState,
+    IllegalTransition,
+    OrderState,
+    ProcessState,
+    due_at,
+    resubmit,
+)
 from shared.handlers.health import HealthProbe
 from shared.handlers.relay import EffectRelay
+from shared.handlers.views import (
+    AlertView,
+    FailedView,
+    InFlightView,
+    Overview,
+    RejectionView,
+    state_view,
+)
 
 log = logging.getLogger(__name__)
 
 MAX_PAGE = 1000
+# The overview's reach: a few requests per refresh, rows enough for a screen.
+OVERVIEW_SCAN = 5000
+OVERVIEW_ROWS = 50
 # A resubmit reason is kept in the order's history: a sentence, not a document.
 MAX_REASON = 1000
 _ORDER_ID = re.compile(ORDER_ID_PATTERN)
@@ -78,37 +97,23 @@ class Page:
     continuation: str | None
 
 
-def state_view(s: OrderState) -> dict[str, Any]:
-    return {
-        "OrderID": s.order_id,
-        "ProcessState": s.process_state.value,
-        "LockedBy": s.locked_by,
-        "CompleteBy": s.complete_by.isoformat() if s.complete_by else None,
-        "FailureCount": s.failure_count,
-        "Compensation": s.compensation.value if s.compensation else None,
-        "CurrentStep": s.current_step.name if s.current_step else None,
-        "LastError": s.last_error,
-        "FailedStep": s.failed_step,
-        "Resubmissions": s.generation,
-        "CreatedAt": s.created_at.isoformat(),
-        "UpdatedAt": s.updated_at.isoformat(),
-        "Rescues": s.rescues,
-        "Steps": [st.to_dict() for st in s.steps],
-        "History": s.history,
-        # What the last transition still has to carry out (empty once known done).
-        "Outbox": [e.model_dump(mode="json") for e in s.outbox],
-    }
+def _entity_view(e: Any, view: type[BaseModel]) -> dict[str, Any]:
+    return view.model_validate({f: e.get(f) for f in view.model_fields}).model_dump(mode="json")
 
 
-def _entity_view(e: Any, fields: tuple[str, ...]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for f in fields:
-        v = e.get(f)
-        out[f] = v.isoformat() if hasattr(v, "isoformat") else v
-    return out
+def _in_flight_view(s: OrderState, now: datetime, pending_grace: timedelta) -> InFlightView:
+    due = due_at(s, pending_grace)
+    overdue = (now - due).total_seconds()
+    return InFlightView(
+        OrderID=s.order_id, ProcessState=s.process_state, Compensation=s.compensation,
+        CurrentStep=s.current_step.name if s.current_step else None, CompleteBy=due,
+        OverdueSeconds=round(overdue, 1) if overdue > 0 else None,
+        FailureCount=s.failure_count, UpdatedAt=s.updated_at)
 
 
-_REJECTED_FIELDS = ("RejectedAt", "Kind", "MessageId", "Reason", "DeliveryCount", "Body")
+def _failed_view(s: OrderState) -> FailedView:
+    return FailedView(OrderID=s.order_id, Compensation=s.compensation, FailedStep=s.failed_step,
+                      LastError=s.last_error, Resubmissions=s.generation, UpdatedAt=s.updated_at)
 
 
 class Operator:
@@ -128,7 +133,7 @@ class Operator:
         stored = self._store.load(order_id)
         if stored is None:
             raise OrderNotFound(order_id)
-        return {**state_view(stored.state), "Order": stored.order}
+        return state_view(stored.state, stored.order).model_dump(mode="json")
 
     def list(self, process_state: str | None, limit: int, continuation: str | None) -> Page:
         if process_state is not None:
@@ -136,7 +141,7 @@ class Operator:
         if not 1 <= limit <= MAX_PAGE:
             raise ValueError(f"limit must be between 1 and {MAX_PAGE}")
         states, token = self._store.list_states(process_state, limit, continuation)
-        return Page([state_view(s) for s in states], token)
+        return Page([state_view(s).model_dump(mode="json") for s in states], token)
 
     def resubmit(self, order_id: str, reason: str = "", force: bool = False) -> dict[str, Any]:
         check_order_id(order_id)
@@ -163,7 +168,7 @@ class Operator:
         saved = self._relay.carry_out(saved)
         log.warning("order %s resubmitted%s (%s)", order_id, " with force" if force else "",
                     reason or "no reason given")
-        return state_view(saved)
+        return state_view(saved).model_dump(mode="json")
 
     def alerts(self, limit: int = 50, days: int = 7) -> list[dict[str, Any]]:
         """The newest alerts first (one partition a day, newest row first within it)."""
@@ -173,7 +178,7 @@ class Operator:
             day = (today - timedelta(days=back)).strftime("%Y%m%d")
             for e in self._alerts.query_entities("PartitionKey eq @d", parameters={"d": day},
                                                  results_per_page=limit):
-                out.append(_entity_view(e, ("RaisedAt", "Kind", "OrderID", "Step", "Reason")))
+                out.append(_entity_view(e, AlertView))
                 if len(out) >= limit:
                     return out
         return out
@@ -183,8 +188,8 @@ class Operator:
         for e in self._rejected.query_entities(
                 "PartitionKey eq @p and MessageId eq @m",
                 parameters={"p": REJECTED_PARTITION, "m": message_id},
-                select=["RejectedAt", "Kind", "MessageId", "Reason"]):
-            return _entity_view(e, ("RejectedAt", "Kind", "MessageId", "Reason"))
+                select=list(RejectionView.model_fields)):
+            return _entity_view(e, RejectionView)
         return None
 
     def rejected(self, limit: int = 50, continuation: str | None = None) -> Page:
@@ -193,10 +198,50 @@ class Operator:
             raise ValueError(f"limit must be between 1 and {MAX_PAGE}")
         pages = self._rejected.query_entities(
             "PartitionKey eq @p", parameters={"p": REJECTED_PARTITION}, results_per_page=limit,
-            select=list(_REJECTED_FIELDS)).by_page(continuation_token=decode_token(continuation))
-        rows = [_entity_view(e, _REJECTED_FIELDS) for e in next(pages, [])]
+            select=list(RejectionView.model_fields)).by_page(continuation_token=decode_token(continuation))
+        rows = [_entity_view(e, RejectionView) for e in next(pages, [])]
         token = pages.continuation_token  # type: ignore[attr-defined]
         return Page(rows, encode_token(token) if token else None)
+
+    def overview(self, rows: int = OVERVIEW_ROWS) -> dict[str, Any]:
+        """What an operator looks at first: counts by state, what is in flight (the most overdue
+        first), what failed, what needs a hand, recent alerts and rejected intake.
+
+        It reads up to OVERVIEW_SCAN state records (a page of 1000 per request); with more, the
+        counts are a lower bound and say so.
+        """
+        now = self._clock()
+        by_state: Counter[ProcessState] = Counter()
+        by_comp: Counter[CompensationState] = Counter()
+        in_flight: list[InFlightView] = []
+        failed: list[FailedView] = []
+        stuck: list[FailedView] = []
+        counted, token = 0, None
+        while True:
+            states, token = self._store.list_states(None, MAX_PAGE, token)
+            for s in states:
+                by_state[s.process_state] += 1
+                if s.compensation:
+                    by_comp[s.compensation] += 1
+                if not s.is_settled:
+                    in_flight.append(_in_flight_view(s, now, self._pending_grace))
+                if s.process_state is ProcessState.ERROR:
+                    (stuck if s.compensation is CompensationState.FAILED else failed).append(
+                        _failed_view(s))
+            counted += len(states)
+            if not token or counted >= OVERVIEW_SCAN:
+                break
+        in_flight.sort(key=lambda v: (-(v.OverdueSeconds or 0), v.CompleteBy or now))
+        failed.sort(key=lambda v: v.UpdatedAt, reverse=True)
+        stuck.sort(key=lambda v: v.UpdatedAt, reverse=True)
+        return Overview(
+            At=now, Counted=counted, Complete=not token,
+            ByState={p: by_state[p] for p in ProcessState},
+            ByCompensation={c: by_comp[c] for c in CompensationState},
+            InFlight=in_flight[:rows], Failed=failed[:rows], CompensationFailed=stuck[:rows],
+            Alerts=[AlertView.model_validate(a) for a in self.alerts(rows)],
+            Rejected=[RejectionView.model_validate(r) for r in self.rejected(rows).items],
+        ).model_dump(mode="json")
 
     def health(self) -> dict[str, Any]:
         return self._health.run()

@@ -55,7 +55,8 @@ def test_the_function_set_is_exactly_the_documented_one() -> None:
     assert set(index()) == {
         "intake", "scheduler_commands", "scheduler_replies", "inventory_agent",
         "payment_agent", "shipping_agent", "supervisor", "simulated_service",
-        "get_order", "list_orders", "resubmit_order", "health",
+        "get_order", "list_orders", "resubmit_order", "health", "list_rejected", "overview",
+        "console", "openapi",
     }
 
 

@@ -1,0 +1,1 @@
+"""Published contracts: the operator API (OpenAPI), the messages (AsyncAPI, JSON Schema)."""

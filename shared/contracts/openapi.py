@@ -1,0 +1,160 @@
+"""The operator HTTP API as OpenAPI 3.1, served at GET /api/openapi.json.
+
+Bodies and responses take their schemas from the models the handlers build them with
+(shared/handlers/views.py, ResubmitRequest), so the document describes what is answered.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from shared.domain.order import ORDER_ID_PATTERN
+from shared.domain.state import ProcessState
+from shared.handlers.operator import MAX_PAGE, ResubmitRequest
+from shared.handlers.views import (
+    ErrorBody,
+    HealthReport,
+    OrderPage,
+    OrderView,
+    Overview,
+    RejectedPage,
+)
+
+VERSION = "1.0.0"
+_REF = "#/components/schemas/{model}"
+
+
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": _REF.format(model=model.__name__)}
+
+
+def _json(model: type[BaseModel], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ref(model)}}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    what = {
+        400: "The request is wrong: the error says how.",
+        401: "No key, or a key without the rights this route needs. The body is empty.",
+        404: "No such order.",
+        409: "The order's state does not allow it now: the error says why.",
+        500: "A stored record this version cannot read: the error names it.",
+    }
+    out: dict[str, Any] = {}
+    for code in codes:
+        out[str(code)] = ({"description": what[code]} if code == 401
+                          else _json(ErrorBody, what[code]))
+    return out
+
+
+_ORDER_ID = {"name": "order_id", "in": "path", "required": True,
+             "schema": {"type": "string", "pattern": ORDER_ID_PATTERN}}
+_LIMIT = {"name": "limit", "in": "query", "required": False,
+          "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 50}}
+_CONTINUATION = {"name": "continuation", "in": "query", "required": False,
+                 "description": "The continuation of the previous page, as it was given.",
+                 "schema": {"type": "string"}}
+
+
+@cache
+def openapi_document() -> dict[str, Any]:
+    _, defs = models_json_schema(
+        [(m, "serialization") for m in (OrderView, OrderPage, RejectedPage, Overview,
+                                        HealthReport, ErrorBody)]
+        + [(ResubmitRequest, "validation")], ref_template=_REF)
+    function_key = [{"functionKey": []}, {"functionKeyQuery": []}]
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Order pipeline operator API",
+            "version": VERSION,
+            "description": "Look orders up, list them, resubmit a failed one, see what is in "
+                           "flight, failed or rejected, and check health. Every route needs a "
+                           "key (function or host key; resubmit needs the master key).",
+        },
+        "servers": [{"url": "/api"}],
+        "security": function_key,
+        "paths": {
+            "/orders": {"get": {
+                "operationId": "listOrders",
+                "summary": "A page of orders, optionally of one state.",
+                "parameters": [
+                    {"name": "state", "in": "query", "required": False,
+                     "schema": {"type": "string", "enum": [p.value for p in ProcessState]}},
+                    _LIMIT, _CONTINUATION],
+                "responses": {"200": _json(OrderPage, "A page of orders."),
+                              **_errors(400, 401)},
+            }},
+            "/orders/{order_id}": {"get": {
+                "operationId": "getOrder",
+                "summary": "One order: its state record, steps, history and the order itself.",
+                "parameters": [_ORDER_ID],
+                "responses": {"200": _json(OrderView, "The order."),
+                              **_errors(400, 401, 404, 500)},
+            }},
+            "/orders/{order_id}/resubmit": {"post": {
+                "operationId": "resubmitOrder",
+                "summary": "Start a failed order again (its completed steps are not redone).",
+                "description": "Only an order in Error whose compensation is over. After a "
+                               "failed compensation, only with force, once the services have "
+                               "been checked.",
+                "security": [{"masterKey": []}],
+                "parameters": [_ORDER_ID],
+                "requestBody": {"required": False, "content": {
+                    "application/json": {"schema": _ref(ResubmitRequest)}}},
+                "responses": {"202": _json(OrderView, "Resubmitted: the order as it is now."),
+                              **_errors(400, 401, 404, 409, 500)},
+            }},
+            "/rejected": {"get": {
+                "operationId": "listRejected",
+                "summary": "Intake that was refused, with the reason, newest sent first.",
+                "parameters": [_LIMIT, _CONTINUATION],
+                "responses": {"200": _json(RejectedPage, "A page of rejected messages."),
+                              **_errors(400, 401)},
+            }},
+            "/overview": {"get": {
+                "operationId": "overview",
+                "summary": "Counts by state, in-flight (most overdue first), failed, "
+                           "compensation failed, recent alerts and rejections.",
+                "responses": {"200": _json(Overview, "What the console shows."),
+                              **_errors(401)},
+            }},
+            "/health": {"get": {
+                "operationId": "health",
+                "summary": "Whether storage answers; within 5 s even when it does not.",
+                "responses": {"200": _json(HealthReport, "Healthy."),
+                              "503": _json(HealthReport, "A check failed: it says which."),
+                              **_errors(401)},
+            }},
+            "/console": {"get": {
+                "operationId": "console",
+                "summary": "The operator's console, a web page.",
+                "responses": {"200": {"description": "The page.",
+                                      "content": {"text/html": {"schema": {"type": "string"}}}},
+                              **_errors(401)},
+            }},
+            "/openapi.json": {"get": {
+                "operationId": "openapi",
+                "summary": "This document.",
+                "responses": {"200": {"description": "OpenAPI 3.1.",
+                                      "content": {"application/json": {
+                                          "schema": {"type": "object"}}}},
+                              **_errors(401)},
+            }},
+        },
+        "components": {
+            "schemas": defs["$defs"],
+            "securitySchemes": {
+                "functionKey": {"type": "apiKey", "in": "header", "name": "x-functions-key",
+                                "description": "A function key, or a host key."},
+                "functionKeyQuery": {"type": "apiKey", "in": "query", "name": "code",
+                                     "description": "The same key as a query parameter."},
+                "masterKey": {"type": "apiKey", "in": "header", "name": "x-functions-key",
+                              "description": "The host's master key (_master)."},
+            },
+        },
+    }

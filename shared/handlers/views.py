@@ -1,0 +1,138 @@
+"""What the operator API answers, as models: each response is built from one of them, and the
+OpenAPI document (shared/contracts) takes its schemas from the same models, so the two cannot
+drift apart."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Modules, not names: the fields are named like the types (ProcessState: ProcessState).
+from shared.domain import order as orders
+from shared.domain import state as domain
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StepView(_View):
+    name: str
+    status: domain.StepStatus
+    attempt: int
+    complete_by: datetime | None
+    last_error: str | None
+    in_doubt: bool
+    work_key: str | None = Field(description="The key the step's work was done under; its "
+                                             "undo names it.")
+
+
+class OrderView(_View):
+    OrderID: str
+    ProcessState: domain.ProcessState
+    LockedBy: str | None
+    CompleteBy: datetime | None
+    FailureCount: int
+    Compensation: domain.CompensationState | None
+    CurrentStep: str | None
+    LastError: str | None
+    FailedStep: str | None
+    Resubmissions: int
+    CreatedAt: datetime
+    UpdatedAt: datetime
+    Rescues: int
+    Steps: list[StepView]
+    History: list[dict[str, Any]] = Field(description="What happened before each resubmission.")
+    Outbox: list[dict[str, Any]] = Field(
+        description="What the last transition still has to carry out (empty once known done).")
+    Order: orders.Order | None = Field(
+        None, description="The order as submitted (GET of one order).")
+
+
+def state_view(s: domain.OrderState, order: dict[str, Any] | None = None) -> OrderView:
+    return OrderView(
+        OrderID=s.order_id, ProcessState=s.process_state, LockedBy=s.locked_by,
+        CompleteBy=s.complete_by, FailureCount=s.failure_count, Compensation=s.compensation,
+        CurrentStep=s.current_step.name if s.current_step else None, LastError=s.last_error,
+        FailedStep=s.failed_step, Resubmissions=s.generation, CreatedAt=s.created_at,
+        UpdatedAt=s.updated_at, Rescues=s.rescues,
+        Steps=[StepView.model_validate(st.to_dict()) for st in s.steps],
+        History=s.history, Outbox=[e.model_dump(mode="json") for e in s.outbox],
+        Order=orders.Order.model_validate(order) if order is not None else None,
+    )
+
+
+class OrderPage(_View):
+    orders: list[OrderView]
+    continuation: str | None = Field(description="Pass back as ?continuation= for the next page.")
+
+
+class AlertView(_View):
+    RaisedAt: datetime | None
+    Kind: str
+    OrderID: str | None
+    Step: str | None
+    Reason: str | None
+
+
+class RejectionView(_View):
+    RejectedAt: datetime | None
+    Kind: str
+    MessageId: str | None
+    Reason: str | None
+    DeliveryCount: int | None = None
+    Body: str | None = Field(None, description="The message body as received (truncated to "
+                                               "30,000 characters).")
+
+
+class InFlightView(_View):
+    OrderID: str
+    ProcessState: domain.ProcessState
+    Compensation: domain.CompensationState | None
+    CurrentStep: str | None
+    CompleteBy: datetime = Field(description="When the Supervisor steps in unless the order "
+                                             "moves first.")
+    OverdueSeconds: float | None = Field(description="How long past its complete-by time; "
+                                                     "null when not overdue.")
+    FailureCount: int
+    UpdatedAt: datetime
+
+
+class FailedView(_View):
+    OrderID: str
+    Compensation: domain.CompensationState | None
+    FailedStep: str | None
+    LastError: str | None
+    Resubmissions: int
+    UpdatedAt: datetime
+
+
+class Overview(_View):
+    At: datetime
+    Counted: int = Field(description="State records read for the counts.")
+    Complete: bool = Field(description="False when the store holds more records than one "
+                                       "overview reads: the counts are then a lower bound.")
+    ByState: dict[domain.ProcessState, int]
+    ByCompensation: dict[domain.CompensationState, int]
+    InFlight: list[InFlightView] = Field(description="Not settled, the most overdue first.")
+    Failed: list[FailedView] = Field(description="In Error, newest first (compensation done, "
+                                                 "under way or none needed).")
+    CompensationFailed: list[FailedView] = Field(description="An operator must finish these.")
+    Alerts: list[AlertView]
+    Rejected: list[RejectionView]
+
+
+class RejectedPage(_View):
+    rejected: list[RejectionView]
+    continuation: str | None
+
+
+class HealthReport(_View):
+    status: str = Field(description='"ok", or "unhealthy" with a 503.')
+    checks: dict[str, str] = Field(description='Each check: "ok" or what went wrong.')
+
+
+class ErrorBody(_View):
+    error: str = Field(description="What is wrong, in a sentence.")

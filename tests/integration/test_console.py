@@ -1,0 +1,179 @@
+"""The operator's console in a real browser (Debian's Chromium, driven by Playwright), served by
+the local host, over real orders in Azurite."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from shared.domain.state import ProcessState, due_at
+from tests.integration.conftest import RunningHost
+from tests.integration.helpers import drain_json, function, sb_message
+from tests.integration.test_operator_api import accept, compensation_failed, failed_and_compensated
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+# Chromium as root, with nothing of its own reaching out to the network (this machine's network
+# is closed; its background connections would only be refused).
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CONSOLE = {"overview", "console", "get_order", "resubmit_order"}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: `make install` installs Chromium"
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def h(run_host: Any) -> RunningHost:
+    # Pending orders fall due after 1 s: an accepted order nobody takes soon is overdue.
+    h: RunningHost = run_host(only=CONSOLE, PendingGraceSeconds="1",
+                              LOCALRUN_FUNCTION_KEY="fn-key", LOCALRUN_MASTER_KEY="master-key")
+    failed_and_compensated(h, "f-1")
+    compensation_failed(h, "f-2")
+    accept("o-fresh")  # taken by a Scheduler: in flight, due in the step's budget
+    (cmd,) = drain_json(h.env["SchedulerQueueName"])
+    h.container.scheduler.handle_command(json.dumps(cmd))
+    accept("o-late")  # nobody takes it
+    function("intake")(msg=sb_message(b'{"order_id": "<b>x</b>"}', message_id="<i>bad</i>"))
+    due = due_at(h.container.store.get_state("o-late"), timedelta(seconds=1))
+    time.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()) + 0.2)  # a time, not a sync
+    return h
+
+
+@pytest.fixture
+def page(browser: Browser, h: RunningHost) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1300, "height": 1000})
+    pg = context.new_page()
+    foreign: list[str] = []
+
+    def only_this_app(route: Any) -> None:
+        if urlparse(route.request.url).netloc != f"127.0.0.1:{h.port}":
+            foreign.append(route.request.url)
+            route.abort()
+        else:
+            route.continue_()
+
+    pg.route("**/*", only_this_app)
+    pg.goto(f"http://127.0.0.1:{h.port}/api/console?code=fn-key")
+    expect(pg.get_by_test_id("refreshed")).to_contain_text("updated")
+    yield pg
+    context.close()
+    assert foreign == [], "the console fetched something from elsewhere"
+
+
+def store_counts(h: RunningHost) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    token = None
+    while True:
+        states, token = h.container.store.list_states(None, 1000, token)
+        counts.update(s.process_state.value for s in states)
+        if not token:
+            return counts
+
+
+def test_the_console_needs_a_key(h: RunningHost) -> None:
+    r = httpx.get(f"http://127.0.0.1:{h.port}/api/console", timeout=10)
+    assert r.status_code == 401
+    ok = httpx.get(f"http://127.0.0.1:{h.port}/api/console", params={"code": "fn-key"},
+                   timeout=10)
+    assert ok.status_code == 200 and ok.headers["content-type"].startswith("text/html")
+    assert "default-src 'self'" in ok.headers["content-security-policy"]
+
+
+def test_counts_match_the_store(page: Page, h: RunningHost) -> None:
+    counts = store_counts(h)
+    assert counts == {"Error": 2, "Processing": 1, "Pending": 1}
+    for state in ProcessState:
+        expect(page.get_by_test_id(f"by-state-{state.value}")).to_contain_text(
+            str(counts[state.value]))
+    expect(page.get_by_test_id("by-compensation-Failed")).to_contain_text("1")
+    expect(page.get_by_test_id("by-compensation-Done")).to_contain_text("1")
+    if os.environ.get("CONSOLE_SCREENSHOT"):  # the README's picture: see README, Console
+        page.screenshot(path=os.environ["CONSOLE_SCREENSHOT"], full_page=True)
+
+
+def test_an_overdue_order_is_highlighted_and_a_fresh_one_is_not(page: Page) -> None:
+    late = page.get_by_test_id("in-flight").locator('tr[data-order="o-late"]')
+    expect(late).to_have_class("overdue")
+    expect(late).to_contain_text("overdue by")
+    fresh = page.get_by_test_id("in-flight").locator('tr[data-order="o-fresh"]')
+    expect(fresh).not_to_have_class("overdue")
+    expect(fresh).to_contain_text("inventory")
+    # The most overdue first.
+    expect(page.get_by_test_id("in-flight").locator("tbody tr").first).to_have_attribute(
+        "data-order", "o-late")
+
+
+def test_failures_alerts_and_rejections_are_listed_as_text(page: Page) -> None:
+    expect(page.get_by_test_id("failed")).to_contain_text("f-1")
+    expect(page.get_by_test_id("failed")).to_contain_text("card declined")
+    expect(page.get_by_test_id("compensation-failed")).to_contain_text("f-2")
+    expect(page.get_by_test_id("alerts")).to_contain_text("OrderFailed")
+    rejected = page.get_by_test_id("rejected")
+    expect(rejected).to_contain_text("<i>bad</i>")  # shown as text, never as markup
+    assert rejected.locator("i, b").count() == 0
+
+
+def test_the_overview_refreshes_by_itself(page: Page) -> None:
+    expect(page.get_by_test_id("by-state-Pending")).to_contain_text("1")
+    accept("o-new")
+    expect(page.get_by_test_id("by-state-Pending")).to_contain_text("2", timeout=15_000)
+
+
+def test_resubmit_from_the_order_page(page: Page, h: RunningHost) -> None:
+    page.get_by_test_id("failed").get_by_role("link", name="f-1").click()
+    expect(page.get_by_test_id("order")).to_contain_text("f-1")
+    # The refused charge was voided under its key: compensated, not left failed.
+    expect(page.get_by_test_id("steps").locator('tr[data-step="charge_payment"]')).to_contain_text(
+        "compensated")
+    expect(page.locator('dd[data-field="last error"]')).to_contain_text("card declined")
+    form = page.get_by_test_id("resubmit")
+    form.locator("textarea[name=reason]").fill("card limit raised")
+    form.locator("input[name=adminKey]").fill("fn-key")  # not the master key
+    form.get_by_role("button", name="Resubmit").click()
+    expect(page.get_by_test_id("resubmit-result")).to_contain_text("master key was refused")
+    assert h.container.store.get_state("f-1").process_state is ProcessState.ERROR
+
+    form = page.get_by_test_id("resubmit")
+    form.locator("textarea[name=reason]").fill("card limit raised")
+    form.locator("input[name=adminKey]").fill("master-key")
+    form.get_by_role("button", name="Resubmit").click()
+    expect(page.get_by_test_id("resubmit-result")).to_contain_text("Resubmitted: now Pending")
+    state = h.container.store.get_state("f-1")
+    assert (state.process_state, state.generation) == (ProcessState.PENDING, 1)
+    assert state.history[-1]["reason"] == "card limit raised"
+    expect(page.get_by_test_id("history")).to_contain_text("card limit raised")
+
+
+def test_a_failed_compensation_needs_the_force_confirmation(page: Page, h: RunningHost) -> None:
+    page.get_by_test_id("compensation-failed").get_by_role("link", name="f-2").click()
+    form = page.get_by_test_id("resubmit")
+    form.locator("textarea[name=reason]").fill("refunded by hand")
+    form.locator("input[name=adminKey]").fill("master-key")
+    form.get_by_role("button", name="Resubmit").click()
+    expect(page.get_by_test_id("resubmit-result")).to_contain_text("force")
+    assert h.container.store.get_state("f-2").process_state is ProcessState.ERROR
+
+    form = page.get_by_test_id("resubmit")
+    form.locator("textarea[name=reason]").fill("refunded by hand")
+    form.locator("input[name=adminKey]").fill("master-key")
+    form.locator("input[name=force]").check()
+    form.get_by_role("button", name="Resubmit").click()
+    expect(page.get_by_test_id("resubmit-result")).to_contain_text("Resubmitted")
+    assert h.container.store.get_state("f-2").history[-1]["forced"] is True
