@@ -582,8 +582,11 @@ def _serve_http(host: LocalFunctionHost, functions: list[_Function],
                 if not m:
                     continue
                 if self.command not in methods:
-                    return self._reply(405, b"method not allowed", {})
-                query = parse_qs(url.query)
+                    # The Functions host answers a method a route does not take with a 404 and
+                    # no body, as for no route (azure-functions-host#10098); another function
+                    # may take it on the same route.
+                    continue
+                query = parse_qs(url.query, keep_blank_values=True)
                 key = self.headers.get("x-functions-key") or (query.get("code") or [None])[0]
                 if not host.keys.allow(f.trigger.get("authLevel", "FUNCTION"), key):
                     return self._reply(401, b"", {})  # the host answers with an empty body
@@ -604,7 +607,7 @@ def _serve_http(host: LocalFunctionHost, functions: list[_Function],
                 if resp.mimetype and not any(k.lower() == "content-type" for k in headers):
                     headers["Content-Type"] = f"{resp.mimetype}; charset={resp.charset or 'utf-8'}"
                 return self._reply(resp.status_code, resp.get_body(), headers)
-            return self._reply(404, b"no function for this route", {})
+            return self._reply(404, b"", {})
 
         def _reply(self, status: int, body: bytes, headers: dict[str, str]) -> None:
             try:
@@ -619,7 +622,12 @@ def _serve_http(host: LocalFunctionHost, functions: list[_Function],
                 # The caller gave up (an Agent at its complete-by): nobody to answer.
                 self.close_connection = True
 
-        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _dispatch
+        def __getattr__(self, name: str) -> Any:
+            # Any method at all (TRACE, QUERY, ...) goes through the routes: http.server would
+            # answer 501 to one it does not know, the Functions host a 404.
+            if name.startswith("do_"):
+                return self._dispatch
+            raise AttributeError(name)
 
     class Server(ThreadingHTTPServer):
         daemon_threads = True

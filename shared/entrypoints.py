@@ -83,7 +83,7 @@ def get_order(req: func.HttpRequest) -> func.HttpResponse:
 
 
 def list_orders(req: func.HttpRequest) -> func.HttpResponse:
-    state = req.params.get("state") or None
+    state = req.params.get("state")  # present but empty is a bad state, not "any"
     try:
         limit = int(req.params.get("limit", "50"))
         page = bootstrap.container().operator.list(state, limit,

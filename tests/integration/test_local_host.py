@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime
 from typing import Any
 
 import azure.functions as func
@@ -60,7 +61,9 @@ def test_service_bus_trigger_gets_real_messages_and_dead_letters(
     h: RunningHost = run_host(only={"simulated_service"})
     seen: list[tuple[str, int, bytes]] = []
 
-    def failing(message_id: str, body: bytes, delivery_count: int = 1) -> None:
+    def failing(message_id: str, body: bytes, delivery_count: int = 1,
+                sent_at: datetime | None = None) -> None:
+        assert sent_at is not None and sent_at.tzinfo is not None  # the enqueued time, in UTC
         seen.append((message_id, delivery_count, body))
         raise RuntimeError("storage is down")
 
