@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from decimal import Decimal
 from typing import Annotated, Any
 
@@ -16,6 +17,16 @@ ORDER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 QUEUE_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$"
 
 
+PRICE_PATTERN = r"^(0|[1-9][0-9]{0,9})(\.[0-9]{1,2})?$"
+
+
+def _price_schema(schema: dict[str, Any]) -> None:
+    schema.clear()
+    schema.update({"title": "Unit Price", "type": "string", "pattern": PRICE_PATTERN,
+                   "description": "A decimal string with at most 2 decimals; not a number.",
+                   "examples": ["12.50"]})
+
+
 class InvalidOrder(ValueError):
     """The message is not an order we can accept. Retrying it will not help."""
 
@@ -25,17 +36,31 @@ class LineItem(BaseModel):
 
     sku: Annotated[str, Field(min_length=1, max_length=64)]
     quantity: Annotated[int, Field(gt=0, le=10_000)]
-    unit_price: Annotated[Decimal, Field(ge=0, max_digits=12, decimal_places=2)]
+    # Money is a decimal string ("12.50"), never a JSON number: a number is a binary float in
+    # most senders' languages, and JSON Schema validators disagree on whether 2.01 is a multiple
+    # of 0.01, so a sender's validator and ours could not agree on one.
+    unit_price: Annotated[Decimal, Field(ge=0, max_digits=12, decimal_places=2,
+                                         json_schema_extra=_price_schema)]
+
+    @field_validator("unit_price", mode="before")
+    @classmethod
+    def _decimal_string(cls, v: Any) -> Any:
+        if not isinstance(v, str) or not re.fullmatch(PRICE_PATTERN, v):
+            raise ValueError('a price is a string of digits with at most 2 decimals, e.g. '
+                             '"12.50"')
+        return v
 
 
 class Order(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_version: int = 1
+    schema_version: Annotated[int, Field(json_schema_extra={"enum": [1]})] = 1
     order_id: Annotated[str, Field(pattern=ORDER_ID_PATTERN)]
     customer_id: Annotated[str, Field(min_length=1, max_length=128)]
     items: Annotated[list[LineItem], Field(min_length=1, max_length=100)]
-    reply_to: Annotated[str | None, Field(pattern=QUEUE_NAME_PATTERN)] = None
+    # The schema says what the validator below checks, so that a sender's validator agrees.
+    reply_to: Annotated[str, Field(pattern=QUEUE_NAME_PATTERN,
+                                   json_schema_extra={"not": {"pattern": "--"}})] | None = None
 
     @field_validator("reply_to")
     @classmethod

@@ -1,0 +1,149 @@
+"""The message contracts: the order message as JSON Schema and every queue as AsyncAPI 3.
+
+Both come from the models the code parses and writes messages with (shared/domain/order.py,
+shared/domain/messages.py); ``python -m shared.contracts`` writes them to schemas/, and a test
+fails when the files and the code differ.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from shared.contracts.openapi import VERSION
+from shared.domain.messages import AgentReply, AgentRequest, SchedulerCommand, StatusUpdate
+from shared.domain.order import Order
+from shared.domain.workflow import ORDER_FULFILMENT
+
+ORDER_SCHEMA_ID = "https://github.com/order-pipeline/order-pipeline/schemas/order.schema.json"
+_REF = "#/components/schemas/{model}"
+
+
+def order_schema() -> dict[str, Any]:
+    """The order message, as intake validates it."""
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": ORDER_SCHEMA_ID,
+        **Order.model_json_schema(mode="validation"),
+        "description": "An order message on the orders queue (Service Bus), UTF-8 JSON. "
+                       "Fields not listed are refused, and the message is recorded as rejected "
+                       "with the reason; put your own data in the message's application "
+                       "properties instead, which intake does not read.",
+    }
+
+
+def _message(model: type[BaseModel], title: str, summary: str) -> dict[str, Any]:
+    return {"name": model.__name__, "title": title, "summary": summary,
+            "contentType": "application/json",
+            "payload": {"$ref": _REF.format(model=model.__name__)}}
+
+
+def _storage_queue(setting: str, message: str, description: str) -> dict[str, Any]:
+    return {
+        "address": f"%{setting}%",
+        "title": setting,
+        "description": f"{description} A Storage queue named by the app setting {setting}; "
+                       "bodies are base64-encoded UTF-8 JSON, as the Functions host reads them.",
+        "servers": [{"$ref": "#/servers/storageQueues"}],
+        "messages": {message: {"$ref": f"#/components/messages/{message}"}},
+    }
+
+
+def _operation(action: str, channel: str, message: str, summary: str) -> dict[str, Any]:
+    return {"action": action, "summary": summary,
+            "channel": {"$ref": f"#/channels/{channel}"},
+            "messages": [{"$ref": f"#/channels/{channel}/messages/{message}"}]}
+
+
+def asyncapi_document() -> dict[str, Any]:
+    _, defs = models_json_schema(
+        [(m, "validation") for m in (Order, SchedulerCommand, AgentRequest, AgentReply,
+                                     StatusUpdate)], ref_template=_REF)
+    agents = dict.fromkeys(s.agent for s in ORDER_FULFILMENT.steps)  # in step order
+    channels: dict[str, Any] = {
+        "orders": {
+            "address": "%OrdersQueueName%",
+            "title": "OrdersQueueName",
+            "description": "Orders from senders: a Service Bus queue named by the app setting "
+                           "OrdersQueueName. Send with a message id (the order id is a good "
+                           "one); a message that is not a valid order is recorded as rejected "
+                           "with the reason and completed, not retried.",
+            "servers": [{"$ref": "#/servers/serviceBus"}],
+            "messages": {"order": {"$ref": "#/components/messages/order"}},
+        },
+        "schedulerCommands": _storage_queue(
+            "SchedulerQueueName", "schedulerCommand",
+            "Start or compensate an order: sent by intake, the Supervisor and the operator."),
+        "agentResponses": _storage_queue(
+            "AgentResponsesQueueName", "agentReply",
+            "Agents' replies to the Scheduler, one per request that got an answer in time."),
+        "statusUpdates": {
+            "address": "{replyTo}",
+            "title": "Status updates",
+            "description": "What happened to an order, sent to the Storage queue its sender "
+                           "named in reply_to (one of ReplyQueueAllowList). Each update may "
+                           "arrive more than once: drop a copy whose event_id you have seen.",
+            "parameters": {"replyTo": {"description": "The order's reply_to."}},
+            "servers": [{"$ref": "#/servers/storageQueues"}],
+            "messages": {"statusUpdate": {"$ref": "#/components/messages/statusUpdate"}},
+        },
+    }
+    operations: dict[str, Any] = {
+        "receiveOrder": _operation("receive", "orders", "order",
+                                   "Intake validates and stores each order."),
+        "sendSchedulerCommand": _operation("send", "schedulerCommands", "schedulerCommand",
+                                           "Hand an order to a Scheduler."),
+        "receiveSchedulerCommand": _operation("receive", "schedulerCommands",
+                                              "schedulerCommand", "A Scheduler claims it."),
+        "sendAgentReply": _operation("send", "agentResponses", "agentReply",
+                                     "An Agent answers, before the step's complete-by time."),
+        "receiveAgentReply": _operation("receive", "agentResponses", "agentReply",
+                                        "The Scheduler records the outcome and moves on."),
+        "sendStatusUpdate": _operation("send", "statusUpdates", "statusUpdate",
+                                       "Tell the order's sender what happened."),
+    }
+    for agent in agents:
+        cid = f"{agent}Requests"
+        channels[cid] = _storage_queue(
+            f"{agent.capitalize()}RequestsQueueName", "agentRequest",
+            f"Work for the {agent} Agent (a step to do, or to undo under its recorded key).")
+        operations[f"send{agent.capitalize()}Request"] = _operation(
+            "send", cid, "agentRequest", f"The Scheduler hands a step to the {agent} Agent.")
+        operations[f"receive{agent.capitalize()}Request"] = _operation(
+            "receive", cid, "agentRequest", f"The {agent} Agent calls its service.")
+    return {
+        "asyncapi": "3.0.0",
+        "info": {
+            "title": "Order pipeline messages",
+            "version": VERSION,
+            "description": "Every queue the order pipeline reads or writes. Each message "
+                           "carries schema_version; readers of the internal queues ignore "
+                           "fields they do not know, so a newer sender can add one.",
+        },
+        "defaultContentType": "application/json",
+        "servers": {
+            "serviceBus": {"host": "{namespace}.servicebus.windows.net", "protocol": "amqp",
+                           "description": "The orders namespace (Standard tier or above).",
+                           "variables": {"namespace": {"description": "Its name."}}},
+            "storageQueues": {"host": "{account}.queue.core.windows.net", "protocol": "https",
+                              "description": "The app's storage account (AzureWebJobsStorage).",
+                              "variables": {"account": {"description": "Its name."}}},
+        },
+        "channels": channels,
+        "operations": operations,
+        "components": {
+            "messages": {
+                "order": _message(Order, "Order", "An order to process."),
+                "schedulerCommand": _message(SchedulerCommand, "Scheduler command",
+                                             "Start or compensate an order."),
+                "agentRequest": _message(AgentRequest, "Agent request",
+                                         "Do or undo one step, by a complete-by time."),
+                "agentReply": _message(AgentReply, "Agent reply", "How a step attempt ended."),
+                "statusUpdate": _message(StatusUpdate, "Status update",
+                                         "An event in an order's life."),
+            },
+            "schemas": defs["$defs"],
+        },
+    }

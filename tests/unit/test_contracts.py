@@ -1,0 +1,163 @@
+"""The published contracts (schemas/) are what the code does: generated from its models, valid
+documents of their kind, and the order schema accepts and refuses what intake does."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import schemathesis
+import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from jsonschema import Draft7Validator, Draft202012Validator
+from schemathesis import GenerationMode
+
+from shared.contracts.__main__ import SCHEMAS, main, rendered
+from shared.contracts.messages import asyncapi_document, order_schema
+from shared.contracts.openapi import openapi_document
+from shared.domain.order import InvalidOrder, parse_order
+from tests.conftest import ROOT
+
+ASYNCAPI_SPEC = ROOT / "node_modules/@asyncapi/specs/schemas/3.0.0-without-$id.json"
+ORDER = Draft202012Validator(order_schema())
+
+
+def test_the_files_are_what_the_code_generates() -> None:
+    for path, text in rendered().items():
+        assert path.read_text() == text, f"{path.name} is stale: run python -m shared.contracts"
+    assert main(["--check"]) == 0
+
+
+def test_a_changed_model_is_caught(monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import shared.contracts.__main__ as gen
+
+    monkeypatch.setattr(gen, "order_schema", lambda: {**order_schema(), "title": "Changed"})
+    assert main(["--check"]) == 1
+    assert "order.schema.json is out of date" in capsys.readouterr().err
+
+
+def test_the_order_schema_is_a_valid_json_schema() -> None:
+    Draft202012Validator.check_schema(order_schema())
+    assert json.loads((SCHEMAS / "order.schema.json").read_text())["additionalProperties"] is False
+
+
+def _order_bodies(mode: GenerationMode) -> Any:
+    """Bodies generated from the order schema by schemathesis (valid, or each violating it)."""
+    schema = order_schema()
+    defs = schema.pop("$defs")
+    as_openapi = json.loads(json.dumps({
+        "openapi": "3.1.0", "info": {"title": "orders", "version": "1"},
+        "paths": {"/orders": {"post": {
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": {k: v for k, v in schema.items() if k not in ("$schema", "$id")}}}},
+            "responses": {"200": {"description": "taken"}}}}},
+        "components": {"schemas": defs},
+    }).replace("#/$defs/", "#/components/schemas/"))
+    op = schemathesis.openapi.from_dict(as_openapi)["/orders"]["POST"]
+    return op.as_strategy(generation_mode=mode).map(lambda case: case.body)
+
+
+@settings(max_examples=300, suppress_health_check=list(HealthCheck), deadline=None)
+@given(_order_bodies(GenerationMode.POSITIVE))
+def test_every_order_the_schema_allows_is_accepted(doc: Any) -> None:
+    assert ORDER.is_valid(doc)
+    parse_order(json.dumps(doc))
+
+
+@settings(max_examples=300, suppress_health_check=list(HealthCheck), deadline=None)
+@given(_order_bodies(GenerationMode.NEGATIVE))
+def test_every_order_the_schema_refuses_is_refused(doc: Any) -> None:
+    assume(not isinstance(doc, bytes | bytearray))  # a body that is not JSON at all
+    assume(not ORDER.is_valid(doc))
+    with pytest.raises(InvalidOrder):
+        parse_order(json.dumps(doc))
+
+
+def _order(**changes: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {"order_id": "o-1", "customer_id": "c-1",
+                           "items": [{"sku": "A", "quantity": 1, "unit_price": "12.50"}]}
+    for k, v in changes.items():
+        if k.startswith("item_"):
+            doc["items"] = [{**doc["items"][0], k[5:]: v}]
+        else:
+            doc[k] = v
+    return {k: v for k, v in doc.items() if v is not ...}
+
+
+@pytest.mark.parametrize("doc", [
+    _order(extra_field="x"),
+    _order(schema_version=2),
+    _order(order_id="has/slash"),
+    _order(order_id="-leading"),
+    _order(customer_id=""),
+    _order(customer_id=...),
+    _order(items=[]),
+    _order(item_quantity=0),
+    _order(item_quantity=10_001),
+    _order(item_unit_price="1e2"),
+    _order(item_unit_price=" 5"),
+    _order(item_unit_price="1.234"),
+    _order(item_unit_price=-1),
+    _order(item_unit_price=12.5),
+    _order(item_unit_price="-1.00"),
+    _order(item_colour="red"),
+    _order(reply_to="Order-Status"),
+    _order(reply_to="order--status"),
+    _order(reply_to="ab"),
+])
+def test_what_the_schema_refuses_intake_refuses(doc: dict[str, Any]) -> None:
+    assert not ORDER.is_valid(doc), doc
+    with pytest.raises(InvalidOrder):
+        parse_order(json.dumps(doc))
+
+
+@pytest.mark.parametrize("doc", [
+    _order(), _order(schema_version=1), _order(item_unit_price="9999999999.99"),
+    _order(item_unit_price="0"), _order(reply_to="order-status-7"), _order(reply_to=None),
+])
+def test_what_the_schema_allows_intake_accepts(doc: dict[str, Any]) -> None:
+    assert ORDER.is_valid(doc)
+    parse_order(json.dumps(doc))
+
+
+def _asyncapi_validator() -> Draft7Validator:
+    assert ASYNCAPI_SPEC.exists(), "`make install` installs @asyncapi/specs (package.json)"
+    return Draft7Validator(json.loads(ASYNCAPI_SPEC.read_text()))
+
+
+def test_the_asyncapi_document_is_valid_asyncapi_3() -> None:
+    doc = yaml.safe_load((SCHEMAS / "asyncapi.yaml").read_text())
+    assert doc == json.loads(json.dumps(asyncapi_document()))
+    errors = list(_asyncapi_validator().iter_errors(doc))
+    assert errors == [], [e.message for e in errors[:5]]
+
+
+@pytest.mark.parametrize("break_it", [
+    lambda d: d["operations"]["receiveOrder"].update(action="publish"),
+    lambda d: d["channels"]["orders"].update(address=7),
+    lambda d: d.update(asyncapi="3.0"),
+    lambda d: d["channels"]["orders"].update(sender="me"),
+])
+def test_the_asyncapi_check_catches_a_broken_document(break_it: Any) -> None:
+    doc = json.loads(json.dumps(asyncapi_document()))
+    break_it(doc)
+    assert not _asyncapi_validator().is_valid(doc)
+
+
+def test_the_asyncapi_document_names_every_queue_the_app_binds() -> None:
+    import function_app
+    from localrun.index import functions_of
+
+    bound = {b.get("queueName") for f in functions_of(function_app.app) for b in f.bindings
+             if b.get("queueName")}
+    addresses = {c["address"] for c in asyncapi_document()["channels"].values()}
+    assert bound <= addresses and "{replyTo}" in addresses
+
+
+def test_the_openapi_document_is_valid_json_schema_where_it_holds_schemas() -> None:
+    for name, schema in openapi_document()["components"]["schemas"].items():
+        Draft202012Validator.check_schema(schema)
+        assert name in json.dumps(openapi_document()["paths"]) or name in json.dumps(
+            openapi_document()["components"]["schemas"])
