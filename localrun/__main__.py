@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     host.add_argument("--lock-seconds", type=float, default=60.0,
                       help="the Service Bus stand-in's message lock, renewed the same way "
                            "(default 60, the orders queue's lockDuration)")
+    host.add_argument("--record-messages", type=Path, default=None, metavar="FILE",
+                      help="append every message delivered to a function to FILE as JSON "
+                           "lines (queue, function, body): for contract tests and debugging")
     args = parser.parse_args(argv)
 
     logging.basicConfig(level=os.environ.get("LOCALRUN_LOG_LEVEL", "WARNING"),
@@ -73,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             function_app.app, settings=dict(os.environ),
             storage_connection=settings.effective_storage_connection or "",
             host_json=ROOT / "host.json", http_port=args.port, poll_interval=args.poll_interval,
-            lease_seconds=args.lease_seconds, lock_seconds=args.lock_seconds)
+            lease_seconds=args.lease_seconds, lock_seconds=args.lock_seconds,
+            record_messages=args.record_messages)
     except (SettingsError, HostConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -198,14 +198,33 @@ class _Out(func.Out):  # type: ignore[type-arg]
         return self._value
 
 
+class _MessageLog:
+    """Appends {"queue", "function", "body"} lines; one write per line, so lines stay whole
+    between threads (a killed process may leave its last line cut short)."""
+
+    def __init__(self, path: Path) -> None:
+        self._file = path.open("a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def write(self, queue: str, function: str, body: bytes) -> None:
+        line = json.dumps({"queue": queue, "function": function,
+                           "body": body.decode("utf-8", errors="replace")})
+        with self._lock:
+            self._file.write(line + "\n")
+            self._file.flush()
+
+
 class LocalFunctionHost:
     def __init__(self, app: func.FunctionApp, *, settings: Mapping[str, str],
                  storage_connection: str, host_json: Path | Mapping[str, Any],
                  http_port: int | None = None, poll_interval: float | None = None,
                  lease_seconds: float = 600.0, lock_seconds: float = 60.0,
                  max_delivery_count: int = 10, only: set[str] | None = None,
-                 queue_options: Mapping[str, Any] | None = None) -> None:
+                 queue_options: Mapping[str, Any] | None = None,
+                 record_messages: Path | None = None) -> None:
         self._settings = settings
+        # Every message delivered to a function, as a JSON line (the contract tests read it).
+        self._record = _MessageLog(record_messages) if record_messages else None
         host = (json.loads(Path(host_json).read_text()) if isinstance(host_json, Path)
                 else dict(host_json))
         self.queue_options = QueueOptions.from_host_json(host)
@@ -452,6 +471,8 @@ class LocalFunctionHost:
             try:
                 if body is None:
                     raise ValueError("message is not valid base64 (host messageEncoding)")
+                if self._record:
+                    self._record.write(queue.queue_name, f.name, body)
                 self.run(f, triggers.queue_message(
                     f.name, body=body, id=m.id, dequeue_count=m.dequeue_count,
                     inserted_on=m.inserted_on, expires_on=m.expires_on,
@@ -485,6 +506,8 @@ class LocalFunctionHost:
             held = self._hold(queue, m, self._lock, renew_for=opts.max_auto_lock_renewal)
             try:
                 env = ServiceBusEnvelope.parse(m.content)
+                if self._record:
+                    self._record.write(channel.orders_queue, f.name, env.body)
                 self.run(f, triggers.service_bus_message(
                     f.name, body=env.body, message_id=env.message_id,
                     content_type=env.content_type,

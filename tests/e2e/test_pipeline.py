@@ -11,6 +11,7 @@ E2E_ORDERS sets the number of orders (``make soak`` runs 1000).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import random
@@ -73,7 +74,8 @@ class Host:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "localrun", "host", "--port", str(self.port),
              "--poll-interval", "0.2", "--settings", "/nonexistent",
-             "--lease-seconds", str(LEASE_SECONDS), "--lock-seconds", str(LEASE_SECONDS)],
+             "--lease-seconds", str(LEASE_SECONDS), "--lock-seconds", str(LEASE_SECONDS),
+             "--record-messages", str(self.log_dir / f"{run}.messages.jsonl")],
             cwd=ROOT, env={**os.environ, **self.env, **urls, "SchedulerInstanceId": self.name,
                            "LOCALRUN_LOG_LEVEL": "WARNING"},
             stdout=self.out.open("w"), stderr=self.log.open("w"))
@@ -164,6 +166,25 @@ def is_settled(s: dict[str, Any]) -> bool:
         s["ProcessState"] == "Error" and s.get("Compensation") in ("Done", "Failed"))
 
 
+def check_messages_against_the_contract(env: dict[str, str], log_dir: Path,
+                                        replies: Any) -> None:
+    """Every message the hosts were handed, and every status update sent, is a message of its
+    channel in schemas/asyncapi.yaml."""
+    from tests.contracts import channel_of_queue, problems, recorded
+
+    channels = channel_of_queue(env)
+    messages = [(channels[m["queue"]], m["body"])
+                for m in recorded(sorted(log_dir.glob("*.messages.jsonl")))]
+    while batch := list(replies.receive_messages(max_messages=32)):
+        for m in batch:
+            messages.append(("statusUpdates", base64.b64decode(m.content).decode()))
+            replies.delete_message(m)
+    wrong = [(cid, body, p) for cid, body in messages if (p := problems(cid, body))]
+    assert not wrong, wrong[:5]
+    seen = Counter(cid for cid, _ in messages)
+    assert set(seen) == set(channels.values()) | {"statusUpdates"}, seen  # none left unchecked
+
+
 @pytest.mark.timeout(900)
 def test_orders_with_faults_all_end_in_a_known_state(env: dict[str, str],
                                                      tmp_path: Path) -> None:
@@ -180,11 +201,16 @@ def test_orders_with_faults_all_end_in_a_known_state(env: dict[str, str],
         channel.ensure()
         ids = [f"e2e-{i:04d}" for i in range(ORDERS)]
         duplicates = set(rng.sample(ids, 20))
+        # Some senders listen for status updates (checked against the contract at the end).
+        replies = qs.get_queue_client(env["ReplyQueueAllowList"].rstrip("*") + "-e2e")
+        replies.create_queue()
+        listening = set(rng.sample(ids, 20))
         killer.start()
         for oid in ids:
             body = json.dumps(order(oid, items=[
                 {"sku": f"SKU-{rng.randint(1, 50)}", "quantity": rng.randint(1, 3),
-                 "unit_price": "12.50"}]))
+                 "unit_price": "12.50"}], **(
+                {"reply_to": replies.queue_name} if oid in listening else {})))
             channel.send(body, message_id=oid)
             if oid in duplicates:
                 channel.send(body, message_id=oid)  # delivered twice, as Service Bus may
@@ -259,6 +285,7 @@ def test_orders_with_faults_all_end_in_a_known_state(env: dict[str, str],
         assert inv.get("supervisor", 0) > 0, st
         assert st.get("dead_lettered") == 0, st
     assert len(effects) >= 3 * len(processed)  # each processed order's work, once per step
+    check_messages_against_the_contract(env, tmp_path, replies)
     print(json.dumps({"orders": len(expected), "processed": len(processed), "failed": len(failed),
                       "host_kills": killer.kills, "failure_counts": Counter(
                           s["FailureCount"] for s in states.values()),

@@ -161,3 +161,21 @@ def test_the_openapi_document_is_valid_json_schema_where_it_holds_schemas() -> N
         Draft202012Validator.check_schema(schema)
         assert name in json.dumps(openapi_document()["paths"]) or name in json.dumps(
             openapi_document()["components"]["schemas"])
+
+
+def test_the_message_check_reads_the_published_file() -> None:
+    from datetime import UTC, datetime
+
+    from shared.domain.messages import Action, AgentReply, ReplyOutcome, StatusUpdate
+    from tests.contracts import problems
+
+    good = AgentReply(order_id="o-1", step="charge_payment", action=Action.DO, attempt=1,
+                      outcome=ReplyOutcome.OK).to_json()
+    assert problems("agentResponses", good) == []
+    bad = json.loads(good)
+    del bad["outcome"]
+    assert problems("agentResponses", json.dumps(bad)) == ["body: 'outcome' is a required property"]
+    assert problems("agentResponses", "{oops")[0].startswith("not JSON")
+    status = StatusUpdate(order_id="o-1", event="completed", at=datetime.now(UTC)).to_json()
+    assert problems("statusUpdates", status) == []
+    assert problems("statusUpdates", status.replace("completed", "finished")) != []
