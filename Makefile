@@ -56,8 +56,9 @@ test: install lint
 	$(PY) -m pytest
 
 # The whole pipeline on this machine with faults: Azurite, the function app, live progress.
+# SERVE=1 keeps the app and its operator console up after the run, until Ctrl-C.
 demo: install
-	$(PY) -m localrun demo --orders $(ORDERS) --port $(PORT)
+	$(PY) -m localrun demo --orders $(ORDERS) --port $(PORT) $(if $(SERVE),--serve)
 
 # Transactions per order, throughput, latency, Supervisor cost, recovery: bench-report/.
 bench: install

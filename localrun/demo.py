@@ -9,6 +9,7 @@ Ctrl-C too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ import shutil
 import signal
 import socket
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -104,7 +106,7 @@ def _progress_table(snap: Snapshot, elapsed: float) -> Table:
 
 
 def run_demo(orders: int, port: int, timeout: float, console: Console,
-             data: Path = DATA) -> int:
+             data: Path = DATA, serve: bool = False) -> int:
     from localrun.azurite import Azurite
 
     log_file = data.parent / "demo.log"
@@ -161,6 +163,10 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
         console.print(f"function app running: http://localhost:{port}/api "
                       f"({len(host.functions)} functions); operator routes take the header "
                       f"x-functions-key: {host.keys.master}")
+        console_url = f"http://localhost:{port}/api/console?code={host.keys.function}"
+        # soft_wrap: a URL cut across two lines cannot be clicked or copied.
+        console.print(f"operator console: {console_url} (resubmit asks for the master key)",
+                      soft_wrap=True)
         sender = LocalSender(QueueServiceClient.from_connection_string(az.connection_string),
                              settings.orders_queue)
         ids = sender.send((o["order_id"], json.dumps(o).encode())
@@ -193,13 +199,19 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
                         f"{k} {v}" for k, v in sorted(snap.by_state().items()) if v))
         elapsed = time.monotonic() - started
         usage = meter.snapshot()
-        stopping = True
         _summary(console, snap, elapsed, usage, orders)
+        result = 0
         if len(snap.settled) < orders:
             console.print(f"[red]{orders - len(snap.settled)} orders not settled after "
                           f"{timeout:.0f}s[/]")
-            return 1
-        return 0
+            result = 1
+        if serve:
+            console.print(f"still serving the operator console: {console_url} "
+                          "(Ctrl-C stops everything)", soft_wrap=True)
+            with contextlib.suppress(KeyboardInterrupt):  # the way out we offered
+                threading.Event().wait()
+        stopping = True
+        return result
     except KeyboardInterrupt:
         console.print("interrupted: stopping everything ...")
         return 130
@@ -258,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=7071)
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--data", type=Path, default=DATA, help="Azurite data folder (wiped first)")
+    p.add_argument("--serve", action="store_true",
+                   help="after the run, keep the app (and its console) up until Ctrl-C")
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     return run_demo(args.orders, args.port, args.timeout, Console(highlight=False),
-                    args.data.resolve())
+                    args.data.resolve(), args.serve)

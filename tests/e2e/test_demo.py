@@ -10,14 +10,16 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
+
 from localrun.azurite import free_port
 from tests.conftest import ROOT, wait_until
 
 
-def demo(data: Path, orders: int) -> subprocess.Popen[str]:
+def demo(data: Path, orders: int, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "localrun", "demo", "--orders", str(orders), "--port",
-         str(free_port()), "--data", str(data), "--timeout", "300"],
+         str(free_port()), "--data", str(data), "--timeout", "300", *extra],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={k: v for k, v in os.environ.items() if not k.startswith("AzureWebJobs")})
 
@@ -65,4 +67,29 @@ def test_ctrl_c_stops_everything(tmp_path: Path) -> None:
     out, _ = p.communicate(timeout=120)
     assert p.returncode == 130, out[-2000:]
     assert "interrupted" in out
+    wait_until(lambda: servers_on(data) == [], timeout=10, message="Azurite to stop")
+
+
+def test_serve_keeps_the_console_up_until_ctrl_c(tmp_path: Path) -> None:
+    data = tmp_path / "azurite"
+    p = demo(data, 5, "--serve")
+    assert p.stdout is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        line = p.stdout.readline()
+        seen.append(line)
+        if line.startswith("still serving"):
+            break
+    text = "".join(seen)
+    m = re.search(r"still serving the operator console: (\S+)", text)
+    assert m, text[-3000:]
+    page = httpx.get(m.group(1), timeout=10)
+    assert page.status_code == 200 and "<title>Orders" in page.text
+    overview = httpx.get(m.group(1).replace("/console?", "/overview?"), timeout=10).json()
+    assert sum(overview["ByState"].values()) == 5
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0, out[-2000:]
+    assert "stopped the function app and Azurite" in out
     wait_until(lambda: servers_on(data) == [], timeout=10, message="Azurite to stop")
