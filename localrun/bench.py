@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from localrun.appsettings import isolated_names, local_app_settings
+from localrun.metering import NOT_THE_APPS, per_order_counts
 from shared.adapters.state_store import state_from_entity
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -462,38 +463,9 @@ def _order(order_id: str) -> dict[str, Any]:
             "items": [{"sku": "SKU-TEA", "quantity": 1, "unit_price": "4.50"}]}
 
 
-APP_FUNCTIONS_EXCLUDED = {"simulated_service"}  # the remote services' own storage: not our bill
-
-
 def per_order(run: Run) -> dict[str, Any]:
-    n = run.orders
-    totals: dict[str, int] = {}
-    for fn, ops in run.per_function.items():
-        if fn in APP_FUNCTIONS_EXCLUDED:
-            continue
-        for op, count in ops.items():
-            totals[op] = totals.get(op, 0) + count
-    sched = {**run.per_function.get("scheduler_commands", {}),
-             **{k: v + run.per_function.get("scheduler_commands", {}).get(k, 0)
-                for k, v in run.per_function.get("scheduler_replies", {}).items()}}
-    sup = run.per_function.get("supervisor", {})
-    reads = ("table.read", "table.query")
-    writes = [k for k in totals if k.startswith("table.") and k not in reads]
     return {
-        "orders": n,
-        "table_writes": sum(totals[k] for k in writes) / n,
-        "table_reads": sum(totals.get(k, 0) for k in reads) / n,
-        "scheduler_table_reads": sum(sched.get(k, 0) for k in reads) / n,
-        "supervisor_table_reads": sum(sup.get(k, 0) for k in reads) / n,
-        # Its tick log is written once per tick whatever the orders: time, not orders, drive it.
-        "supervisor_table_writes": sum(v for k, v in sup.items()
-                                       if k.startswith("table.") and k not in reads) / n,
-        "queue_sends": totals.get("queue.send", 0) / n,
-        "queue_receives": totals.get("queue.receive", 0) / n,
-        "queue_empty_polls": totals.get("queue.receive.empty", 0) / n,
-        "queue_deletes": totals.get("queue.delete", 0) / n,
-        "queue_updates": totals.get("queue.update", 0) / n,
-        "write_breakdown": {k: totals[k] / n for k in sorted(writes)},
+        **per_order_counts(run.orders, run.per_function),
         "failed_orders": sum(s["ProcessState"] == "Error" for s in run.states),
         **log_volume(run),
     }
@@ -507,7 +479,7 @@ def log_volume(run: Run) -> dict[str, Any]:
     if run.logs is None:
         return {}
     n = run.orders
-    invocations = sum(v for k, v in run.invocations.items() if k not in APP_FUNCTIONS_EXCLUDED)
+    invocations = sum(v for k, v in run.invocations.items() if k not in NOT_THE_APPS)
     return {"log_records": run.logs.records / n, "log_bytes": run.logs.bytes / n,
             "log_records_by_logger": {k: v / n for k, v in sorted(run.logs.by_logger.items())},
             "invocations": invocations / n,

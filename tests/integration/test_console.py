@@ -136,6 +136,16 @@ def test_the_overview_refreshes_by_itself(page: Page) -> None:
     expect(page.get_by_test_id("by-state-Pending")).to_contain_text("2", timeout=15_000)
 
 
+def resubmit(page: Page, reason: str, key: str, force: bool = False) -> None:
+    """Fill in the order page's resubmit form and send it."""
+    form = page.get_by_test_id("resubmit")
+    form.locator("textarea[name=reason]").fill(reason)
+    form.locator("input[name=adminKey]").fill(key)
+    if force:
+        form.locator("input[name=force]").check()
+    form.get_by_role("button", name="Resubmit").click()
+
+
 def test_resubmit_from_the_order_page(page: Page, h: RunningHost) -> None:
     page.get_by_test_id("failed").get_by_role("link", name="f-1").click()
     expect(page.get_by_test_id("order")).to_contain_text("f-1")
@@ -143,17 +153,11 @@ def test_resubmit_from_the_order_page(page: Page, h: RunningHost) -> None:
     expect(page.get_by_test_id("steps").locator('tr[data-step="charge_payment"]')).to_contain_text(
         "compensated")
     expect(page.locator('dd[data-field="last error"]')).to_contain_text("card declined")
-    form = page.get_by_test_id("resubmit")
-    form.locator("textarea[name=reason]").fill("card limit raised")
-    form.locator("input[name=adminKey]").fill("fn-key")  # not the master key
-    form.get_by_role("button", name="Resubmit").click()
+    resubmit(page, "card limit raised", "fn-key")  # not the master key
     expect(page.get_by_test_id("resubmit-result")).to_contain_text("master key was refused")
     assert h.container.store.get_state("f-1").process_state is ProcessState.ERROR
 
-    form = page.get_by_test_id("resubmit")
-    form.locator("textarea[name=reason]").fill("card limit raised")
-    form.locator("input[name=adminKey]").fill("master-key")
-    form.get_by_role("button", name="Resubmit").click()
+    resubmit(page, "card limit raised", "master-key")
     expect(page.get_by_test_id("resubmit-result")).to_contain_text("Resubmitted: now Pending")
     state = h.container.store.get_state("f-1")
     assert (state.process_state, state.generation) == (ProcessState.PENDING, 1)
@@ -163,17 +167,10 @@ def test_resubmit_from_the_order_page(page: Page, h: RunningHost) -> None:
 
 def test_a_failed_compensation_needs_the_force_confirmation(page: Page, h: RunningHost) -> None:
     page.get_by_test_id("compensation-failed").get_by_role("link", name="f-2").click()
-    form = page.get_by_test_id("resubmit")
-    form.locator("textarea[name=reason]").fill("refunded by hand")
-    form.locator("input[name=adminKey]").fill("master-key")
-    form.get_by_role("button", name="Resubmit").click()
+    resubmit(page, "refunded by hand", "master-key")
     expect(page.get_by_test_id("resubmit-result")).to_contain_text("force")
     assert h.container.store.get_state("f-2").process_state is ProcessState.ERROR
 
-    form = page.get_by_test_id("resubmit")
-    form.locator("textarea[name=reason]").fill("refunded by hand")
-    form.locator("input[name=adminKey]").fill("master-key")
-    form.locator("input[name=force]").check()
-    form.get_by_role("button", name="Resubmit").click()
+    resubmit(page, "refunded by hand", "master-key", force=True)
     expect(page.get_by_test_id("resubmit-result")).to_contain_text("Resubmitted")
     assert h.container.store.get_state("f-2").history[-1]["forced"] is True

@@ -63,6 +63,7 @@ def test_schemathesis_finds_no_5xx_and_no_answer_off_the_document(h: RunningHost
          "--exclude-checks", "unsupported_method",
          "--max-examples", "40", "--seed", "20261122", "--workers", "4",
          "--request-timeout", "10", "--report-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=400)
+        # Its working files (.schemathesis/) go to the test's folder, not the project's.
+        cwd=tmp_path, capture_output=True, text=True, timeout=400)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
     assert "No issues found" in run.stdout or "passed" in run.stdout, run.stdout[-2000:]
