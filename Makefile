@@ -40,12 +40,12 @@ $(ARMSCHEMAS_STAMP): requirements-armschemas.txt $(STAMP)
 
 # The console's browser tests drive Debian's Chromium (Playwright's own browser download is not
 # used: it needs a host this machine may not reach).
-CHROMIUM ?= /usr/bin/chromium
+CHROMIUM ?= $(or $(CHROMIUM_PATH),/usr/bin/chromium)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 $(CHROMIUM):
 	@command -v apt-get >/dev/null || { echo "install Chromium and set CHROMIUM_PATH"; exit 1; }
 	$(SUDO) apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 
 install: $(STAMP) $(CHECKOV_STAMP) $(ARMSCHEMAS_STAMP) node_modules/.package-lock.json $(CHROMIUM)
 
