@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import azure.functions as func
+from opentelemetry.trace import SpanKind
 
-from shared import bootstrap
+from shared import bootstrap, tracing
 from shared.adapters.state_store import CorruptRecord
 from shared.contracts.openapi import openapi_document
 from shared.handlers.operator import OrderNotFound, ResubmitRefused, ResubmitRequest
@@ -31,14 +32,24 @@ for _sdk in ("azure", "httpx", "httpcore"):
 
 
 def check_settings() -> None:
-    """Fail at start-up, naming the setting, rather than on the first message."""
+    """Fail at start-up, naming the setting, rather than on the first message; and set up
+    tracing from the standard OpenTelemetry variables (nothing when none is set)."""
     load_settings()
+    tracing.configure()
 
 
 def intake(msg: func.ServiceBusMessage) -> None:
     sent = msg.enqueued_time_utc  # naive UTC, as the worker gives it
-    bootstrap.container().intake.handle(msg.message_id, msg.get_body(), msg.delivery_count or 1,
-                                        sent.replace(tzinfo=UTC) if sent else None)
+    props = msg.application_properties or {}
+    bootstrap.container().intake.handle(
+        msg.message_id, msg.get_body(), msg.delivery_count or 1,
+        sent.replace(tzinfo=UTC) if sent else None,
+        # The sender's trace context: ours, or the one the Service Bus SDK sets when traced.
+        _text(props.get(tracing.TRACEPARENT) or props.get("Diagnostic-Id")))
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _redelivered(msg: func.QueueMessage) -> bool:
@@ -150,8 +161,12 @@ def simulated_service(req: func.HttpRequest) -> func.HttpResponse:
     except ValueError:
         return func.HttpResponse('{"error": "body is not JSON"}', status_code=400,
                                  mimetype="application/json")
-    r = c.simulator.handle(
-        req.route_params.get("service", ""), req.route_params.get("operation", ""),
-        req.headers.get("Idempotency-Key"), body if isinstance(body, dict) else {},
-    )
+    service, operation = req.route_params.get("service", ""), req.route_params.get("operation", "")
+    # As a real service would: its work joins the caller's trace.
+    with tracing.span(f"service {service} {operation}", kind=SpanKind.SERVER,
+                      parent=req.headers.get(tracing.TRACEPARENT),
+                      attributes={"order.work_key": req.headers.get("Idempotency-Key")}):
+        r = c.simulator.handle(service, operation, req.headers.get("Idempotency-Key"),
+                               body if isinstance(body, dict) else {})
+        tracing.annotate(**{"http.response.status_code": r.status})
     return func.HttpResponse(json.dumps(r.body), status_code=r.status, mimetype="application/json")

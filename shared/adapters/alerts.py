@@ -39,10 +39,11 @@ class TableAlertSink:
         log.error(
             "OPERATOR_ALERT %s order=%s step=%s: %s", alert.kind.value, alert.order_id,
             alert.step, alert.reason,
-            extra={"custom_dimensions": {
-                "alert": alert.kind.value, "order_id": alert.order_id, "step": alert.step or "",
-                "reason": alert.reason, "alert_key": alert.key,
-            }},
+            # Flat keys: the OpenTelemetry log exporter turns each into a customDimensions
+            # entry (a nested dict would arrive as one string).
+            extra={"alert": alert.kind.value, "order_id": alert.order_id,
+                   "step": alert.step or "", "reason": alert.reason,
+                   "alert_key": alert.key or ""},
         )
         # Raised before (a replay) when the row exists: the operator already has it.
         with contextlib.suppress(ResourceExistsError):

@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx
 
+from shared import tracing
+
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 FUNCTION_KEY_HEADER = "x-functions-key"
 _TRANSIENT_STATUS = {408, 425, 429}
@@ -68,12 +70,13 @@ class RemoteServiceClient:
 
     def call(self, operation: str, idempotency_key: str, body: dict[str, Any],
              timeout: float) -> dict[str, Any]:
+        headers = {**self._headers, IDEMPOTENCY_HEADER: idempotency_key}
+        traceparent = tracing.current_traceparent()
+        if traceparent:  # so that the service can join the order's trace
+            headers[tracing.TRACEPARENT] = traceparent
         try:
-            r = self._http.post(
-                f"{self._base}/{operation}", json=body, timeout=timeout,
-                headers={**self._headers, IDEMPOTENCY_HEADER: idempotency_key},
-                follow_redirects=False,
-            )
+            r = self._http.post(f"{self._base}/{operation}", json=body, timeout=timeout,
+                                headers=headers, follow_redirects=False)
         except httpx.TransportError as e:  # timeouts, refused connections, resets
             raise TransientServiceError(f"{operation}: {type(e).__name__}: {e}") from e
         status = r.status_code

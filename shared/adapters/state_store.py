@@ -131,6 +131,7 @@ def state_to_entity(state: OrderState) -> dict[str, Any]:
         "OutboxSeq": state.outbox_seq,
         "OutboxCause": state.outbox_cause,
         "Rescues": state.rescues,
+        "TraceParent": state.trace,
         "CreatedAt": state.created_at,
         "UpdatedAt": state.updated_at,
     }
@@ -168,6 +169,7 @@ def _state_from_entity(e: Any) -> OrderState:
         outbox_seq=int(e.get("OutboxSeq", 0)),
         outbox_cause=e.get("OutboxCause"),
         rescues=int(e.get("Rescues", 0)),
+        trace=e.get("TraceParent"),
         version=e.metadata["etag"],
     )
 

@@ -10,13 +10,17 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 
 class _Message(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     schema_version: int = 1
+    # The W3C trace context of the order's trace (README, Tracing); absent when not traced.
+    traceparent: str | None = Field(None, description=(
+        "W3C trace context (https://www.w3.org/TR/trace-context/) of the order's trace; a "
+        "reader that cannot parse it starts a new trace, it does not refuse the message."))
 
     def to_json(self) -> str:
         return self.model_dump_json()

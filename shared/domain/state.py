@@ -160,6 +160,8 @@ class OrderState:
     outbox_cause: str | None = None
     # Times the Supervisor had to hand the order on again with no progress in between.
     rescues: int = 0
+    # The order's W3C trace context, recorded at intake: what the Supervisor continues.
+    trace: str | None = None
     # The store's concurrency token (an ETag); opaque to the domain.
     version: str | None = field(default=None, compare=False)
 

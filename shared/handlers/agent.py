@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from opentelemetry.trace import SpanKind
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
+from shared import tracing
 from shared.adapters.queues import MessageSender
 from shared.adapters.remote_service import (
     PermanentServiceError,
@@ -64,6 +66,17 @@ class Agent:
     def handle(self, body: str) -> AgentReply | None:
         """Returns the reply sent, or None when nothing was sent."""
         req = AgentRequest.model_validate_json(body)
+        with tracing.span(f"agent {self.name}", parent=req.traceparent,
+                          attributes=tracing.order_attributes(
+                              req.order_id, req.step, req.attempt,
+                              **{"order.action": req.action.value,
+                                 "order.work_key": req.idempotency_key})):
+            reply = self._handle(req)
+            tracing.outcome("no reply" if reply is None else reply.outcome.value,
+                            reply.error if reply is not None else None)
+            return reply
+
+    def _handle(self, req: AgentRequest) -> AgentReply | None:
         where = f"{req.order_id}/{req.step} {req.action.value} attempt {req.attempt}"
         if self._remaining(req.complete_by) <= 0:
             log.info("agent %s: %s arrived after its complete-by; dropped", self.name, where)
@@ -73,11 +86,13 @@ class Agent:
             result = self._call_with_retries(req)
             reply = AgentReply(order_id=req.order_id, step=req.step, action=req.action,
                                attempt=req.attempt, outcome=ReplyOutcome.OK, result=result,
-                               outbox_seq=req.outbox_seq)
+                               outbox_seq=req.outbox_seq,
+                               traceparent=tracing.current_traceparent() or req.traceparent)
         except PermanentServiceError as e:
             reply = AgentReply(order_id=req.order_id, step=req.step, action=req.action,
                                attempt=req.attempt, outcome=ReplyOutcome.PERMANENT_ERROR,
-                               error=str(e), outbox_seq=req.outbox_seq)
+                               error=str(e), outbox_seq=req.outbox_seq,
+                               traceparent=tracing.current_traceparent() or req.traceparent)
         except (TransientServiceError, CircuitOpen, _Expired) as e:
             log.warning("agent %s: %s gave up, no reply: %s", self.name, where, e)
             return None
@@ -103,14 +118,29 @@ class Agent:
             # Stop when the next wait would end past complete-by: a reply then is worthless.
             return (self._remaining(req.complete_by) - (rs.upcoming_sleep or 0)) <= 0
 
+        calls = 0
+
         def attempt() -> dict[str, Any]:
+            nonlocal calls
             remaining = self._remaining(req.complete_by)
             if remaining <= 0:
                 raise _Expired("complete-by passed")
-            return self._breaker.call(
-                self._client.call, req.operation, req.idempotency_key, body,
-                min(remaining, self._policy.call_timeout),
-            )
+            calls += 1
+            # One span per call attempt, inside the Agent's: its retries are in the trace.
+            with tracing.span(f"{self.name} {req.operation}", kind=SpanKind.CLIENT,
+                              parent=tracing.current_traceparent(),
+                              attributes={"http.request.resend_count": calls - 1,
+                                          "order.call_attempt": calls}):
+                try:
+                    result = self._breaker.call(
+                        self._client.call, req.operation, req.idempotency_key, body,
+                        min(remaining, self._policy.call_timeout),
+                    )
+                except Exception as e:
+                    tracing.outcome(type(e).__name__, str(e))
+                    raise
+                tracing.outcome("ok")
+                return result
 
         backoff = wait_exponential_jitter(multiplier=self._policy.base_delay,
                                           max=self._policy.max_delay,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
+from shared import tracing
 from shared.adapters.alerts import AlertSink
 from shared.adapters.rejections import CONFLICT, INVALID, Rejection, RejectionStore
 from shared.adapters.state_store import OrderAlreadyExists, OrderStore
@@ -48,11 +49,22 @@ class IntakeHandler:
         self._clock = clock
 
     def handle(self, message_id: str, body: bytes, delivery_count: int = 1,
-               sent_at: datetime | None = None) -> IntakeResult:
+               sent_at: datetime | None = None, traceparent: str | None = None) -> IntakeResult:
         """Raises only for faults worth a redelivery (storage down); bad input is recorded.
 
         ``sent_at`` is when the message was enqueued: it orders the rejected list.
+        ``traceparent``: the sender's trace context, which the order's trace continues.
         """
+        with tracing.span("intake", parent=traceparent, attributes={
+                "messaging.message.id": message_id,
+                "messaging.message.delivery_count": delivery_count}):
+            result = self._handle(message_id, body, delivery_count, sent_at)
+            tracing.annotate(**tracing.order_attributes(result.order_id))
+            tracing.outcome(result.outcome.value)
+            return result
+
+    def _handle(self, message_id: str, body: bytes, delivery_count: int,
+                sent_at: datetime | None) -> IntakeResult:
         now = self._clock()
         try:
             order = parse_order(body)
@@ -66,6 +78,7 @@ class IntakeHandler:
             return IntakeResult(IntakeOutcome.INVALID, None, reason)
 
         state = receive(order.order_id, self._workflow, now, order.reply_to)
+        state.trace = tracing.current_traceparent()  # what the order's later work continues
         # Index first: an order the Supervisor can see is never lost, whatever happens next.
         indexed_now = self._store.track(order.order_id, state.generation, now)
         try:

@@ -12,8 +12,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from azure.data.tables import TableClient
+from opentelemetry.trace import SpanKind
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from shared import tracing
 from shared.adapters.paging import decode_token, encode_token
 from shared.adapters.rejections import REJECTED_PARTITION
 from shared.adapters.state_store import ConcurrencyConflict, OrderStore
@@ -150,6 +152,14 @@ class Operator:
         state = self._store.get_state(order_id)
         if state is None:
             raise OrderNotFound(order_id)
+        with tracing.span("operator resubmit", parent=state.trace, kind=SpanKind.INTERNAL,
+                          attributes=tracing.order_attributes(
+                              order_id, generation=state.generation + 1,
+                              **{"order.forced": force})):
+            return self._resubmit(state, reason, force)
+
+    def _resubmit(self, state: OrderState, reason: str, force: bool) -> dict[str, Any]:
+        order_id = state.order_id
         try:
             t = resubmit(state, self._clock(), self._pending_grace, reason, force)
         except IllegalTransition as e:

@@ -18,6 +18,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from shared import tracing
 from shared.adapters.alerts import AlertSink
 from shared.adapters.queues import MessageSender, QueueNotFound
 from shared.adapters.state_store import ConcurrencyConflict, OrderStore
@@ -62,20 +63,35 @@ class EffectRelay:
 
     def carry_out(self, state: OrderState, order: dict[str, Any] | None = None) -> OrderState:
         """Carry out the record's outbox; returns the record as it now stands in the store."""
+        # Every message continues the order's trace: from the span at work, or else (nothing
+        # traced here) from the context the order recorded at intake.
+        traceparent = tracing.current_traceparent() or state.trace
+        # The transition this outbox follows, as an event of the span that made it.
+        step = state.current_step
+        tracing.event("order.transition", cause=state.outbox_cause,
+                      state=state.process_state.value,
+                      compensation=state.compensation.value if state.compensation else None,
+                      step=step.name if step else None,
+                      step_status=step.status.value if step else None,
+                      failures=state.failure_count)
         for effect in state.outbox:
             if isinstance(effect, RaiseAlert):
+                tracing.event("alert", kind=effect.alert.value, step=effect.step,
+                              reason=effect.reason)
                 self._alerts.raise_alert(OperatorAlert(
                     effect.alert, state.order_id, effect.reason, effect.at, effect.step,
                     effect.key))
             elif isinstance(effect, SendStatus):
-                self._status(state, effect)
+                tracing.event(f"order.{effect.event}", step=effect.step, detail=effect.detail)
+                self._status(state, effect, traceparent)
             elif isinstance(effect, SendCommand):
                 cmd = SchedulerCommand(kind=effect.command, order_id=state.order_id,
-                                       reason=effect.reason, outbox_seq=state.outbox_seq)
+                                       reason=effect.reason, outbox_seq=state.outbox_seq,
+                                       traceparent=traceparent)
                 delay = delay_until(effect.not_before, self._clock())
                 self._sender.send(self._scheduler_queue, cmd.to_json(), timedelta(seconds=delay))
             elif isinstance(effect, Dispatch):
-                order = self._dispatch(state, effect, order)
+                order = self._dispatch(state, effect, order, traceparent)
             elif isinstance(effect, Forget):
                 self._store.forget(state.order_id, effect.generation)
         if not state.dispatch_unconfirmed:
@@ -85,19 +101,20 @@ class EffectRelay:
         except ConcurrencyConflict:
             return state  # the record moved on (the reply came first): nothing to confirm
 
-    def _status(self, state: OrderState, effect: SendStatus) -> None:
+    def _status(self, state: OrderState, effect: SendStatus, traceparent: str | None) -> None:
         if not state.reply_to:
             return
         update = StatusUpdate(order_id=state.order_id, event=effect.event, at=effect.at,
-                              step=effect.step, detail=effect.detail, event_id=effect.id)
+                              step=effect.step, detail=effect.detail, event_id=effect.id,
+                              traceparent=traceparent)
         try:
             self._sender.send(state.reply_to, update.to_json())
         except QueueNotFound as e:
             # The submitter's queue is gone: their loss, and no reason to stop the order.
             log.warning("status %s for %s not sent: %s", effect.event, state.order_id, e)
 
-    def _dispatch(self, state: OrderState, effect: Dispatch,
-                  order: dict[str, Any] | None) -> dict[str, Any]:
+    def _dispatch(self, state: OrderState, effect: Dispatch, order: dict[str, Any] | None,
+                  traceparent: str | None) -> dict[str, Any]:
         step = state.step(effect.step)
         if order is None:
             stored = self._store.load(state.order_id)
@@ -115,7 +132,7 @@ class EffectRelay:
             complete_by=step.complete_by,
             idempotency_key=undo_key(step.work_key) if undo else step.work_key,
             compensates=step.work_key if undo else None,
-            order=order, outbox_seq=state.outbox_seq,
+            order=order, outbox_seq=state.outbox_seq, traceparent=traceparent,
         )
         self._sender.send(self._agent_queues[definition.agent], request.to_json())
         return order

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from shared import tracing
 from shared.adapters.state_store import ConcurrencyConflict, OrderStore
 from shared.clock import Clock
 from shared.domain.messages import AgentReply, CommandKind, SchedulerCommand
@@ -60,18 +61,27 @@ class Scheduler:
     def handle_command(self, body: str, redelivered: bool = False) -> SchedulerResult:
         """``redelivered``: an earlier delivery of this message failed or died."""
         cmd = SchedulerCommand.model_validate_json(body)
-        if cmd.kind is CommandKind.START:
-            return self._transact(cmd.order_id, Cause.START, redelivered, lambda s: claim(
-                s, self.instance_id, self._clock(), self._workflow, cmd.outbox_seq))
-        return self._transact(cmd.order_id, Cause.COMPENSATE, redelivered,
-                              lambda s: begin_compensation(s, self.instance_id, self._clock(),
-                                                           self._workflow, cmd.outbox_seq))
+        with tracing.span(f"scheduler {cmd.kind.value}", parent=cmd.traceparent,
+                          attributes=tracing.order_attributes(cmd.order_id,
+                                                              redelivered=redelivered)):
+            if cmd.kind is CommandKind.START:
+                return self._transact(cmd.order_id, Cause.START, redelivered, lambda s: claim(
+                    s, self.instance_id, self._clock(), self._workflow, cmd.outbox_seq))
+            return self._transact(cmd.order_id, Cause.COMPENSATE, redelivered,
+                                  lambda s: begin_compensation(s, self.instance_id, self._clock(),
+                                                               self._workflow, cmd.outbox_seq))
 
     def handle_reply(self, body: str, redelivered: bool = False) -> SchedulerResult:
         reply = AgentReply.model_validate_json(body)
-        return self._transact(reply.order_id, reply_cause(reply), redelivered,
-                              lambda s: apply_reply(s, reply, self.instance_id, self._clock(),
-                                                    self._workflow))
+        with tracing.span("scheduler reply", parent=reply.traceparent,
+                          attributes=tracing.order_attributes(
+                              reply.order_id, reply.step, reply.attempt,
+                              **{"order.action": reply.action.value,
+                                 "order.reply": reply.outcome.value,
+                                 "redelivered": redelivered})):
+            return self._transact(reply.order_id, reply_cause(reply), redelivered,
+                                  lambda s: apply_reply(s, reply, self.instance_id, self._clock(),
+                                                        self._workflow))
 
     def _transact(self, order_id: str, cause: str, redelivered: bool,
                   transition: Callable[[OrderState], Transition]) -> SchedulerResult:
@@ -80,6 +90,7 @@ class Scheduler:
             if stored is None:
                 log.warning("message for unknown order %s ignored", order_id)
                 return SchedulerResult(Outcome.UNKNOWN_ORDER)
+            tracing.annotate(**tracing.order_attributes(generation=stored.state.generation))
             try:
                 t = transition(stored.state)
             except IllegalTransition as e:
@@ -89,15 +100,19 @@ class Scheduler:
                     # Each is harmless twice. A first delivery that lost a race leaves the
                     # winner to finish its own.
                     self._relay.carry_out(stored.state, stored.order)
+                    tracing.outcome(Outcome.REPLAYED.value)
                     return SchedulerResult(Outcome.REPLAYED, str(e))
                 log.info("ignored: %s", e)
+                tracing.outcome(Outcome.IGNORED.value)
                 return SchedulerResult(Outcome.IGNORED, str(e))
             try:
                 saved = self._store.save(t.state)
             except ConcurrencyConflict:
                 log.info("order %s changed under us; reading it again", order_id)
                 continue
+            tracing.annotate(**{"order.state": saved.process_state.value})
             self._relay.carry_out(saved, stored.order)
+            tracing.outcome(Outcome.APPLIED.value)
             return SchedulerResult(Outcome.APPLIED)
         raise ConcurrencyConflict(f"order {order_id}: still contended after "
                                   f"{MAX_CONFLICT_RETRIES} attempts")

@@ -17,6 +17,9 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from opentelemetry.trace import SpanKind
+
+from shared import tracing
 from shared.adapters.alerts import AlertSink
 from shared.adapters.state_store import (
     ConcurrencyConflict,
@@ -29,7 +32,13 @@ from shared.clock import Clock
 from shared.domain.alerts import AlertKind, OperatorAlert
 from shared.domain.effects import Forget
 from shared.domain.outages import Gap, TickLog
-from shared.domain.state import DecisionKind, RetryPolicy, supervise
+from shared.domain.state import (
+    DecisionKind,
+    OrderState,
+    RetryPolicy,
+    SupervisorDecision,
+    supervise,
+)
 from shared.domain.workflow import Workflow
 from shared.handlers.relay import EffectRelay
 
@@ -88,6 +97,13 @@ class Supervisor:
         self._failing: dict[str, int] = {}  # order id -> ticks in a row it could not be handled
 
     def tick(self) -> TickReport:
+        with tracing.span("supervisor tick", parent=None, kind=SpanKind.INTERNAL):
+            report = self._tick()
+            tracing.annotate(**{f"supervisor.{k}": v for k, v in vars(report).items()
+                                if isinstance(v, int)})
+            return report
+
+    def _tick(self) -> TickReport:
         report = TickReport()
         # Read first: with storage down the tick fails here, and the gap shows at the next one.
         # The tick starts when storage answers: a read that hung through an outage shows it.
@@ -147,6 +163,18 @@ class Supervisor:
         decision = supervise(state, now, self._policy, self._workflow, tick.log)
         if decision is None:
             return
+        # The recovery belongs to the order's trace (as a child of its recorded context), and is
+        # linked to the tick that found it.
+        with tracing.span(f"supervisor {decision.kind.value}", parent=state.trace,
+                          kind=SpanKind.INTERNAL, links=[tracing.current_traceparent()],
+                          attributes=tracing.order_attributes(
+                              state.order_id,
+                              state.current_step.name if state.current_step else None,
+                              state.current_step.attempt if state.current_step else None,
+                              state.generation, **{"order.reason": decision.reason})):
+            self._act(decision, state, report)
+
+    def _act(self, decision: SupervisorDecision, state: OrderState, report: TickReport) -> None:
         if decision.kind is DecisionKind.FORGET:
             # Settled, but whoever settled it did not finish: finish its effects, then drop it.
             self._relay.carry_out(state)

@@ -22,13 +22,14 @@ def function(name: str) -> Any:
 
 
 def sb_message(body: bytes | str | dict[str, Any], message_id: str = "m-1",
-               delivery_count: int = 1, enqueued: datetime | None = None) -> ServiceBusMessage:
+               delivery_count: int = 1, enqueued: datetime | None = None,
+               application_properties: dict[str, Any] | None = None) -> ServiceBusMessage:
     raw = json.dumps(body).encode() if isinstance(body, dict) else (
         body.encode() if isinstance(body, str) else body)
     return ServiceBusMessage(
         body=raw, message_id=message_id, delivery_count=delivery_count,
         enqueued_time_utc=(enqueued or datetime.now(UTC)).replace(tzinfo=None),
-        application_properties={}, user_properties={},
+        application_properties=application_properties or {}, user_properties={},
         content_type="application/json")
 
 

@@ -62,7 +62,7 @@ def test_service_bus_trigger_gets_real_messages_and_dead_letters(
     seen: list[tuple[str, int, bytes]] = []
 
     def failing(message_id: str, body: bytes, delivery_count: int = 1,
-                sent_at: datetime | None = None) -> None:
+                sent_at: datetime | None = None, traceparent: str | None = None) -> None:
         assert sent_at is not None and sent_at.tzinfo is not None  # the enqueued time, in UTC
         seen.append((message_id, delivery_count, body))
         raise RuntimeError("storage is down")
@@ -90,6 +90,9 @@ def test_service_bus_message_reaches_intake_and_is_stored(run_host: Any) -> None
     channel.send(json.dumps(order("o-7")), message_id="o-7")
     wait_until(lambda: entities(h.env["StateTableName"], "PartitionKey eq 'o-7'"),
                timeout=20, message="order stored")
+    # Counted when the invocation returns, a moment after it stored the order.
+    wait_until(lambda: h.host.stats.invocations["intake"] >= 1, timeout=10,
+               message="the invocation counted")
     assert h.host.stats.invocations["intake"] == 1
 
 

@@ -1,0 +1,161 @@
+"""One trace per order: a span for each invocation and each remote call attempt, and the W3C
+trace context carried in every message the app sends, so that intake, the Scheduler, the Agents,
+the remote services, the Supervisor and the compensation all land in the order's trace.
+
+The context travels as a ``traceparent`` (https://www.w3.org/TR/trace-context/): a field of each
+internal message, an application property of the Service Bus order, a header of each remote
+call, and a column of the state record (the order's own), from which the Supervisor's recovery of
+an order continues its trace although a timer, not a message, started the Supervisor.
+
+Exporting is chosen by the standard variables and costs nothing when none is set: with no tracer
+provider the API's spans record nothing, while contexts still pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, TracerProvider
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+log = logging.getLogger(__name__)
+
+TRACEPARENT = "traceparent"
+_W3C = TraceContextTextMapPropagator()
+_provider: TracerProvider | None = None
+
+
+def use_provider(provider: TracerProvider | None) -> None:
+    """The provider this app's spans go to (None: the global one, a no-op unless configured)."""
+    global _provider
+    _provider = provider
+
+
+def tracer() -> trace.Tracer:
+    return (_provider or trace.get_tracer_provider()).get_tracer("order_pipeline")
+
+
+def configure(env: Mapping[str, str] = os.environ) -> TracerProvider | None:
+    """Set up exporting from the standard variables, once per process.
+
+    OTEL_TRACES_EXPORTER=console prints spans, otlp sends them to OTEL_EXPORTER_OTLP_ENDPOINT;
+    with APPLICATIONINSIGHTS_CONNECTION_STRING and the azure-monitor-opentelemetry package, to
+    Application Insights; otherwise nothing. Returns the provider it set up, if any.
+    """
+    if _provider is not None:
+        return _provider
+    exporter_name = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if env.get("APPLICATIONINSIGHTS_CONNECTION_STRING") and exporter_name in ("", "azure"):
+        return _azure_monitor(env)
+    if exporter_name in ("", "none"):
+        return None
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider as SdkProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+
+    exporter: SpanExporter
+    if exporter_name == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        exporter = ConsoleSpanExporter()
+    elif exporter_name == "otlp":
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError:
+            from shared.settings import SettingsError
+
+            raise SettingsError("OTEL_TRACES_EXPORTER=otlp needs the package "
+                                "opentelemetry-exporter-otlp-proto-http") from None
+        exporter = OTLPSpanExporter()  # OTEL_EXPORTER_OTLP_ENDPOINT, as the standard says
+    else:
+        from shared.settings import SettingsError
+
+        raise SettingsError(f"OTEL_TRACES_EXPORTER={exporter_name!r}: use console, otlp or none")
+    provider = SdkProvider(resource=Resource.create(
+        {"service.name": env.get("OTEL_SERVICE_NAME", "order-pipeline")}))
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    use_provider(provider)
+    return provider
+
+
+def _azure_monitor(env: Mapping[str, str]) -> TracerProvider | None:
+    try:
+        from azure.monitor.opentelemetry import configure_azure_monitor
+    except ImportError:
+        log.warning("APPLICATIONINSIGHTS_CONNECTION_STRING is set but azure-monitor-opentelemetry"
+                    " is not installed: no traces exported")
+        return None
+    kwargs: dict[str, Any] = {}
+    if env.get("APPLICATIONINSIGHTS_AUTHENTICATION_STRING", "").startswith("Authorization=AAD"):
+        # Application Insights has local auth off: the app's managed identity writes to it.
+        from azure.identity import ManagedIdentityCredential
+
+        client_id = env["APPLICATIONINSIGHTS_AUTHENTICATION_STRING"].partition("ClientId=")[2]
+        kwargs["credential"] = ManagedIdentityCredential(client_id=client_id or None)
+    configure_azure_monitor(**kwargs)
+    provider = trace.get_tracer_provider()
+    use_provider(provider)
+    return provider
+
+
+def current_traceparent() -> str | None:
+    """The active span's context, to send on; None when there is none."""
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier)
+    return carrier.get(TRACEPARENT)
+
+
+def trace_id(traceparent: str | None) -> str | None:
+    """The trace id a traceparent names (None for none, or for one that is not W3C)."""
+    ctx = trace.get_current_span(_W3C.extract({TRACEPARENT: traceparent or ""}))
+    sc = ctx.get_span_context()
+    return format(sc.trace_id, "032x") if sc.is_valid else None
+
+
+def order_attributes(order_id: str | None = None, step: str | None = None,
+                     attempt: int | None = None, generation: int | None = None,
+                     **more: Any) -> dict[str, Any]:
+    attrs = {"order.id": order_id, "order.step": step, "order.attempt": attempt,
+             "order.generation": generation, **more}
+    return {k: v for k, v in attrs.items() if v is not None}
+
+
+@contextmanager
+def span(name: str, *, parent: str | None, kind: SpanKind = SpanKind.CONSUMER,
+         links: Sequence[str | None] = (), attributes: Mapping[str, Any] | None = None
+         ) -> Iterator[Span]:
+    """A span whose parent is the sender's context (a traceparent), not whatever ran before on
+    this thread: an invocation belongs to its order's trace. With no parent, a new trace."""
+    parent_ctx = _W3C.extract({TRACEPARENT: parent}) if parent else otel_context.Context()
+    span_links = [Link(trace.get_current_span(_W3C.extract({TRACEPARENT: t})).get_span_context())
+                  for t in links if t]
+    with tracer().start_as_current_span(name, context=parent_ctx, kind=kind, links=span_links,
+                                        attributes=dict(attributes or {}),
+                                        record_exception=True,
+                                        set_status_on_exception=True) as s:
+        yield s
+
+
+def outcome(value: str, error: str | None = None) -> None:
+    """How the current span's work ended (an attribute; an error status for errors)."""
+    s = trace.get_current_span()
+    s.set_attribute("order.outcome", value)
+    if error:
+        s.set_status(Status(StatusCode.ERROR, error[:300]))
+
+
+def event(name: str, **attributes: Any) -> None:
+    """Something that happened to the order inside the current span (a transition, an alert)."""
+    trace.get_current_span().add_event(
+        name, {k: v for k, v in attributes.items() if v is not None})
+
+
+def annotate(**attributes: Any) -> None:
+    trace.get_current_span().set_attributes(
+        {k: v for k, v in attributes.items() if v is not None})

@@ -1,0 +1,147 @@
+"""One trace per order: every hop of an order, through the local host and Azurite, lands in the
+trace its sender started, and so do a retried step and the Supervisor's recovery."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from azure.storage.queue import QueueServiceClient
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from localrun.servicebus import LocalServiceBusChannel
+from shared import tracing
+from tests.conftest import wait_until
+from tests.integration.conftest import Pipeline, RunningHost
+from tests.integration.helpers import drain_json, order
+from tests.integration.test_scheduler import accept
+from tests.integration.test_supervisor import claimed_and_lost
+
+
+@pytest.fixture
+def exported() -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use_provider(provider)
+    yield exporter
+    tracing.use_provider(None)
+    provider.shutdown()
+
+
+def trace_of(s: ReadableSpan) -> str:
+    return format(s.context.trace_id, "032x")
+
+
+def by_name(spans: list[ReadableSpan], name: str) -> list[ReadableSpan]:
+    return [s for s in spans if s.name == name]
+
+
+def test_a_3_step_order_is_one_trace_from_the_sender_to_processed(
+        run_host: Any, exported: InMemorySpanExporter) -> None:
+    h: RunningHost = run_host()
+    with tracing.span("shop checkout", parent=None, kind=SpanKind.PRODUCER):
+        sender = tracing.current_traceparent()
+    assert sender is not None
+    root = tracing.trace_id(sender)
+    channel = LocalServiceBusChannel(
+        QueueServiceClient.from_connection_string(h.env["AzureWebJobsStorage"]),
+        h.env["OrdersQueueName"])
+    channel.send(json.dumps(order("t-1")), message_id="t-1",
+                 application_properties={"traceparent": sender})
+
+    def done() -> bool:
+        return any(s.attributes.get("order.state") == "Processed"
+                   for s in by_name(list(exported.get_finished_spans()), "scheduler reply"))
+
+    wait_until(done, timeout=60, message="the order's last reply span")
+    spans = list(exported.get_finished_spans())
+    mine = [s for s in spans if trace_of(s) == root]
+    names = sorted({s.name for s in mine})
+    for expected in ("intake", "scheduler start", "scheduler reply", "agent inventory",
+                     "agent payment", "agent shipping", "inventory reserve", "payment charge",
+                     "shipping ship", "service inventory reserve", "service payment charge",
+                     "service shipping ship"):
+        assert expected in names, (expected, names)
+    # Nothing of this order outside its trace.
+    assert all(trace_of(s) == root for s in spans if s.attributes.get("order.id") == "t-1")
+    # The remote service received the context: its span is the call attempt's child.
+    calls = {s.context.span_id: s for s in mine if s.kind is SpanKind.CLIENT}
+    for served in (s for s in mine if s.name.startswith("service ")):
+        assert served.parent is not None and served.parent.span_id in calls
+    # Attributes an operator filters on.
+    (intake,) = by_name(mine, "intake")
+    assert intake.attributes["order.id"] == "t-1"
+    assert intake.attributes["order.outcome"] == "accepted"
+    pay = by_name(mine, "agent payment")[0]
+    assert (pay.attributes["order.step"], pay.attributes["order.attempt"],
+            pay.attributes["order.outcome"]) == ("charge_payment", 1, "ok")
+    assert by_name(mine, "scheduler start")[0].attributes["order.generation"] == 0
+    # State transitions are events of the span that made them.
+    moves = [e.attributes for s in sorted(mine, key=lambda s: s.start_time) for e in s.events
+             if e.name == "order.transition"]
+    assert moves[0]["state"] == "Pending" and moves[-1]["state"] == "Processed"
+    assert {m.get("step") for m in moves} >= {"reserve_inventory", "charge_payment",
+                                              "arrange_shipping"}
+
+
+def test_a_retried_step_and_the_supervisors_recovery_stay_in_the_orders_trace(
+        pipeline: Pipeline, exported: InMemorySpanExporter) -> None:
+    c = pipeline.container
+    claimed_and_lost(pipeline, "t-2")
+    state = c.store.get_state("t-2")
+    assert state is not None and state.trace is not None
+    root = tracing.trace_id(state.trace)
+    pipeline.clock.advance(seconds=31)
+    assert c.supervisor.tick().retried == 1
+    spans = list(exported.get_finished_spans())
+    (recovery,) = by_name(spans, "supervisor retry")
+    assert trace_of(recovery) == root
+    assert recovery.attributes["order.step"] == "reserve_inventory"
+    (tick,) = [s for s in by_name(spans, "supervisor tick") if s.attributes.get(
+        "supervisor.retried") == 1]
+    assert [link.context.span_id for link in recovery.links] == [tick.context.span_id]
+    # The retry goes round again under the same trace: the command, then the new request.
+    pipeline.clock.advance(seconds=5)
+    from tests.integration.test_scheduler import drain_json_eventually
+
+    (cmd,) = drain_json_eventually(pipeline, "SchedulerQueueName", timeout=8)
+    assert tracing.trace_id(cmd["traceparent"]) == root
+    c.scheduler.handle_command(json.dumps(cmd))
+    (request,) = drain_json(pipeline.env["InventoryRequestsQueueName"])
+    assert request["attempt"] == 2 and tracing.trace_id(request["traceparent"]) == root
+
+
+def test_an_order_sent_without_a_context_gets_a_trace_of_its_own(
+        pipeline: Pipeline, exported: InMemorySpanExporter) -> None:
+    cmd = json.loads(accept(pipeline, "t-3"))
+    (intake,) = by_name(list(exported.get_finished_spans()), "intake")
+    assert intake.parent is None
+    assert tracing.trace_id(cmd["traceparent"]) == trace_of(intake)
+
+
+def test_with_nothing_configured_nothing_is_recorded_and_contexts_pass_through(
+        pipeline: Pipeline) -> None:
+    assert tracing.configure({}) is None
+    with tracing.span("anything", parent=None) as s:
+        assert not s.is_recording()
+    sender = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    from tests.integration.helpers import function, sb_message
+
+    function("intake")(msg=sb_message(order("t-4"), message_id="t-4",
+                                      application_properties={"traceparent": sender}))
+    (cmd,) = drain_json(pipeline.env["SchedulerQueueName"])
+    # Not traced here, yet the sender's trace goes on with the order.
+    assert tracing.trace_id(cmd["traceparent"]) == "0af7651916cd43dd8448eb211c80319c"
+
+
+def test_a_bad_exporter_setting_is_named() -> None:
+    from shared.settings import SettingsError
+
+    with pytest.raises(SettingsError, match="OTEL_TRACES_EXPORTER"):
+        tracing.configure({"OTEL_TRACES_EXPORTER": "zipkinn"})
