@@ -25,7 +25,7 @@ from rich.table import Column, Table
 
 from orderctl.samples import orders_from_file, sample_orders
 from orderctl.senders import LocalSender, OrderSender, ServiceBusSender
-from shared import bootstrap
+from shared import bootstrap, tracing
 from shared.domain.state import OrderState
 from shared.handlers.operator import OrderNotFound, ResubmitRefused
 from shared.settings import SettingsError, load_settings
@@ -322,6 +322,56 @@ def rejected(limit: Annotated[int, typer.Option(min=1, max=1000, help="Rows per 
         err().print(f"more: --continuation {page.continuation}")
 
 
+@app.command()
+def trace(order_id: str,
+          as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """An order's timeline from what was recorded (state record, steps, resubmissions, alerts),
+    and its trace id for a tracing backend."""
+    c = opts.container()
+    try:
+        view = c.operator.get(order_id)
+        alerts = c.operator.alerts_for(order_id)
+    except ValueError as e:
+        raise CliError(str(e), 2) from None
+    except OrderNotFound:
+        raise CliError(f"no order {order_id!r}") from None
+    timeline = _timeline(view, alerts)
+    if as_json:
+        print(json.dumps({"order_id": order_id, "trace_id": view["TraceId"],
+                          "timeline": timeline}, default=str))
+        return
+    t = Table(Column("when", no_wrap=True), "what")
+    for row in timeline:
+        t.add_row(row["at"] or "", row["what"])
+    out().print(t)
+    out().print(f"trace id: {view['TraceId'] or 'none (the order was not traced)'}", soft_wrap=True)
+
+
+def _timeline(view: dict[str, Any], alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = [{"at": view["CreatedAt"], "what": "received"}]
+    for h in view["History"]:
+        steps = "; ".join(f"{k} {v}" for k, v in (h.get("steps") or {}).items())
+        rows.append({"at": h.get("at"), "what": (
+            f"resubmitted{' with force' if h.get('forced') else ''}: "
+            f"{h.get('reason') or 'no reason given'} (before: {h.get('previous_error') or '-'}; "
+            f"{steps})")})
+    for a in alerts:
+        rows.append({"at": a["RaisedAt"], "what": f"alert {a['Kind']}"
+                     f"{' at ' + a['Step'] if a['Step'] else ''}: {a['Reason']}"})
+    rows.sort(key=lambda r: r["at"] or "")
+    for s in view["Steps"]:
+        what = f"step {s['name']}: {s['status']} after {s['attempt']} attempt(s)"
+        if s["last_error"]:
+            what += f", last error {s['last_error']}"
+        if s["work_key"]:
+            what += f", work key {s['work_key']}"
+        rows.append({"at": None, "what": what})
+    comp = f", compensation {view['Compensation']}" if view["Compensation"] else ""
+    rows.append({"at": view["UpdatedAt"], "what": f"now {view['ProcessState']}{comp}"
+                 + (f": {view['LastError']}" if view["LastError"] else "")})
+    return rows
+
+
 def _id_column(header: str, ids: list[str]) -> Column:
     """Ids stay whole on a narrow terminal (other columns wrap instead): they get copied."""
     return Column(header, no_wrap=True, min_width=max([len(header), *map(len, ids)]))
@@ -344,7 +394,10 @@ def run(argv: list[str] | None = None) -> int:
     """Run the CLI; every known failure is one line on stderr and a non-zero exit code."""
     # The app's own log records (an operator's resubmit logs one) are not the CLI's output.
     logging.getLogger().addHandler(logging.NullHandler())
+    provider = None
     try:
+        # OTEL_TRACES_EXPORTER set: `send` starts each order's trace (README, Tracing).
+        provider = tracing.configure()
         # Not standalone, typer returns an exit code rather than raising it: 130 after Ctrl-C.
         rv = app(args=argv, prog_name="orders", standalone_mode=False)
         return rv if isinstance(rv, int) else 0
@@ -379,6 +432,8 @@ def run(argv: list[str] | None = None) -> int:
             err().print(f"[red]error:[/] {e}")
         return int(getattr(e, "exit_code", 2))
     finally:
+        if provider is not None:
+            provider.force_flush()  # type: ignore[attr-defined]
         if opts._container is not None:
             opts._container.close()
             opts._container = None

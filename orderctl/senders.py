@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
+from opentelemetry.trace import SpanKind
+
+from shared import tracing
+
 APP_PROPERTIES = {"source": "orders-cli", "schema_version": 1}
+
+
+@contextmanager
+def _traced(order_id: str | None) -> Iterator[dict[str, Any]]:
+    """The message's application properties, with the trace context of a send span when
+    tracing is on (OTEL_TRACES_EXPORTER): the order's trace then starts here."""
+    with tracing.span("orders send", parent=None, kind=SpanKind.PRODUCER,
+                      attributes=tracing.order_attributes(order_id)):
+        tp = tracing.current_traceparent()
+        yield {**APP_PROPERTIES, **({tracing.TRACEPARENT: tp} if tp else {})}
 
 
 class OrderSender(Protocol):
@@ -37,9 +52,10 @@ class ServiceBusSender:
         for oid, body in items:
             # MessageId = order id, so Service Bus duplicate detection drops a resend.
             mid = oid or uuid.uuid4().hex
-            self._sender.send_messages(ServiceBusMessage(
-                body, message_id=mid, content_type="application/json",
-                application_properties=dict(APP_PROPERTIES)))
+            with _traced(oid) as props:
+                self._sender.send_messages(ServiceBusMessage(
+                    body, message_id=mid, content_type="application/json",
+                    application_properties=props))
             ids.append(mid)
         return ids
 
@@ -56,8 +72,12 @@ class LocalSender:
         self._channel.ensure()
 
     def send(self, items: Iterable[tuple[str | None, bytes]]) -> list[str]:
-        return [self._channel.send(body, message_id=oid, application_properties=dict(
-            APP_PROPERTIES)) for oid, body in items]
+        ids = []
+        for oid, body in items:
+            with _traced(oid) as props:
+                ids.append(self._channel.send(body, message_id=oid,
+                                              application_properties=props))
+        return ids
 
     def close(self) -> None:
         pass

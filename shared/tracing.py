@@ -13,7 +13,6 @@ provider the API's spans record nothing, while contexts still pass through uncha
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -23,8 +22,6 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-log = logging.getLogger(__name__)
 
 TRACEPARENT = "traceparent"
 _W3C = TraceContextTextMapPropagator()
@@ -44,15 +41,13 @@ def tracer() -> trace.Tracer:
 def configure(env: Mapping[str, str] = os.environ) -> TracerProvider | None:
     """Set up exporting from the standard variables, once per process.
 
-    OTEL_TRACES_EXPORTER=console prints spans, otlp sends them to OTEL_EXPORTER_OTLP_ENDPOINT;
-    with APPLICATIONINSIGHTS_CONNECTION_STRING and the azure-monitor-opentelemetry package, to
-    Application Insights; otherwise nothing. Returns the provider it set up, if any.
+    OTEL_TRACES_EXPORTER=console prints spans, otlp sends them to OTEL_EXPORTER_OTLP_ENDPOINT
+    (with the opentelemetry-exporter-otlp-proto-http package); unset or none, nothing. Returns
+    the provider it set up, if any.
     """
     if _provider is not None:
         return _provider
     exporter_name = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
-    if env.get("APPLICATIONINSIGHTS_CONNECTION_STRING") and exporter_name in ("", "azure"):
-        return _azure_monitor(env)
     if exporter_name in ("", "none"):
         return None
     from opentelemetry.sdk.resources import Resource
@@ -80,26 +75,6 @@ def configure(env: Mapping[str, str] = os.environ) -> TracerProvider | None:
     provider = SdkProvider(resource=Resource.create(
         {"service.name": env.get("OTEL_SERVICE_NAME", "order-pipeline")}))
     provider.add_span_processor(BatchSpanProcessor(exporter))
-    use_provider(provider)
-    return provider
-
-
-def _azure_monitor(env: Mapping[str, str]) -> TracerProvider | None:
-    try:
-        from azure.monitor.opentelemetry import configure_azure_monitor
-    except ImportError:
-        log.warning("APPLICATIONINSIGHTS_CONNECTION_STRING is set but azure-monitor-opentelemetry"
-                    " is not installed: no traces exported")
-        return None
-    kwargs: dict[str, Any] = {}
-    if env.get("APPLICATIONINSIGHTS_AUTHENTICATION_STRING", "").startswith("Authorization=AAD"):
-        # Application Insights has local auth off: the app's managed identity writes to it.
-        from azure.identity import ManagedIdentityCredential
-
-        client_id = env["APPLICATIONINSIGHTS_AUTHENTICATION_STRING"].partition("ClientId=")[2]
-        kwargs["credential"] = ManagedIdentityCredential(client_id=client_id or None)
-    configure_azure_monitor(**kwargs)
-    provider = trace.get_tracer_provider()
     use_provider(provider)
     return provider
 

@@ -193,6 +193,18 @@ class Operator:
                     return out
         return out
 
+    def alerts_for(self, order_id: str, days: int = 7) -> list[dict[str, Any]]:
+        """This order's alerts, oldest first (one query per day's partition)."""
+        check_order_id(order_id)
+        out: list[dict[str, Any]] = []
+        today = self._clock()
+        for back in reversed(range(days)):
+            day = (today - timedelta(days=back)).strftime("%Y%m%d")
+            rows = [_entity_view(e, AlertView) for e in self._alerts.query_entities(
+                "PartitionKey eq @d and OrderID eq @o", parameters={"d": day, "o": order_id})]
+            out += sorted(rows, key=lambda r: r["RaisedAt"] or "")
+        return out
+
     def rejection(self, message_id: str) -> dict[str, Any] | None:
         """Why intake rejected the message with this id, if it did."""
         for e in self._rejected.query_entities(

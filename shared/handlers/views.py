@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shared import tracing
+
 # Modules, not names: the fields are named like the types (ProcessState: ProcessState).
 from shared.domain import order as orders
 from shared.domain import state as domain
@@ -47,6 +49,9 @@ class OrderView(_View):
     History: list[dict[str, Any]] = Field(description="What happened before each resubmission.")
     Outbox: list[dict[str, Any]] = Field(
         description="What the last transition still has to carry out (empty once known done).")
+    TraceId: str | None = Field(None, description="The order's trace: look it up in "
+                                                  "Application Insights or any OpenTelemetry "
+                                                  "backend (README, Tracing).")
     Order: orders.Order | None = Field(
         None, description="The order as submitted (GET of one order).")
 
@@ -60,6 +65,7 @@ def state_view(s: domain.OrderState, order: dict[str, Any] | None = None) -> Ord
         UpdatedAt=s.updated_at, Rescues=s.rescues,
         Steps=[StepView.model_validate(st.to_dict()) for st in s.steps],
         History=s.history, Outbox=[e.model_dump(mode="json") for e in s.outbox],
+        TraceId=tracing.trace_id(s.trace),
         Order=orders.Order.model_validate(order) if order is not None else None,
     )
 

@@ -145,3 +145,49 @@ def test_a_bad_exporter_setting_is_named() -> None:
 
     with pytest.raises(SettingsError, match="OTEL_TRACES_EXPORTER"):
         tracing.configure({"OTEL_TRACES_EXPORTER": "zipkinn"})
+
+
+def test_orders_send_starts_each_orders_trace_when_tracing_is_on(
+        app_env: Any, exported: InMemorySpanExporter,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from orderctl.main import run
+    from shared import bootstrap
+
+    env = app_env()
+    assert run(["--settings", "/nonexistent", "send", "--local", "--count", "2"]) == 0
+    ids = capsys.readouterr().out.split()
+    channel = LocalServiceBusChannel(bootstrap.container().queues, env["OrdersQueueName"])
+    sent = {m["message_id"]: m["application_properties"]
+            for m in map(json.loads, (m.content for m in channel.queue.peek_messages(32)))}
+    spans = {s.attributes["order.id"]: trace_of(s)
+             for s in by_name(list(exported.get_finished_spans()), "orders send")}
+    assert set(sent) == set(ids) == set(spans)
+    for oid in ids:
+        assert tracing.trace_id(sent[oid]["traceparent"]) == spans[oid]
+    assert len(set(spans.values())) == 2  # a trace per order
+
+
+def test_orders_trace_shows_the_timeline_and_the_trace_id(
+        run_host: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from orderctl.main import run
+    from tests.integration.helpers import function, sb_message
+    from tests.integration.test_operator_api import failed_and_compensated
+
+    h: RunningHost = run_host(only=set())
+    failed_and_compensated(h, "f-1")
+    assert run(["--settings", "/nonexistent", "resubmit", "f-1", "--reason", "card replaced"]) == 0
+    capsys.readouterr()
+    assert run(["--settings", "/nonexistent", "trace", "f-1", "--json"]) == 0
+    timeline = json.loads(capsys.readouterr().out)
+    whats = [row["what"] for row in timeline["timeline"]]
+    assert whats[0] == "received" and whats[-1] == "now Pending"
+    assert any(w.startswith("alert OrderFailed at charge_payment") for w in whats)
+    assert any("resubmitted: card replaced" in w for w in whats)
+    assert any(w.startswith("step charge_payment: not_started") for w in whats), whats
+    # An order sent with a context: its trace id is there to look up, traced here or not.
+    sender = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    function("intake")(msg=sb_message(order("t-5"), message_id="t-5",
+                                      application_properties={"traceparent": sender}))
+    assert run(["--settings", "/nonexistent", "trace", "t-5"]) == 0
+    assert "trace id: 0af7651916cd43dd8448eb211c80319c" in capsys.readouterr().out
+    assert run(["--settings", "/nonexistent", "trace", "ghost"]) == 1
