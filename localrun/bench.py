@@ -235,6 +235,52 @@ class Bench:
                          **per_order(run)})
         return rows
 
+    def tracing(self) -> dict[str, Any]:
+        """What one trace per order costs: fault-free 3-step orders with tracing off, then on
+        (an SDK provider batching to an in-memory exporter, as a real exporter would batch)."""
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        from shared import tracing
+
+        n = self.scale.transactions_orders
+        off = self.run_orders("troff", n)
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+        tracing.use_provider(provider)
+        try:
+            on = self.run_orders("tron", n)
+            provider.force_flush()
+        finally:
+            tracing.use_provider(None)
+            provider.shutdown()
+        finished = exporter.get_finished_spans()
+        # The Supervisor's ticks are driven by time, not orders: counted apart.
+        spans = [s for s in finished if s.name != "supervisor tick"]
+        by_name: dict[str, int] = {}
+        for s in spans:
+            key = s.name.split(" ")[0] if s.name.startswith("service ") else s.name
+            by_name[key] = by_name.get(key, 0) + 1
+        # Not the app's: the simulated services' spans (a real service traces itself) and the
+        # sender's (the bench sends as `orders send` does).
+        services = by_name.get("service", 0) + by_name.get("orders send", 0)
+        events = sum(len(s.events) for s in spans)
+        return {
+            "orders": n,
+            # Each span is one Application Insights item (request or dependency), and each span
+            # event one more (a trace item), with the Azure Monitor exporter.
+            "spans_per_order": (len(spans) - services) / n,
+            "span_events_per_order": events / n,
+            "telemetry_items_per_order": (len(spans) - services + events) / n,
+            "sender_and_service_spans_per_order": services / n,
+            "spans_by_name_per_order": {k: v / n for k, v in sorted(by_name.items())},
+            "supervisor_tick_spans": len(finished) - len(spans),
+            "seconds_per_order": {"off": off.elapsed / n, "on": on.elapsed / n},
+            "overhead": on.elapsed / off.elapsed - 1 if off.elapsed else None,
+        }
+
     def ceiling(self) -> dict[str, float]:
         from azure.core import MatchConditions
         from azure.data.tables import TableServiceClient, UpdateMode
@@ -589,6 +635,20 @@ def markdown(r: dict[str, Any]) -> str:
                   f"(Executing/Executed for {three['invocations']:.1f} invocations). By logger: "
                   + ", ".join(f"{k} {v:.1f}" for k, v in three["log_records_by_logger"].items())
                   + ".", ""]
+    tr = r.get("tracing")
+    if tr:
+        sec = tr["seconds_per_order"]
+        lines += ["## Tracing", "",
+                  f"One trace per order, {tr['orders']} fault-free 3-step orders: "
+                  f"{tr['spans_per_order']:.1f} spans and {tr['span_events_per_order']:.1f} span "
+                  f"events per order, so about {tr['telemetry_items_per_order']:.0f} Application "
+                  "Insights items per order with the Azure Monitor exporter (plus "
+                  f"{tr['sender_and_service_spans_per_order']:.0f} from the sender and the "
+                  "simulated services). "
+                  f"Time per order in a batch: {sec['off'] * 1000:.0f} ms untraced, "
+                  f"{sec['on'] * 1000:.0f} ms traced ({tr['overhead']:+.0%}). Spans per order: "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in tr["spans_by_name_per_order"].items())
+                  + ".", ""]
     if r.get("notes"):
         lines += ["## Notes", "", *[f"- {n}" for n in r["notes"]], ""]
     return "\n".join(lines)
@@ -694,6 +754,8 @@ def run_bench(out: Path, scale: Scale) -> dict[str, Any]:
         results["recovery"] = b.recovery()
         step("a backlog while every remote call hangs")
         results["starvation"] = b.starvation()
+        step("tracing")
+        results["tracing"] = b.tracing()
         write_report(out, results, run)
         step.done()
     finally:

@@ -22,8 +22,13 @@ def test_bench_smoke_writes_a_complete_report(tmp_path: Path) -> None:
         assert (tmp_path / name).stat().st_size > 0, name
     report = json.loads((tmp_path / "report.json").read_text())
     assert set(report) >= {"transactions", "ceiling", "throughput", "supervisor", "recovery",
-                           "starvation", "memory_peak_mb", "machine"}
+                           "starvation", "tracing", "memory_peak_mb", "machine"}
     assert report["starvation"]["deployed"]["threads"] == 160
+    # One trace per order: an intake, a start, three Agents, three calls, three replies.
+    tr = report["tracing"]
+    assert tr["spans_by_name_per_order"]["intake"] == 1
+    assert tr["spans_by_name_per_order"]["scheduler reply"] == 3
+    assert tr["spans_per_order"] >= 11 and tr["telemetry_items_per_order"] > tr["spans_per_order"]
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     three = next(t for t in results["transactions"]
