@@ -77,7 +77,9 @@ class Host:
              "--lease-seconds", str(LEASE_SECONDS), "--lock-seconds", str(LEASE_SECONDS),
              "--record-messages", str(self.log_dir / f"{run}.messages.jsonl")],
             cwd=ROOT, env={**os.environ, **self.env, **urls, "SchedulerInstanceId": self.name,
-                           "LOCALRUN_LOG_LEVEL": "WARNING"},
+                           "LOCALRUN_LOG_LEVEL": "WARNING",
+                           # Spans as JSON on stdout: one trace per order, across processes.
+                           "OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": run},
             stdout=self.out.open("w"), stderr=self.log.open("w"))
 
     def kill_and_restart(self) -> None:
@@ -95,8 +97,25 @@ class Host:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        lines = [json.loads(x) for x in self.out.read_text().splitlines() if x.startswith("{")]
-        return next((x for x in lines if x.get("event") == "stopped"), {})
+        return next((x for x in json_objects(self.out.read_text())
+                     if x.get("event") == "stopped"), {})
+
+
+def json_objects(text: str) -> Iterator[dict[str, Any]]:
+    """Every JSON object in a host's stdout: its event lines and the spans it printed (a killed
+    process may have cut its last one short)."""
+    decoder = json.JSONDecoder()
+    i = text.find("{")
+    while i != -1:
+        try:
+            value, end = decoder.raw_decode(text, i)
+        except ValueError:
+            i = text.find("\n{", i + 1)
+            i = i + 1 if i != -1 else -1
+            continue
+        if isinstance(value, dict):
+            yield value
+        i = text.find("{", end)
 
 
 class Killer(threading.Thread):
@@ -125,7 +144,16 @@ def env(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str,
     bootstrap.reset()
 
 
-def crash_between_claim_and_dispatch(env: dict[str, str], order_ids: list[str]) -> None:
+def traceparent(rng: random.Random) -> str:
+    return f"00-{rng.getrandbits(128):032x}-{rng.getrandbits(64):016x}-01"
+
+
+def trace_id_of(tp: str) -> str:
+    return tp.split("-")[1]
+
+
+def crash_between_claim_and_dispatch(env: dict[str, str], order_ids: list[str],
+                                     contexts: dict[str, str]) -> None:
     """Take these orders into Processing, then die before sending the step's request."""
     from tests.integration.helpers import function, sb_message
 
@@ -142,7 +170,8 @@ def crash_between_claim_and_dispatch(env: dict[str, str], order_ids: list[str]) 
     qs = QueueServiceClient.from_connection_string(env["AzureWebJobsStorage"])
     commands = qs.get_queue_client(env["SchedulerQueueName"])
     for oid in order_ids:
-        intake(msg=sb_message(order(oid), message_id=oid))
+        intake(msg=sb_message(order(oid), message_id=oid,
+                              application_properties={"traceparent": contexts[oid]}))
     # Their start commands are consumed by the doomed Scheduler, which dies mid-way.
     taken = 0
     while taken < len(order_ids):
@@ -185,12 +214,35 @@ def check_messages_against_the_contract(env: dict[str, str], log_dir: Path,
     assert set(seen) == set(channels.values()) | {"statusUpdates"}, seen  # none left unchecked
 
 
+def check_one_trace_per_order(log_dir: Path, contexts: dict[str, str]) -> None:
+    """Every span the host processes printed for an order is in the trace its sender started,
+    whichever process, kill or recovery it came from."""
+    traces: dict[str, set[str]] = {}
+    processes: dict[str, set[str]] = {}
+    for out in sorted(log_dir.glob("*.out")):
+        for span in json_objects(out.read_text()):
+            oid = (span.get("attributes") or {}).get("order.id")
+            if "context" not in span or not oid:
+                continue
+            traces.setdefault(oid, set()).add(span["context"]["trace_id"].removeprefix("0x"))
+            processes.setdefault(oid, set()).add(out.stem)
+    wrong = {oid: t for oid, t in traces.items() if t != {trace_id_of(contexts[oid])}}
+    assert not wrong, list(wrong.items())[:5]
+    # Spans of nearly every order were printed (a killed host loses its last few seconds')...
+    assert len(traces) >= 0.9 * len(contexts), (len(traces), len(contexts))
+    # ...and many orders' traces span more than one process.
+    assert sum(len(p) > 1 for p in processes.values()) >= 10
+
+
 @pytest.mark.timeout(900)
 def test_orders_with_faults_all_end_in_a_known_state(env: dict[str, str],
                                                      tmp_path: Path) -> None:
     rng = random.Random(7)
     crashed = [f"crash-{i}" for i in range(CRASHED)]
-    crash_between_claim_and_dispatch(env, crashed)
+    # Each order is sent with a trace context of its own (a duplicate send with the same one).
+    ids = [f"e2e-{i:04d}" for i in range(ORDERS)]
+    contexts = {oid: traceparent(rng) for oid in [*crashed, *ids]}
+    crash_between_claim_and_dispatch(env, crashed, contexts)
 
     hosts = [Host(env, "sched-A", tmp_path), Host(env, "sched-B", tmp_path)]
     killer = Killer(hosts, rng)
@@ -199,7 +251,6 @@ def test_orders_with_faults_all_end_in_a_known_state(env: dict[str, str],
         qs = QueueServiceClient.from_connection_string(env["AzureWebJobsStorage"])
         channel = LocalServiceBusChannel(qs, env["OrdersQueueName"])
         channel.ensure()
-        ids = [f"e2e-{i:04d}" for i in range(ORDERS)]
         duplicates = set(rng.sample(ids, 20))
         # Some senders listen for status updates (checked against the contract at the end).
         replies = qs.get_queue_client(env["ReplyQueueAllowList"].rstrip("*") + "-e2e")
@@ -211,9 +262,10 @@ def test_orders_with_faults_all_end_in_a_known_state(env: dict[str, str],
                 {"sku": f"SKU-{rng.randint(1, 50)}", "quantity": rng.randint(1, 3),
                  "unit_price": "12.50"}], **(
                 {"reply_to": replies.queue_name} if oid in listening else {})))
-            channel.send(body, message_id=oid)
-            if oid in duplicates:
-                channel.send(body, message_id=oid)  # delivered twice, as Service Bus may
+            props = {"traceparent": contexts[oid]}
+            channel.send(body, message_id=oid, application_properties=props)
+            if oid in duplicates:  # delivered twice, as Service Bus may
+                channel.send(body, message_id=oid, application_properties=props)
         expected = set(ids) | set(crashed)
         tables = TableServiceClient.from_connection_string(env["AzureWebJobsStorage"])
         # Kill for a while under load, then let the survivors finish.
@@ -286,6 +338,7 @@ def test_orders_with_faults_all_end_in_a_known_state(env: dict[str, str],
         assert st.get("dead_lettered") == 0, st
     assert len(effects) >= 3 * len(processed)  # each processed order's work, once per step
     check_messages_against_the_contract(env, tmp_path, replies)
+    check_one_trace_per_order(tmp_path, contexts)
     print(json.dumps({"orders": len(expected), "processed": len(processed), "failed": len(failed),
                       "host_kills": killer.kills, "failure_counts": Counter(
                           s["FailureCount"] for s in states.values()),
