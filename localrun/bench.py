@@ -235,6 +235,27 @@ class Bench:
                          **per_order(run)})
         return rows
 
+    def latency_breakdown(self) -> dict[str, Any]:
+        """Where send -> Processed goes at a steady 5 orders/s, hop by hop, from each order's
+        spans: a queue wait is the gap between the span that sent a message and the span that
+        took it (polling included); a function's time is its span; a remote call's, its span."""
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        from shared import tracing
+
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        tracing.use_provider(provider)
+        try:
+            run = self.run_orders("hops", self.scale.latency_orders, rate=STEADY_RATE)
+        finally:
+            tracing.use_provider(None)
+            provider.shutdown()
+        return hop_medians(run, list(exporter.get_finished_spans()))
+
     def tracing(self) -> dict[str, Any]:
         """What one trace per order costs: fault-free 3-step orders with tracing off, then on
         (an SDK provider batching to an in-memory exporter, as a real exporter would batch)."""
@@ -509,6 +530,46 @@ def _order(order_id: str) -> dict[str, Any]:
             "items": [{"sku": "SKU-TEA", "quantity": 1, "unit_price": "4.50"}]}
 
 
+def hop_medians(run: Run, spans: list[Any]) -> dict[str, Any]:
+    """Median seconds per hop over the orders that went straight through (no retry)."""
+    by_trace: dict[int, list[Any]] = {}
+    for s in spans:
+        by_trace.setdefault(s.context.trace_id, []).append(s)
+    hops: dict[str, list[float]] = {}
+
+    def add(name: str, seconds: float) -> None:
+        hops.setdefault(name, []).append(seconds)
+
+    for trace_spans in by_trace.values():
+        # The invocations, in the order they ran (a remote call and the service sit inside
+        # their Agent's span).
+        chain = sorted((s for s in trace_spans if s.name in (
+            "intake", "scheduler start", "scheduler reply") or s.name.startswith("agent ")),
+            key=lambda s: s.start_time)
+        intake = chain[0] if chain and chain[0].name == "intake" else None
+        sent = run.sent_at.get((intake.attributes or {}).get("order.id", "")) if intake else None
+        if intake is None or sent is None or len(chain) != 8:
+            continue  # a retried or unfinished order: not the straight path
+        add("1 service bus wait", intake.start_time / 1e9 - sent)
+        previous = None
+        for i, s in enumerate(chain):
+            label = s.name if s.name != "scheduler reply" else f"scheduler reply {i // 2}"
+            if previous is not None:
+                add(f"{i + 1} queue wait before {label}", (s.start_time - previous.end_time) / 1e9)
+            add(f"{i + 1} {label}", (s.end_time - s.start_time) / 1e9)
+            previous = s
+        for call in (s for s in trace_spans if s.kind.name == "CLIENT"):
+            add(f"remote call {call.name}", (call.end_time - call.start_time) / 1e9)
+        add("total", chain[-1].end_time / 1e9 - sent)
+    medians = {k: statistics.median(v) for k, v in sorted(hops.items())}
+    return {"rate": STEADY_RATE, "orders": len(hops.get("total", [])),
+            "median_s": medians,
+            "queue_waits_s": sum(v for k, v in medians.items()
+                                 if "wait" in k),
+            "functions_s": sum(v for k, v in medians.items()
+                               if k[0].isdigit() and "wait" not in k)}
+
+
 def per_order(run: Run) -> dict[str, Any]:
     return {
         **per_order_counts(run.orders, run.per_function),
@@ -635,6 +696,16 @@ def markdown(r: dict[str, Any]) -> str:
                   f"(Executing/Executed for {three['invocations']:.1f} invocations). By logger: "
                   + ", ".join(f"{k} {v:.1f}" for k, v in three["log_records_by_logger"].items())
                   + ".", ""]
+    lb = r.get("latency_breakdown")
+    if lb:
+        lines += ["## Latency, hop by hop", "",
+                  f"{lb['orders']} orders at {lb['rate']:.0f}/s that went straight through; "
+                  f"median seconds per hop (send -> Processed median {lb['median_s']['total']:.2f}"
+                  f" s: queue waits {lb['queue_waits_s']:.2f} s, functions "
+                  f"{lb['functions_s']:.2f} s, remote calls inside the Agents):", "",
+                  "| hop | median s |", "|---|---|",
+                  *[f"| {k} | {v:.3f} |" for k, v in lb["median_s"].items() if k != "total"],
+                  ""]
     tr = r.get("tracing")
     if tr:
         sec = tr["seconds_per_order"]
@@ -756,6 +827,8 @@ def run_bench(out: Path, scale: Scale) -> dict[str, Any]:
         results["starvation"] = b.starvation()
         step("tracing")
         results["tracing"] = b.tracing()
+        step("latency, hop by hop")
+        results["latency_breakdown"] = b.latency_breakdown()
         write_report(out, results, run)
         step.done()
     finally:

@@ -22,8 +22,14 @@ def test_bench_smoke_writes_a_complete_report(tmp_path: Path) -> None:
         assert (tmp_path / name).stat().st_size > 0, name
     report = json.loads((tmp_path / "report.json").read_text())
     assert set(report) >= {"transactions", "ceiling", "throughput", "supervisor", "recovery",
-                           "starvation", "tracing", "memory_peak_mb", "machine"}
+                           "starvation", "tracing", "latency_breakdown", "memory_peak_mb",
+                           "machine"}
     assert report["starvation"]["deployed"]["threads"] == 160
+    # Where the time goes: every hop of the straight path has a median.
+    hops = report["latency_breakdown"]["median_s"]
+    assert {"1 service bus wait", "1 intake", "2 queue wait before scheduler start",
+            "8 scheduler reply 3", "remote call payment charge", "total"} <= set(hops)
+    assert report["latency_breakdown"]["orders"] > 0
     # One trace per order: an intake, a start, three Agents, three calls, three replies.
     tr = report["tracing"]
     assert tr["spans_by_name_per_order"]["intake"] == 1
