@@ -240,17 +240,18 @@ class Bench:
         spans: a queue wait is the gap between the span that sent a message and the span that
         took it (polling included); a function's time is its span; a remote call's, its span."""
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
         from shared import tracing
 
         exporter = InMemorySpanExporter()
         provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        provider.add_span_processor(BatchSpanProcessor(exporter))  # as a real exporter batches
         tracing.use_provider(provider)
         try:
             run = self.run_orders("hops", self.scale.latency_orders, rate=STEADY_RATE)
+            provider.force_flush()
         finally:
             tracing.use_provider(None)
             provider.shutdown()
