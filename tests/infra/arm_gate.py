@@ -75,6 +75,9 @@ MODELS: dict[str, tuple[str, str, str]] = {
     # 7.0.0 ships one API version per operation group: scheduled query rules at 2023-12-01.
     "Microsoft.Insights/scheduledQueryRules@2023-12-01":
         ("azure-mgmt-monitor-7.0.0", "azure.mgmt.monitor.models", "ScheduledQueryRuleResource"),
+    "Microsoft.Insights/workbooks@2023-06-01":
+        ("azure-mgmt-applicationinsights-4.1.0",
+         "azure.mgmt.applicationinsights.v2023_06_01.models", "Workbook"),
     "Microsoft.Insights/components@2020-02-02":
         ("azure-mgmt-applicationinsights-4.1.0",
          "azure.mgmt.applicationinsights.v2020_02_02.models", "ApplicationInsightsComponent"),

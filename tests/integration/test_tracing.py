@@ -191,3 +191,27 @@ def test_orders_trace_shows_the_timeline_and_the_trace_id(
     assert run(["--settings", "/nonexistent", "trace", "t-5"]) == 0
     assert "trace id: 0af7651916cd43dd8448eb211c80319c" in capsys.readouterr().out
     assert run(["--settings", "/nonexistent", "trace", "ghost"]) == 1
+
+
+def test_the_workbook_reads_only_what_the_app_emits(
+        run_host: Any, exported: InMemorySpanExporter, caplog: pytest.LogCaptureFixture) -> None:
+    """infra/app/monitoring.bicep's queries name customDimensions: span attributes, span event
+    attributes and the alert record's dimensions. Each must be one the app emits."""
+    import re
+
+    from tests.conftest import ROOT
+    from tests.integration.test_operator_api import compensation_failed
+
+    h: RunningHost = run_host(only=set())
+    with caplog.at_level("ERROR", logger="order_pipeline.alerts"):
+        compensation_failed(h, "wb-1")
+    spans = list(exported.get_finished_spans())
+    emitted = {k for s in spans for k in (s.attributes or {})}
+    emitted |= {k for s in spans for e in s.events for k in (e.attributes or {})}
+    emitted |= {k for r in caplog.records for k in ("alert", "order_id", "step", "reason")
+                if hasattr(r, k)}
+    bicep = (ROOT / "infra" / "app" / "monitoring.bicep").read_text()
+    read = set(re.findall(r'customDimensions\["([^"]+)"\]', bicep))
+    assert read and read <= emitted, read - emitted
+    # The event it filters on exists too (the "agent <name>" spans: the first test here).
+    assert "order.transition" in {e.name for s in spans for e in s.events}
