@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -225,3 +226,33 @@ class FakeRejections:
     def record(self, r: Rejection) -> None:
         self.fault("rejections.record")
         self.rows.append(r)
+
+
+def accepted(store: FakeOrderStore, order_id: str, at: datetime,
+             workflow: Any = None) -> OrderState:
+    """An order as intake leaves it in the fake store: indexed, stored, Pending."""
+    from shared.domain.order import parse_order
+    from shared.domain.state import receive
+    from shared.domain.workflow import ORDER_FULFILMENT
+
+    o = parse_order(json.dumps({"order_id": order_id, "customer_id": "c",
+                                "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
+    store.track(order_id, 0, at)
+    return store.create(o, receive(order_id, workflow or ORDER_FULFILMENT, at))
+
+
+def supervisor_over_fakes(store: FakeOrderStore, clock: Any, policy: Any, *,
+                          ticks: FakeTickLog | None = None,
+                          alerts: FakeAlertSink | None = None) -> Any:
+    """A Supervisor wired to the fakes as bootstrap wires it to the adapters."""
+    from shared.domain.workflow import ORDER_FULFILMENT
+    from shared.handlers.relay import EffectRelay
+    from shared.handlers.supervisor import Supervisor
+
+    alerts = alerts or FakeAlertSink()
+    relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=alerts,
+                        workflow=ORDER_FULFILMENT,
+                        agent_queues={"inventory": "inv", "payment": "pay", "shipping": "ship"},
+                        scheduler_queue="cmds", clock=clock)
+    return Supervisor(store=store, ticks=ticks or FakeTickLog(), relay=relay, alerts=alerts,
+                      policy=policy, workflow=ORDER_FULFILMENT, clock=clock)

@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 
-from shared.domain.order import parse_order
 from shared.domain.outages import NEVER, Gap, TickLog
 from shared.domain.state import (
     DecisionKind,
     RetryPolicy,
     claim,
     exponential_backoff,
-    receive,
     supervise,
 )
 from shared.domain.workflow import ORDER_FULFILMENT as WF
-from shared.handlers.relay import EffectRelay
-from shared.handlers.supervisor import Supervisor
 from tests.conftest import FakeClock
-from tests.fakes import FakeAlertSink, FakeOrderStore, FakeQueues, FakeTickLog
+from tests.fakes import FakeOrderStore, FakeTickLog, accepted, supervisor_over_fakes
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
 GAP = timedelta(seconds=75)
@@ -53,10 +48,7 @@ def test_two_supervisors_keep_every_gap_either_saw() -> None:
 
 def _running(order_id: str = "o-1") -> tuple[FakeOrderStore, str]:
     store = FakeOrderStore()
-    o = parse_order(json.dumps({"order_id": order_id, "customer_id": "c",
-                                "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
-    store.track(order_id, 0, T0)
-    s = store.create(o, receive(order_id, WF, T0))
+    s = accepted(store, order_id, T0, WF)
     running = claim(s, "s1", T0, WF).state
     running.outbox = []  # its request went out
     store.save(running)
@@ -83,21 +75,13 @@ def test_a_step_due_in_an_outage_is_sent_again_without_a_failure() -> None:
 
 def test_a_tick_records_itself_and_recoveries_are_paced() -> None:
     clock = FakeClock(T0)
-    store, ticks, alerts = FakeOrderStore(), FakeTickLog(), FakeAlertSink()
-    queues = FakeQueues(clock)
-    relay = EffectRelay(store=store, sender=queues, alerts=alerts, workflow=WF,
-                        agent_queues={"inventory": "i", "payment": "p", "shipping": "s"},
-                        scheduler_queue="cmds", clock=clock)
+    store, ticks = FakeOrderStore(), FakeTickLog()
     policy = RetryPolicy(3, exponential_backoff(timedelta(seconds=1), timedelta(seconds=4)),
                          pending_grace=timedelta(seconds=30), outage_gap=GAP,
                          max_recoveries_per_tick=2)
-    sup = Supervisor(store=store, ticks=ticks, relay=relay, alerts=alerts, policy=policy,
-                     workflow=WF, clock=clock)
+    sup = supervisor_over_fakes(store, clock, policy, ticks=ticks)
     for i in range(5):
-        o = parse_order(json.dumps({"order_id": f"o-{i}", "customer_id": "c",
-                                    "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
-        store.track(o.order_id, 0, T0)
-        store.create(o, receive(o.order_id, WF, T0))
+        accepted(store, f"o-{i}", T0, WF)
     clock.advance(seconds=120)
     first = sup.tick()
     assert (first.rescued, first.deferred) == (2, 3)
@@ -119,16 +103,9 @@ def test_a_tick_that_hangs_on_storage_excuses_what_fell_due_meanwhile() -> None:
             clock.advance(seconds=120)  # storage answers two minutes later
             return super().get_state(order_id)
 
-    store, ticks, alerts = Hangs(), FakeTickLog(), FakeAlertSink()
-    relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=alerts, workflow=WF,
-                        agent_queues={"inventory": "i", "payment": "p", "shipping": "s"},
-                        scheduler_queue="cmds", clock=clock)
-    sup = Supervisor(store=store, ticks=ticks, relay=relay, alerts=alerts, policy=POLICY,
-                     workflow=WF, clock=clock)
-    o = parse_order(json.dumps({"order_id": "o-1", "customer_id": "c",
-                                "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
-    store.track("o-1", 0, T0)
-    s = store.create(o, receive("o-1", WF, T0))
+    store, ticks = Hangs(), FakeTickLog()
+    sup = supervisor_over_fakes(store, clock, POLICY, ticks=ticks)
+    s = accepted(store, "o-1", T0, WF)
     running = claim(s, "s1", T0, WF).state
     running.outbox = []
     store.save(running)

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 
 from shared.domain.alerts import AlertKind
-from shared.domain.order import parse_order
-from shared.domain.state import OrderState, RetryPolicy, exponential_backoff, receive
-from shared.domain.workflow import ORDER_FULFILMENT
-from shared.handlers.relay import EffectRelay
+from shared.domain.state import OrderState, RetryPolicy, exponential_backoff
 from shared.handlers.supervisor import FAILING_TICKS_BEFORE_ALERT, Supervisor
 from tests.conftest import FakeClock
-from tests.fakes import FakeAlertSink, FakeOrderStore, FakeQueues, FakeTickLog, StorageDown
-
-WF = ORDER_FULFILMENT
-AGENT_QS = {"inventory": "inv", "payment": "pay", "shipping": "ship"}
+from tests.fakes import FakeAlertSink, FakeOrderStore, StorageDown, accepted, supervisor_over_fakes
 
 
 class SaveFails(FakeOrderStore):
@@ -34,21 +27,13 @@ class SaveFails(FakeOrderStore):
 def setup() -> tuple[FakeClock, SaveFails, FakeAlertSink, Supervisor]:
     clock = FakeClock()
     store, alerts = SaveFails(), FakeAlertSink()
-    queues = FakeQueues(clock)
-    relay = EffectRelay(store=store, sender=queues, alerts=alerts, workflow=WF,
-                        agent_queues=AGENT_QS, scheduler_queue="cmds", clock=clock)
     policy = RetryPolicy(3, exponential_backoff(timedelta(seconds=1), timedelta(seconds=4)),
                          pending_grace=timedelta(seconds=30), rescue_threshold=100)
-    return clock, store, alerts, Supervisor(store=store, ticks=FakeTickLog(), relay=relay,
-                                            alerts=alerts, policy=policy, workflow=WF,
-                                            clock=clock)
+    return clock, store, alerts, supervisor_over_fakes(store, clock, policy, alerts=alerts)
 
 
 def pending(store: FakeOrderStore, clock: FakeClock, order_id: str) -> None:
-    o = parse_order(json.dumps({"order_id": order_id, "customer_id": "c",
-                                "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
-    store.track(order_id, 0, clock.now)
-    store.create(o, receive(order_id, WF, clock.now))
+    accepted(store, order_id, clock.now)
 
 
 def test_an_order_that_keeps_failing_is_alerted_once_and_the_rest_go_on() -> None:
