@@ -61,10 +61,11 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _load_local_settings(args.settings)
     sys.path.insert(0, str(ROOT))
-    from localrun.host import HostConfigError, LocalFunctionHost
+    from localrun.host import HostConfigError, LocalFunctionHost, init_worker_telemetry
     from shared.settings import SettingsError
 
     try:
+        init_worker_telemetry(os.environ)
         import function_app  # checks the settings, as the host does when it indexes the app
         from shared import bootstrap
         from shared.settings import load_settings

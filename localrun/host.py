@@ -30,6 +30,7 @@ import contextlib
 import hmac
 import json
 import logging
+import os
 import re
 import secrets
 import threading
@@ -127,6 +128,27 @@ def thread_count(settings: Mapping[str, str]) -> int:
         raise HostConfigError(
             f"PYTHON_THREADPOOL_THREAD_COUNT={raw!r} must be a whole number from 1 to 32767")
     return n
+
+
+def init_worker_telemetry(settings: Mapping[str, str]) -> bool:
+    """What the Python worker does at its init request, before it imports the app, when
+    PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY is true: set up the Azure Monitor distro with
+    only the connection string and logger name (everything else from the environment, such as
+    OTEL_PYTHON_DISABLED_INSTRUMENTATIONS), and tell the host so that it stops forwarding the
+    app's log records itself. Returns whether it did."""
+    if settings.get("PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY", "").lower() != "true":
+        return False
+    from azure.monitor.opentelemetry import configure_azure_monitor
+
+    os.environ.setdefault("OTEL_EXPERIMENTAL_RESOURCE_DETECTORS", "azure_functions")
+    try:
+        configure_azure_monitor(
+            connection_string=settings.get("APPLICATIONINSIGHTS_CONNECTION_STRING"),
+            logger_name=settings.get("PYTHON_APPLICATIONINSIGHTS_LOGGER_NAME", ""))
+    except Exception:  # the worker logs it and goes on without
+        logging.getLogger(__name__).exception("Error initializing Azure monitor distro")
+        return False
+    return True
 
 
 @dataclass(frozen=True)

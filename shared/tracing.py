@@ -41,13 +41,22 @@ def tracer() -> trace.Tracer:
 def configure(env: Mapping[str, str] = os.environ) -> TracerProvider | None:
     """Set up exporting from the standard variables, once per process.
 
-    APPLICATIONINSIGHTS_CONNECTION_STRING (Azure: the Bicep sets it) sends traces and logs to
-    Application Insights; OTEL_TRACES_EXPORTER=console prints spans, otlp sends them to
-    OTEL_EXPORTER_OTLP_ENDPOINT (with the opentelemetry-exporter-otlp-proto-http package); none
-    of them, nothing. Returns the provider it set up, if any.
+    In Azure the Python worker sets up the Azure Monitor distro itself before it imports the app
+    (PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY, which the Bicep sets, so that the host stops
+    forwarding the app's log records a second time): its provider is used as it is. Otherwise
+    APPLICATIONINSIGHTS_CONNECTION_STRING sends traces and logs to Application Insights;
+    OTEL_TRACES_EXPORTER=console prints spans, otlp sends them to OTEL_EXPORTER_OTLP_ENDPOINT
+    (with the opentelemetry-exporter-otlp-proto-http package); none of them, nothing. Returns
+    the provider in use, if any.
     """
     if _provider is not None:
         return _provider
+    from opentelemetry.sdk.trace import TracerProvider as SdkProvider
+
+    configured = trace.get_tracer_provider()
+    if isinstance(configured, SdkProvider):  # by the worker: a second set-up would export twice
+        use_provider(configured)
+        return configured
     exporter_name = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
     if env.get("APPLICATIONINSIGHTS_CONNECTION_STRING") and exporter_name in ("",
                                                                            "azure_monitor"):
@@ -55,7 +64,6 @@ def configure(env: Mapping[str, str] = os.environ) -> TracerProvider | None:
     if exporter_name in ("", "none"):
         return None
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider as SdkProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
     exporter: SpanExporter
@@ -85,36 +93,28 @@ def configure(env: Mapping[str, str] = os.environ) -> TracerProvider | None:
 
 # The app's spans are the order's trace. The Azure SDK's and the HTTP libraries' own would add a
 # dependency per storage request (dozens per order, each billed), and the app serves no web
-# framework.
-_NOT_INSTRUMENTED = ("azure_sdk", "django", "fastapi", "flask", "httpx", "httpx2", "psycopg2",
-                     "requests", "urllib", "urllib3")
+# framework. The Bicep gives the worker the same list (OTEL_PYTHON_DISABLED_INSTRUMENTATIONS).
+NOT_INSTRUMENTED = ("azure_sdk", "django", "fastapi", "flask", "httpx", "httpx2", "psycopg2",
+                    "requests", "urllib", "urllib3")
 
 
 def _azure_monitor(env: Mapping[str, str]) -> TracerProvider:
-    """Traces and logs to Application Insights (the Azure Monitor distro), as the app's managed
-    identity when APPLICATIONINSIGHTS_AUTHENTICATION_STRING says Authorization=AAD (the Bicep
-    sets it: Application Insights has local authentication off)."""
+    """Traces and logs to Application Insights (the Azure Monitor distro). The exporter itself
+    reads APPLICATIONINSIGHTS_AUTHENTICATION_STRING: with Authorization=AAD (as the Bicep sets
+    it, Application Insights having local authentication off) it sends as the managed identity."""
     from azure.monitor.opentelemetry import configure_azure_monitor
     from opentelemetry.sdk.resources import Resource
 
     from shared.settings import SettingsError
 
-    kwargs: dict[str, Any] = {}
-    auth = dict(part.split("=", 1) for part in
-                env.get("APPLICATIONINSIGHTS_AUTHENTICATION_STRING", "").split(";") if "=" in part)
-    if auth.get("Authorization") == "AAD":
-        from azure.identity import ManagedIdentityCredential
-
-        kwargs["credential"] = ManagedIdentityCredential(client_id=auth.get("ClientId"))
     try:
         configure_azure_monitor(
             connection_string=env["APPLICATIONINSIGHTS_CONNECTION_STRING"],
-            instrumentation_options={name: {"enabled": False} for name in _NOT_INSTRUMENTED},
+            instrumentation_options={name: {"enabled": False} for name in NOT_INSTRUMENTED},
             # Per-interval metrics nobody here reads; each is an ingested item.
             enable_live_metrics=False, enable_performance_counters=False,
             resource=Resource.create(
-                {"service.name": env.get("OTEL_SERVICE_NAME", "order-pipeline")}),
-            **kwargs)
+                {"service.name": env.get("OTEL_SERVICE_NAME", "order-pipeline")}))
     except ValueError as e:
         raise SettingsError(f"APPLICATIONINSIGHTS_CONNECTION_STRING: {e}") from None
     provider = trace.get_tracer_provider()

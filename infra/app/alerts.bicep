@@ -26,8 +26,9 @@ resource operators 'Microsoft.Insights/actionGroups@2023-01-01' = {
   }
 }
 
-// The app logs every operator alert as "OPERATOR_ALERT <kind> order=<id> ..." with custom
-// dimensions, and stores it in the OperatorAlerts table.
+// The app logs every operator alert with flat dimensions (alert = its kind, order_id, step,
+// reason, alert_key), which the worker's exporter sends as customDimensions, and stores it in
+// the OperatorAlerts table. One notification per kind per window.
 resource operatorAlerts 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
   name: '${namePrefix}-operator-alerts'
   location: location
@@ -43,8 +44,15 @@ resource operatorAlerts 'Microsoft.Insights/scheduledQueryRules@2023-12-01' = {
     criteria: {
       allOf: [
         {
-          query: 'traces | where message startswith "OPERATOR_ALERT"'
+          query: 'traces | where isnotempty(tostring(customDimensions["alert"])) | extend alert = tostring(customDimensions["alert"])'
           timeAggregation: 'Count'
+          dimensions: [
+            {
+              name: 'alert'
+              operator: 'Include'
+              values: ['*']
+            }
+          ]
           operator: 'GreaterThan'
           threshold: 0
           failingPeriods: {

@@ -148,6 +148,11 @@ resource settings 'Microsoft.Web/sites/config@2024-04-01' = {
     ServiceBusConnection__clientId: identityClientId
     APPLICATIONINSIGHTS_CONNECTION_STRING: applicationInsightsConnectionString
     APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identityClientId};Authorization=AAD'
+    // The worker sets up OpenTelemetry export before it imports the app, and the host (in
+    // telemetryMode OpenTelemetry, host.json) then leaves the app's log records to it, so each
+    // arrives once, with its dimensions. The same list as shared/tracing.py NOT_INSTRUMENTED.
+    PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY: 'true'
+    OTEL_PYTHON_DISABLED_INSTRUMENTATIONS: 'azure_sdk,django,fastapi,flask,httpx,httpx2,psycopg2,requests,urllib,urllib3'
     SimulatorsEnabled: string(simulatorsEnabled)
   })
 }

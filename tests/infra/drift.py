@@ -29,6 +29,8 @@ HOST_SETTINGS = {
     "APPLICATIONINSIGHTS_CONNECTION_STRING",
     "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
     "PYTHON_THREADPOOL_THREAD_COUNT",  # read by the Python worker
+    "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY",  # the worker sets up the Azure Monitor distro
+    "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS",  # read by the distro
 }
 
 _parser = BicepParser()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from shared import tracing
 from tests.conftest import ROOT
 from tests.infra.drift import bicep_names, drift, parse
 
@@ -98,6 +99,17 @@ def test_no_keys_or_connection_strings_in_the_infrastructure() -> None:
 def test_flex_consumption_settings_the_platform_rejects_are_not_set() -> None:
     settings = bicep_names(INFRA).app_settings
     assert not {"FUNCTIONS_WORKER_RUNTIME", "FUNCTIONS_EXTENSION_VERSION"} & set(settings)
+
+
+def test_the_worker_exports_telemetry_without_the_sdks_own_spans() -> None:
+    """In Azure the worker, not the app, sets up the exporter: the Bicep must turn that on, turn
+    the host's own forwarding of the app's logs off (telemetryMode), and give the worker the
+    app's list of libraries not to instrument (or every storage request becomes a dependency)."""
+    settings = bicep_names(INFRA).app_settings
+    assert settings["PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY"] == "true"
+    disabled = settings["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"].split(",")
+    assert sorted(disabled) == sorted(tracing.NOT_INSTRUMENTED)
+    assert json.loads((ROOT / "host.json").read_text())["telemetryMode"] == "OpenTelemetry"
 
 
 def test_parameters_file_names_only_parameters_main_bicep_declares() -> None:

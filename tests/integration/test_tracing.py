@@ -4,6 +4,9 @@ trace its sender started, and so do a retried step and the Supervisor's recovery
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +19,7 @@ from opentelemetry.trace import SpanKind
 
 from localrun.servicebus import LocalServiceBusChannel
 from shared import tracing
-from tests.conftest import wait_until
+from tests.conftest import ROOT, wait_until
 from tests.integration.conftest import Pipeline, RunningHost
 from tests.integration.helpers import drain_json, order
 from tests.integration.test_scheduler import accept
@@ -140,6 +143,31 @@ def test_with_nothing_configured_nothing_is_recorded_and_contexts_pass_through(
     assert tracing.trace_id(cmd["traceparent"]) == "0af7651916cd43dd8448eb211c80319c"
 
 
+def test_a_provider_the_worker_set_up_is_used_not_set_up_again() -> None:
+    """In Azure the worker sets the distro up before it imports the app. A second set-up by the
+    app would add a second exporter and log handler: every span and record sent twice."""
+    script = """
+import logging, sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+worker = TracerProvider()
+trace.set_tracer_provider(worker)
+handlers = list(logging.getLogger().handlers)
+from shared import tracing
+got = tracing.configure({"APPLICATIONINSIGHTS_CONNECTION_STRING":
+                         "InstrumentationKey=00000000-0000-0000-0000-000000000000;"
+                         "IngestionEndpoint=http://127.0.0.1:9/"})
+assert got is worker, got
+assert logging.getLogger().handlers == handlers, logging.getLogger().handlers
+with tracing.span("s", parent=None) as s:
+    assert s.is_recording()
+"""
+    r = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, "APPLICATIONINSIGHTS_STATSBEAT_DISABLED_ALL": "true"},
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
 def test_a_bad_exporter_setting_is_named() -> None:
     from shared.settings import SettingsError
 
@@ -193,10 +221,11 @@ def test_orders_trace_shows_the_timeline_and_the_trace_id(
     assert run(["--settings", "/nonexistent", "trace", "ghost"]) == 1
 
 
-def test_the_workbook_reads_only_what_the_app_emits(
+def test_the_workbook_and_the_alert_rule_read_only_what_the_app_emits(
         run_host: Any, exported: InMemorySpanExporter, caplog: pytest.LogCaptureFixture) -> None:
-    """infra/app/monitoring.bicep's queries name customDimensions: span attributes, span event
-    attributes and the alert record's dimensions. Each must be one the app emits."""
+    """The workbook's and the operator-alert rule's queries (infra/app/monitoring.bicep,
+    alerts.bicep) name customDimensions: span attributes, span event attributes and the alert
+    record's dimensions. Each must be one the app emits."""
     import re
 
     from tests.conftest import ROOT
@@ -210,8 +239,9 @@ def test_the_workbook_reads_only_what_the_app_emits(
     emitted |= {k for s in spans for e in s.events for k in (e.attributes or {})}
     emitted |= {k for r in caplog.records for k in ("alert", "order_id", "step", "reason")
                 if hasattr(r, k)}
-    bicep = (ROOT / "infra" / "app" / "monitoring.bicep").read_text()
-    read = set(re.findall(r'customDimensions\["([^"]+)"\]', bicep))
-    assert read and read <= emitted, read - emitted
+    for name in ("monitoring.bicep", "alerts.bicep"):
+        bicep = (ROOT / "infra" / "app" / name).read_text()
+        read = set(re.findall(r'customDimensions\["([^"]+)"\]', bicep))
+        assert read and read <= emitted, (name, read - emitted)
     # The event it filters on exists too (the "agent <name>" spans: the first test here).
     assert "order.transition" in {e.name for s in spans for e in s.events}
