@@ -8,7 +8,14 @@ import re
 from decimal import Decimal
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 # Table Storage keys may not hold / \ # ? or control characters; we are stricter so that an id
 # is also safe in a queue message, a URL path and a log query.
@@ -31,11 +38,19 @@ class InvalidOrder(ValueError):
     """The message is not an order we can accept. Retrying it will not help."""
 
 
+def _json_integer(v: Any) -> Any:
+    """What JSON Schema calls an integer (2, or 2.0), and not what Python would also take for
+    one: true, or the string "2"."""
+    if isinstance(v, bool | str):
+        raise ValueError("Input should be a JSON integer")
+    return v
+
+
 class LineItem(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     sku: Annotated[str, Field(min_length=1, max_length=64)]
-    quantity: Annotated[int, Field(gt=0, le=10_000)]
+    quantity: Annotated[int, Field(gt=0, le=10_000), BeforeValidator(_json_integer)]
     # Money is a decimal string ("12.50"), never a JSON number: a number is a binary float in
     # most senders' languages, and JSON Schema validators disagree on whether 2.01 is a multiple
     # of 0.01, so a sender's validator and ours could not agree on one.
@@ -54,7 +69,8 @@ class LineItem(BaseModel):
 class Order(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_version: Annotated[int, Field(json_schema_extra={"enum": [1]})] = 1
+    schema_version: Annotated[int, Field(json_schema_extra={"enum": [1]}),
+                              BeforeValidator(_json_integer)] = 1
     order_id: Annotated[str, Field(pattern=ORDER_ID_PATTERN)]
     customer_id: Annotated[str, Field(min_length=1, max_length=128)]
     items: Annotated[list[LineItem], Field(min_length=1, max_length=100)]

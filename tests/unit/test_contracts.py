@@ -96,6 +96,9 @@ def _order(**changes: Any) -> dict[str, Any]:
     _order(items=[]),
     _order(item_quantity=0),
     _order(item_quantity=10_001),
+    _order(item_quantity=True),  # found by the search: Python takes True for 1
+    _order(item_quantity="2"),
+    _order(schema_version=True),
     _order(item_unit_price="1e2"),
     _order(item_unit_price=" 5"),
     _order(item_unit_price="1.234"),
