@@ -90,8 +90,12 @@ def build(settings: Settings, *, clock: Clock = utc_now,
     workflow = settings.workflow(base_workflow)
     tables = table_service(settings, **(table_options or {}))
     queues = queue_service(settings, **(queue_options or {}))
+    grace = timedelta(seconds=settings.pending_grace)
+    # New index entries are filed within the shortest time a write can make an order due in,
+    # so an order's later writes need no new one (due_index.py).
     store = TableOrderStore(tables.get_table_client(settings.state_table),
-                            tables.get_table_client(settings.inflight_table))
+                            tables.get_table_client(settings.inflight_table), grace,
+                            horizon=min([grace, *(s.budget for s in workflow.steps)]))
     sender = StorageQueueSender(queues)
     alerts = TableAlertSink(tables.get_table_client(settings.alerts_table))
     relay = EffectRelay(store=store, sender=sender, alerts=alerts, workflow=workflow,

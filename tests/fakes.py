@@ -11,8 +11,8 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,10 +24,12 @@ from shared.adapters.state_store import (
     OrderAlreadyExists,
     StoredOrder,
 )
+from shared.domain import due_index
 from shared.domain.alerts import OperatorAlert
+from shared.domain.due_index import IndexKey
 from shared.domain.order import Order
 from shared.domain.outages import TickLog
-from shared.domain.state import OrderState
+from shared.domain.state import OrderState, due_at
 
 Fault = Callable[[str], None]
 
@@ -65,14 +67,18 @@ class FakeTickLog:
 
 
 class FakeOrderStore:
-    """Orders, state records and the in-flight index, in dicts; versions are a counter."""
+    """Orders, state records and the due-time index, in dicts; versions are a counter."""
 
-    def __init__(self, fault: Fault = no_fault) -> None:
+    def __init__(self, fault: Fault = no_fault,
+                 pending_grace: timedelta = timedelta(seconds=30),
+                 horizon: timedelta | None = None) -> None:
         self.fault = fault
         self.orders: dict[str, tuple[dict[str, Any], str]] = {}
         self.states: dict[str, OrderState] = {}
         self.corrupt: dict[str, str] = {}  # order id -> why its record cannot be read
-        self.index: dict[tuple[str, int], InFlightEntry] = {}
+        self.index: dict[str, InFlightEntry] = {}  # by key
+        self.grace = pending_grace
+        self.horizon = horizon if horizon is not None else pending_grace
         self._versions = itertools.count(1)
 
     def _stamp(self, state: OrderState) -> OrderState:
@@ -88,9 +94,24 @@ class FakeOrderStore:
         s = self.states.get(order_id)
         return copy.deepcopy(s) if s is not None else None
 
+    def _file(self, state: OrderState, base: str, *, exact: bool) -> tuple[str, bool]:
+        self.fault("store.file")
+        at = due_index.file_at(due_at(state, self.grace), state.updated_at, self.horizon,
+                               exact=exact)
+        key = str(due_index.key_for(state.order_id, state.generation, at))
+        if key in self.index:
+            return key, False
+        self.index[key] = InFlightEntry(key, state.order_id, state.generation, state.updated_at,
+                                        base)
+        return key, True
+
     def create(self, order: Order, state: OrderState) -> OrderState:
+        key, added = self._file(state, base="", exact=False)
+        state.index_key = key
         self.fault("store.create")
         if order.order_id in self.states or order.order_id in self.orders:
+            if added:
+                self.drop(key)
             raise OrderAlreadyExists(order.order_id, self.orders[order.order_id][1]
                                      if order.order_id in self.orders else None)
         self.orders[order.order_id] = (order.document(), order.fingerprint())
@@ -108,9 +129,13 @@ class FakeOrderStore:
         self.fault("store.get_state")
         return self._read(order_id)
 
-    def save(self, state: OrderState) -> OrderState:
+    def save(self, state: OrderState, *, move: bool = False) -> OrderState:
         if state.version is None:
             raise ValueError("save() needs a state read from the store")
+        old = state.index_key
+        due = None if state.is_settled else due_at(state, self.grace)
+        if due_index.new_key_needed(old, due, move=move):
+            state.index_key, _ = self._file(state, base=state.version, exact=move)
         self.fault("store.save")
         current = self.states.get(state.order_id)
         if current is None or current.version != state.version:
@@ -118,6 +143,8 @@ class FakeOrderStore:
         self.corrupt.pop(state.order_id, None)
         saved = self._stamp(state)
         state.version = saved.version
+        if old is not None and old != state.index_key:
+            self.drop(old)
         return saved
 
     def confirm_outbox(self, state: OrderState) -> OrderState:
@@ -128,27 +155,24 @@ class FakeOrderStore:
         current.outbox = []
         return self._stamp(current)
 
-    def track(self, order_id: str, generation: int, since: datetime) -> bool:
-        self.fault("store.track")
-        if (order_id, generation) in self.index:
-            return False
-        self.index[(order_id, generation)] = InFlightEntry(order_id, since, generation)
-        return True
+    def due(self, now: datetime, limit: int) -> list[InFlightEntry]:
+        self.fault("store.due")
+        upto = due_index.due_by(now)
+        by_partition: dict[str, list[tuple[str, InFlightEntry]]] = {}
+        for key, entry in self.index.items():
+            k = IndexKey.parse(key)
+            if k.partition == due_index.LEGACY_PARTITION or k.row <= upto:
+                by_partition.setdefault(k.partition, []).append((k.row, entry))
+        return [e for rows in by_partition.values() for _, e in sorted(rows)[:limit]]
 
-    def in_flight(self) -> Iterator[InFlightEntry]:
-        self.fault("store.in_flight")
-        yield from list(self.index.values())
-
-    def forget(self, order_id: str, generation: int) -> None:
-        self.fault("store.forget")
-        self.index.pop((order_id, generation), None)
+    def drop(self, key: str) -> None:
+        self.fault("store.drop")
+        self.index.pop(key, None)
 
     def quarantine(self, entry: InFlightEntry, version: str) -> None:
         self.fault("store.quarantine")
-        key = (entry.order_id, entry.generation)
-        if key in self.index:
-            self.index[key] = InFlightEntry(entry.order_id, entry.since, entry.generation,
-                                            version)
+        if entry.key in self.index:
+            self.index[entry.key] = replace(self.index[entry.key], unreadable=version)
 
     def list_states(self, process_state: str | None, limit: int,
                     continuation: str | None) -> tuple[list[OrderState], str | None]:
@@ -237,7 +261,6 @@ def accepted(store: FakeOrderStore, order_id: str, at: datetime,
 
     o = parse_order(json.dumps({"order_id": order_id, "customer_id": "c",
                                 "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
-    store.track(order_id, 0, at)
     return store.create(o, receive(order_id, workflow or ORDER_FULFILMENT, at))
 
 

@@ -4,13 +4,12 @@ Keys:
 - ``<OrderID> / order``: the order as accepted, written once.
 - ``<OrderID> / state``: the state record. Every change is a single-entity write conditional on
   the ETag it was read with, so a lost race surfaces as ConcurrencyConflict, never an overwrite.
-- In-flight index (its own table), ``inflight / <OrderID>@<generation>``: one entity per order
-  and generation that is not yet settled. The Supervisor reads this one partition (a key-range
-  query), so a tick costs the same however many completed orders the state table holds. The
-  entry is written before the order (or the resubmission) and removed after it settles, so it
-  may name an order that is done (the Supervisor then drops it) but never misses one that is
-  not. The generation in the key makes removal exact: dropping a settled generation can never
-  hide the same order resubmitted meanwhile.
+- Due-time index (its own table; see shared/domain/due_index.py): one entry per in-flight order
+  generation, ``due-NN / <due time>|<OrderID>@<generation>``, filed at or before the time the
+  Supervisor must step in, spread over 16 partitions. The record names its entry (``IndexKey``)
+  and every write keeps it true: an entry goes in before the record that names it (so an order
+  the Supervisor cannot find does not exist), and a write that makes the order due earlier puts
+  a new entry first. The Supervisor reads, by key range, only the entries whose time has come.
 """
 
 from __future__ import annotations
@@ -19,9 +18,8 @@ import contextlib
 import copy
 import json
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from azure.core import MatchConditions
@@ -33,6 +31,8 @@ from azure.core.exceptions import (
 from azure.data.tables import TableClient, TableTransactionError, UpdateMode
 
 from shared.adapters.paging import decode_token, encode_token
+from shared.domain import due_index
+from shared.domain.due_index import IndexKey
 from shared.domain.effects import outbox_from_json, outbox_to_json
 from shared.domain.order import Order
 from shared.domain.state import (
@@ -40,13 +40,13 @@ from shared.domain.state import (
     OrderState,
     ProcessState,
     StepState,
+    due_at,
 )
 
 log = logging.getLogger(__name__)
 
 ORDER_ROW = "order"
 STATE_ROW = "state"
-INFLIGHT_PARTITION = "inflight"
 
 
 class ConcurrencyConflict(Exception):
@@ -78,31 +78,35 @@ class StoredOrder:
 
 @dataclass(frozen=True)
 class InFlightEntry:
+    """An entry of the due-time index, as the Supervisor meets it."""
+
+    key: str  # exact: what the record names and what dropping it deletes
     order_id: str
-    since: datetime
-    generation: int = 0
+    generation: int
+    since: datetime  # when it was written
+    # The record's version the entry was put in against ("" before the order's first record,
+    # None for an entry from before the index): once the record is at another version, no
+    # write can name this entry any more.
+    base: str | None = None
     # The version of a record the Supervisor found unreadable and reported; skipped until it
     # changes.
     unreadable: str | None = None
 
 
-def _inflight_key(order_id: str, generation: int) -> str:
-    # "@" never occurs in an order id (ORDER_ID_PATTERN).
-    return f"{order_id}@{generation}"
-
-
 class OrderStore(Protocol):
     """What the handlers need of the state store. TableOrderStore is the real one; the tests'
-    in-memory one passes the same contract test (tests/integration/test_store_contract.py)."""
+    in-memory one passes the same contract test (tests/integration/test_store_contract.py).
+
+    ``create`` and ``save`` keep the due-time index (due_index.py): no caller files an entry.
+    """
 
     def create(self, order: Order, state: OrderState) -> OrderState: ...
     def load(self, order_id: str) -> StoredOrder | None: ...
     def get_state(self, order_id: str) -> OrderState | None: ...
-    def save(self, state: OrderState) -> OrderState: ...
+    def save(self, state: OrderState, *, move: bool = False) -> OrderState: ...
     def confirm_outbox(self, state: OrderState) -> OrderState: ...
-    def track(self, order_id: str, generation: int, since: datetime) -> bool: ...
-    def in_flight(self) -> Iterator[InFlightEntry]: ...
-    def forget(self, order_id: str, generation: int) -> None: ...
+    def due(self, now: datetime, limit: int) -> list[InFlightEntry]: ...
+    def drop(self, key: str) -> None: ...
     def quarantine(self, entry: InFlightEntry, version: str) -> None: ...
     def list_states(self, process_state: str | None, limit: int,
                     continuation: str | None) -> tuple[list[OrderState], str | None]: ...
@@ -132,6 +136,7 @@ def state_to_entity(state: OrderState) -> dict[str, Any]:
         "OutboxCause": state.outbox_cause,
         "Rescues": state.rescues,
         "TraceParent": state.trace,
+        "IndexKey": state.index_key,
         "CreatedAt": state.created_at,
         "UpdatedAt": state.updated_at,
     }
@@ -170,20 +175,27 @@ def _state_from_entity(e: Any) -> OrderState:
         outbox_cause=e.get("OutboxCause"),
         rescues=int(e.get("Rescues", 0)),
         trace=e.get("TraceParent"),
+        index_key=e.get("IndexKey"),
         version=e.metadata["etag"],
     )
 
 
 class TableOrderStore:
-    def __init__(self, states: TableClient, inflight: TableClient) -> None:
+    def __init__(self, states: TableClient, inflight: TableClient, pending_grace: timedelta,
+                 horizon: timedelta | None = None) -> None:
         self._states = states
         self._inflight = inflight
+        self._grace = pending_grace
+        self._horizon = horizon if horizon is not None else pending_grace  # see due_index
 
     def create(self, order: Order, state: OrderState) -> OrderState:
         """Write the order and its first state in one entity-group transaction: both or neither.
 
-        Returns the state as stored (with its version). The caller indexes the order first.
+        The order's index entry goes in first (and comes out again when the order was there).
+        Returns the state as stored (with its version).
         """
+        key, added = self._file(state, base="", exact=False)
+        state.index_key = key
         details = {
             "PartitionKey": order.order_id,
             "RowKey": ORDER_ROW,
@@ -199,7 +211,9 @@ class TableOrderStore:
             )
         except TableTransactionError as e:
             if e.error_code != "EntityAlreadyExists":
-                raise
+                raise  # the entry stays: the Supervisor drops it once nothing can follow it
+            if added:  # not the order's: the one there already names its own
+                self.drop(key)
             existing = self._get(order.order_id, ORDER_ROW)
             raise OrderAlreadyExists(
                 order.order_id, existing.get("Fingerprint") if existing else None
@@ -229,18 +243,30 @@ class TableOrderStore:
         e = self._get(order_id, STATE_ROW)
         return state_from_entity(e) if e is not None else None
 
-    def save(self, state: OrderState) -> OrderState:
-        """Replace the state record if nobody changed it since it was read."""
+    def save(self, state: OrderState, *, move: bool = False) -> OrderState:
+        """Replace the state record if nobody changed it since it was read.
+
+        Files the order anew in the due-time index first when the write makes it due earlier
+        than its entry (or it has none), or when ``move``: the Supervisor moving an entry it
+        met at its time. The superseded entry is dropped after the write.
+        """
         if state.version is None:
             raise ValueError("save() needs a state read from the store")
+        old = state.index_key
+        due = None if state.is_settled else due_at(state, self._grace)
+        if due_index.new_key_needed(old, due, move=move):
+            state.index_key, _ = self._file(state, base=state.version, exact=move)
         try:
             meta = self._states.update_entity(
                 state_to_entity(state), mode=UpdateMode.REPLACE,
                 etag=state.version, match_condition=MatchConditions.IfNotModified,
             )
         except (ResourceModifiedError, ResourceNotFoundError) as e:
+            # A new entry stays behind, named by nothing: the Supervisor drops it at its time.
             raise ConcurrencyConflict(f"order {state.order_id}: {e.reason}") from None
         state.version = meta["etag"]
+        if old is not None and old != state.index_key:
+            self.drop(old)
         return state
 
     def confirm_outbox(self, state: OrderState) -> OrderState:
@@ -285,41 +311,51 @@ class TableOrderStore:
         token = pages.continuation_token  # type: ignore[attr-defined]
         return items, encode_token(token) if token else None
 
-    def track(self, order_id: str, generation: int, since: datetime) -> bool:
-        """Put an order's generation into the in-flight index, before it is handed on.
-
-        True when this call added the entry; False when it was there already (then it is not
-        the caller's to take back).
-        """
+    def _file(self, state: OrderState, base: str, *, exact: bool) -> tuple[str, bool]:
+        """Put an index entry for the state (due_index.file_at); its key, and whether this call
+        added it."""
+        at = due_index.file_at(due_at(state, self._grace), state.updated_at, self._horizon,
+                               exact=exact)
+        key = due_index.key_for(state.order_id, state.generation, at)
         try:
             self._inflight.create_entity(
-                {"PartitionKey": INFLIGHT_PARTITION,
-                 "RowKey": _inflight_key(order_id, generation),
-                 "OrderID": order_id, "Generation": generation, "Since": since},
-            )
+                {"PartitionKey": key.partition, "RowKey": key.row, "OrderID": state.order_id,
+                 "Generation": state.generation, "Since": state.updated_at, "Base": base})
         except ResourceExistsError:
-            return False
-        return True
+            return str(key), False
+        return str(key), True
 
-    def in_flight(self) -> Iterator[InFlightEntry]:
-        for e in self._inflight.query_entities(
-            "PartitionKey eq @pk", parameters={"pk": INFLIGHT_PARTITION},
-            select=["RowKey", "OrderID", "Generation", "Since", "Unreadable"],
-        ):
-            yield InFlightEntry(e["OrderID"], e["Since"], int(e["Generation"]),
-                                e.get("Unreadable"))
+    def due(self, now: datetime, limit: int) -> list[InFlightEntry]:
+        """The entries whose time has come, at most ``limit`` from each partition (one request
+        each), and the entries from before the index."""
+        upto = due_index.due_by(now)
+        found: list[InFlightEntry] = []
+        for partition in [*due_index.partitions(), due_index.LEGACY_PARTITION]:
+            query, params = "PartitionKey eq @pk", {"pk": partition}
+            if partition != due_index.LEGACY_PARTITION:
+                query, params = query + " and RowKey le @upto", {**params, "upto": upto}
+            pages = self._inflight.query_entities(
+                query, parameters=params, results_per_page=limit,
+                select=["PartitionKey", "RowKey", "OrderID", "Generation", "Since", "Base",
+                        "Unreadable"]).by_page()
+            found.extend(
+                InFlightEntry(f"{e['PartitionKey']}/{e['RowKey']}", e["OrderID"],
+                              int(e["Generation"]), e["Since"], e.get("Base"),
+                              e.get("Unreadable"))
+                for e in next(pages, []))
+        return found
 
-    def forget(self, order_id: str, generation: int) -> None:
-        """Drop a settled generation from the in-flight index (idempotent)."""
-        self._inflight.delete_entity(INFLIGHT_PARTITION, _inflight_key(order_id, generation))
+    def drop(self, key: str) -> None:
+        """Drop an index entry by its exact key (idempotent)."""
+        k = IndexKey.parse(key)
+        self._inflight.delete_entity(k.partition, k.row)
 
     def quarantine(self, entry: InFlightEntry, version: str) -> None:
         """Remember that this version of the record was reported unreadable."""
+        k = IndexKey.parse(entry.key)
         with contextlib.suppress(ResourceNotFoundError):  # settled and dropped meanwhile
             self._inflight.update_entity(
-                {"PartitionKey": INFLIGHT_PARTITION,
-                 "RowKey": _inflight_key(entry.order_id, entry.generation),
-                 "Unreadable": version},
+                {"PartitionKey": k.partition, "RowKey": k.row, "Unreadable": version},
                 mode=UpdateMode.MERGE,
             )
 

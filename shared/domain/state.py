@@ -162,6 +162,9 @@ class OrderState:
     rescues: int = 0
     # The order's W3C trace context, recorded at intake: what the Supervisor continues.
     trace: str | None = None
+    # The due-time index entry this record names (due_index.py); the store's, except that a new
+    # generation has none yet.
+    index_key: str | None = None
     # The store's concurrency token (an ETag); opaque to the domain.
     version: str | None = field(default=None, compare=False)
 
@@ -364,6 +367,7 @@ def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
         "steps": {s.name: f"{s.status.value} after {s.attempt} attempt(s)" for s in state.steps},
     }][-MAX_HISTORY:]
     new.generation += 1
+    new.index_key = None  # the store files the new generation when it writes it
     new.process_state = ProcessState.PENDING
     new.locked_by = None
     new.complete_by = now + pending_grace

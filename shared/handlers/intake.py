@@ -79,27 +79,19 @@ class IntakeHandler:
 
         state = receive(order.order_id, self._workflow, now, order.reply_to)
         state.trace = tracing.current_traceparent()  # what the order's later work continues
-        # Index first: an order the Supervisor can see is never lost, whatever happens next.
-        indexed_now = self._store.track(order.order_id, state.generation, now)
         try:
-            saved = self._store.create(order, state)
+            saved = self._store.create(order, state)  # indexed first: never lost to the Supervisor
         except OrderAlreadyExists as e:
-            return self._seen_before(order, e.fingerprint, indexed_now,
+            return self._seen_before(order, e.fingerprint,
                                      Rejection(CONFLICT, "", message_id, body, delivery_count,
                                                now, sent_at))
         self._relay.carry_out(saved, order.document())
         log.info("order %s accepted", order.order_id)
         return IntakeResult(IntakeOutcome.ACCEPTED, order.order_id)
 
-    def _seen_before(self, order: Order, fingerprint: str | None, indexed_now: bool,
+    def _seen_before(self, order: Order, fingerprint: str | None,
                      conflict: Rejection) -> IntakeResult:
         current = self._store.get_state(order.order_id)
-        if indexed_now and current is not None and (current.generation != 0
-                                                    or current.is_settled):
-            # The order had left the index (settled, its effects done) or moved to a later
-            # generation: take back the entry this delivery added on its way in. An entry that
-            # was there already is not ours: the Supervisor may still have work to finish.
-            self._store.forget(order.order_id, 0)
         if fingerprint != order.fingerprint():
             reason = (f"order {order.order_id} already exists with different content; "
                       "the stored order was kept" if fingerprint else

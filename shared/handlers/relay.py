@@ -92,8 +92,8 @@ class EffectRelay:
                 self._sender.send(self._scheduler_queue, cmd.to_json(), timedelta(seconds=delay))
             elif isinstance(effect, Dispatch):
                 order = self._dispatch(state, effect, order, traceparent)
-            elif isinstance(effect, Forget):
-                self._store.forget(state.order_id, effect.generation)
+            elif isinstance(effect, Forget) and state.index_key:
+                self._store.drop(state.index_key)
         if not state.dispatch_unconfirmed:
             return state
         try:

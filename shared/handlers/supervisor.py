@@ -1,4 +1,9 @@
-"""The Supervisor: finds overdue work in the in-flight index and has it recovered.
+"""The Supervisor: finds overdue work in the due-time index and has it recovered.
+
+A tick reads, by key range, only the index entries whose time has come (due_index.py), so it
+costs what may be overdue, not what is in flight. An entry met at its time whose order is not due
+yet (its time moved later) is moved to the order's due time; one its record no longer names is
+dropped once no write can still name it.
 
 Knows nothing of the business. Every change it makes is a conditional write, so two Supervisors
 ticking at once recover each overdue step once: the second one's write loses and it moves on.
@@ -37,6 +42,7 @@ from shared.domain.state import (
     OrderState,
     RetryPolicy,
     SupervisorDecision,
+    due_at,
     supervise,
 )
 from shared.domain.workflow import Workflow
@@ -69,7 +75,9 @@ class _Tick:
 @dataclass
 class TickReport:
     entities_read: int = 0
-    in_flight: int = 0
+    due: int = 0  # index entries whose time had come
+    moved: int = 0  # entries moved to their order's later due time
+    dropped: int = 0  # entries no record names any more
     retried: int = 0
     failed: int = 0
     rescued: int = 0
@@ -111,9 +119,11 @@ class Supervisor:
         now = self._clock()
         report.entities_read += 1
         tick = _Tick(log_read.after_tick(now, self._policy.outage_gap), now)
-        for entry in self._store.in_flight():
+        entries = self._store.due(now, self._policy.max_recoveries_per_tick)
+        tick.storage_answered(self._clock(), self._policy.outage_gap)
+        for entry in entries:
             report.entities_read += 1
-            report.in_flight += 1
+            report.due += 1
             if self._recoveries(report) >= self._policy.max_recoveries_per_tick:
                 report.deferred += 1
                 continue
@@ -157,33 +167,51 @@ class Supervisor:
             # generation that has settled: drop it once nothing can still be on its way.
             older = state is not None and entry.generation < state.generation
             if older or entry.since + grace < now:
-                self._store.forget(entry.order_id, entry.generation)
+                self._store.drop(entry.key)
                 report.forgotten += 1
+            return
+        legacy = entry.base is None  # filed before the due-time index, which its record predates
+        if entry.key != state.index_key and not (legacy and state.index_key is None):
+            # Superseded, or put in by a write that failed. Dropped, unless a write against the
+            # version still stored may yet land and name it.
+            if entry.base != state.version or entry.since + grace < now:
+                self._store.drop(entry.key)
+                report.dropped += 1
             return
         decision = supervise(state, now, self._policy, self._workflow, tick.log)
         if decision is None:
-            return
-        # The recovery belongs to the order's trace (as a child of its recorded context), and is
-        # linked to the tick that found it.
-        with tracing.span(f"supervisor {decision.kind.value}", parent=state.trace,
-                          kind=SpanKind.INTERNAL, links=[tracing.current_traceparent()],
-                          attributes=tracing.order_attributes(
-                              state.order_id,
-                              state.current_step.name if state.current_step else None,
-                              state.current_step.attempt if state.current_step else None,
-                              state.generation, **{"order.reason": decision.reason})):
-            self._act(decision, state, report)
+            if state.is_settled or due_at(state, grace) <= now:
+                return  # settled: its writer is finishing it (if not, FORGET after the grace)
+            try:  # its time moved later: file it there
+                self._store.save(state, move=True)
+                report.moved += 1
+            except ConcurrencyConflict:
+                report.lost_races += 1  # it moved meanwhile, and its writer filed it
+        else:
+            # The recovery belongs to the order's trace (as a child of its recorded context),
+            # and is linked to the tick that found it.
+            with tracing.span(f"supervisor {decision.kind.value}", parent=state.trace,
+                              kind=SpanKind.INTERNAL, links=[tracing.current_traceparent()],
+                              attributes=tracing.order_attributes(
+                                  state.order_id,
+                                  state.current_step.name if state.current_step else None,
+                                  state.current_step.attempt if state.current_step else None,
+                                  state.generation, **{"order.reason": decision.reason})):
+                self._act(decision, state, report)
+        if legacy:  # the order is filed by its due time now (by this tick or its last writer)
+            self._store.drop(entry.key)
 
     def _act(self, decision: SupervisorDecision, state: OrderState, report: TickReport) -> None:
         if decision.kind is DecisionKind.FORGET:
             # Settled, but whoever settled it did not finish: finish its effects, then drop it.
             self._relay.carry_out(state)
-            if not any(isinstance(e, Forget) for e in state.outbox):
-                self._store.forget(state.order_id, state.generation)
+            if not any(isinstance(e, Forget) for e in state.outbox) and state.index_key:
+                self._store.drop(state.index_key)  # what the Forget effect would have done
             report.forgotten += 1
             return
         try:
-            saved = self._store.save(decision.state)
+            # Filed anew at the order's next due time: this entry's time has passed.
+            saved = self._store.save(decision.state, move=True)
         except ConcurrencyConflict:
             report.lost_races += 1  # someone moved it first: their move stands
             return

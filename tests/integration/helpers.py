@@ -74,13 +74,14 @@ def race_on_save(stores: list[Any]) -> None:
     for store in stores:
         real_save = store.save
 
-        def save(state: Any, real_save: Any = real_save) -> Any:
+        def save(state: Any, real_save: Any = real_save, **kw: Any) -> Any:
             all_read.wait(timeout=10)
-            return real_save(state)
+            return real_save(state, **kw)
 
         store.save = save
 
 
 def index_entries(env: dict[str, str]) -> list[dict[str, Any]]:
-    """The in-flight index's own entries (the Supervisor's tick log shares the table)."""
-    return entities(env["InFlightTableName"], "PartitionKey eq 'inflight'")
+    """The due-time index's own entries (the Supervisor's tick log shares the table)."""
+    return entities(env["InFlightTableName"],
+                    "PartitionKey ge 'due-' and PartitionKey lt 'due.'")

@@ -144,12 +144,14 @@ def test_redelivery_never_takes_an_index_entry_that_was_not_its_own(
     """A settled order whose effects are not known done keeps its entry for the Supervisor."""
     c = bootstrap.container()
     intake(msg=sb_message(order("o-1")))
-    real_forget = c.store.forget
-    c.store.forget = lambda *a: None  # type: ignore[method-assign]  # the Scheduler died there
+    real_forget = c.store.drop
+    c.store.drop = lambda *a: None  # type: ignore[method-assign]  # the Scheduler died there
     _process("o-1", env)
-    c.store.forget = real_forget  # type: ignore[method-assign]
+    c.store.drop = real_forget  # type: ignore[method-assign]
+    left = index_entries(env)
+    assert left and {e["OrderID"] for e in left} == {"o-1"}
     intake(msg=sb_message(order("o-1"), delivery_count=2))
-    assert [e["OrderID"] for e in index_entries(env)] == ["o-1"]
+    assert index_entries(env) == left
 
 
 def test_redelivery_during_a_supervisor_backoff_sends_no_start(env: dict[str, str]) -> None:
@@ -169,3 +171,21 @@ def test_redelivery_during_a_supervisor_backoff_sends_no_start(env: dict[str, st
     c.store.save(decision.state)
     intake(msg=sb_message(order("o-1"), delivery_count=2))
     assert drain_json(env["SchedulerQueueName"]) == []  # the backoff stands
+
+
+def test_an_order_that_finishes_in_time_is_filed_once(
+        app_env: Callable[..., dict[str, str]]) -> None:
+    """With the deployed settings (a pending grace of 60 s, a first step of 30 s) the claim makes
+    the order due sooner than a new order is; filed within the horizon (the shortest of the
+    two), it needs no second entry: one written at intake, one removed when it settles."""
+    env = app_env(PendingGraceSeconds="60")
+    c = bootstrap.container()
+    index = c.store._inflight  # type: ignore[attr-defined]
+    writes: list[str] = []
+    for name in ("create_entity", "delete_entity", "update_entity", "upsert_entity"):
+        real = getattr(index, name)
+        setattr(index, name, lambda *a, _n=name, _r=real, **k: (writes.append(_n), _r(*a, **k))[1])
+    intake(msg=sb_message(order("o-1")))
+    _process("o-1", env)
+    assert writes == ["create_entity", "delete_entity"]
+    assert index_entries(env) == []

@@ -16,6 +16,7 @@ from shared.adapters.state_store import (
     TableOrderStore,
 )
 from shared.adapters.tick_log import TableTickLog, TickLogStore
+from shared.domain.due_index import IndexKey
 from shared.domain.order import parse_order
 from shared.domain.outages import TickLog
 from shared.domain.state import ProcessState, receive
@@ -24,6 +25,7 @@ from tests.fakes import FakeOrderStore, FakeTickLog
 from tests.integration.helpers import order
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
+GRACE = timedelta(seconds=30)  # the fake's default
 
 
 @pytest.fixture(params=["fake", "table"])
@@ -37,7 +39,7 @@ def store(request: pytest.FixtureRequest,
     app_env()
     c = bootstrap.container()
     yield TableOrderStore(c.tables.get_table_client(c.settings.state_table),
-                          c.tables.get_table_client(c.settings.inflight_table))
+                          c.tables.get_table_client(c.settings.inflight_table), GRACE)
 
 
 def create(store: OrderStore, order_id: str = "o-1", **changes: str):  # type: ignore[no-untyped-def]
@@ -91,22 +93,97 @@ def test_confirming_an_outbox_clears_it_only_on_the_version_it_was_read_with(
         store.confirm_outbox(saved)
 
 
-def test_the_in_flight_index_is_keyed_by_generation(store: OrderStore) -> None:
-    assert store.track("o-1", 0, T0) is True
-    assert store.track("o-1", 0, T0) is False  # already there: not this caller's
-    assert store.track("o-1", 1, T0) is True
-    assert sorted((e.order_id, e.generation) for e in store.in_flight()) == [
-        ("o-1", 0), ("o-1", 1)]
-    store.forget("o-1", 0)
-    store.forget("o-1", 0)  # idempotent
-    (entry,) = store.in_flight()
-    assert (entry.order_id, entry.generation, entry.since) == ("o-1", 1, T0)
-    store.quarantine(entry, "v-bad")
-    (entry,) = store.in_flight()
-    assert entry.unreadable == "v-bad"
-    store.forget("o-1", 1)
+def due(store: OrderStore, at: datetime) -> list[tuple[str, int]]:
+    return sorted((e.order_id, e.generation) for e in store.due(at, 100))
+
+
+def test_an_order_is_filed_by_its_due_time_and_found_only_once_it_comes(
+        store: OrderStore) -> None:
+    _, saved = create(store)
+    # Filed before the record that names it, at the time the Supervisor would step in.
+    key = IndexKey.parse(saved.index_key or "")
+    assert key.due == T0 + GRACE
+    assert due(store, T0 + GRACE - timedelta(microseconds=1)) == []
+    (entry,) = store.due(T0 + GRACE, 100)
+    assert (entry.key, entry.order_id, entry.generation, entry.since, entry.base) == (
+        saved.index_key, "o-1", 0, T0, "")
+    _, other = create(store, "o-2")
+    assert due(store, T0 + timedelta(days=1)) == [("o-1", 0), ("o-2", 0)]
+    assert len(store.due(T0 + timedelta(days=1), 1)) == 2  # at most 1 per partition
+    assert IndexKey.parse(other.index_key or "").partition != key.partition
+
+
+def test_a_write_that_makes_an_order_due_earlier_files_it_anew_first(
+        store: OrderStore) -> None:
+    _, s = create(store)
+    first = s.index_key
+    later = T0 + timedelta(seconds=10)
+    s.process_state, s.complete_by, s.updated_at = ProcessState.PROCESSING, T0 + GRACE * 2, later
+    s = store.save(s)
+    assert s.index_key == first  # due later: its entry still comes first
+    s.complete_by = T0 + timedelta(seconds=20)
+    version = s.version
+    s = store.save(s)
+    assert s.index_key != first and IndexKey.parse(s.index_key or "").due == s.complete_by
+    (entry,) = store.due(T0 + timedelta(days=1), 100)
+    assert (entry.key, entry.base, entry.since) == (s.index_key, version, later)
+    assert store.get_state("o-1") == s
+
+
+def test_a_move_files_the_order_at_its_due_time_and_drops_the_old_entry(
+        store: OrderStore) -> None:
+    _, s = create(store)
+    s.complete_by = T0 + timedelta(minutes=5)
+    s = store.save(s)
+    assert due(store, T0 + GRACE) == [("o-1", 0)]  # filed at the earlier time still
+    s = store.save(s, move=True)
+    assert due(store, T0 + GRACE) == []
+    assert due(store, T0 + timedelta(minutes=5)) == [("o-1", 0)]
+    assert store.save(s, move=True).index_key == s.index_key  # already there: kept
+
+
+def test_a_write_that_loses_its_race_leaves_an_entry_no_record_names(
+        store: OrderStore) -> None:
+    _, s = create(store)
+    stale = store.get_state("o-1")
+    assert stale is not None
+    store.save(s)
+    stale.complete_by = T0 + timedelta(seconds=5)
+    with pytest.raises(ConcurrencyConflict):
+        store.save(stale)
+    current = store.get_state("o-1")
+    assert current is not None and current.index_key == s.index_key
+    entries = store.due(T0 + timedelta(days=1), 100)
+    assert sorted(e.key for e in entries) == sorted([s.index_key, stale.index_key])
+    (orphan,) = [e for e in entries if e.key != current.index_key]
+    assert orphan.base != current.version  # so nothing can name it any more
+
+
+def test_a_settled_write_keeps_the_entry_for_its_forget_to_drop(store: OrderStore) -> None:
+    _, s = create(store)
+    s.process_state = ProcessState.PROCESSED
+    s = store.save(s, move=True)
+    (entry,) = store.due(T0 + timedelta(days=1), 100)
+    assert entry.key == s.index_key
+    store.drop(entry.key)
+    store.drop(entry.key)  # idempotent
     store.quarantine(entry, "v-bad")  # gone meanwhile: nothing to mark, no error
-    assert list(store.in_flight()) == []
+    assert store.due(T0 + timedelta(days=1), 100) == []
+
+
+def test_a_second_create_takes_its_entry_back(store: OrderStore) -> None:
+    o, saved = create(store)
+    with pytest.raises(OrderAlreadyExists):
+        store.create(o, receive("o-1", ORDER_FULFILMENT, T0 + timedelta(seconds=1)))
+    assert [e.key for e in store.due(T0 + timedelta(days=1), 100)] == [saved.index_key]
+
+
+def test_an_unreadable_record_is_marked_on_its_entry(store: OrderStore) -> None:
+    create(store)
+    (entry,) = store.due(T0 + timedelta(days=1), 100)
+    store.quarantine(entry, "v-bad")
+    (entry,) = store.due(T0 + timedelta(days=1), 100)
+    assert entry.unreadable == "v-bad"
 
 
 @pytest.fixture(params=["fake", "table"])
@@ -146,4 +223,4 @@ def test_the_tick_log_is_not_in_the_in_flight_index(app_env: Callable[..., dict[
     c = bootstrap.container()
     TableTickLog(c.tables.get_table_client(c.settings.inflight_table)).write(
         TickLog().after_tick(T0, timedelta(seconds=75)), None)
-    assert list(c.store.in_flight()) == []
+    assert c.store.due(T0 + timedelta(days=3650), 100) == []

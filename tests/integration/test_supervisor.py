@@ -7,7 +7,9 @@ import threading
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from azure.core.exceptions import ServiceRequestError
+from azure.data.tables import UpdateMode
 from azure.storage.queue import QueueServiceClient
 
 from shared.domain.order import parse_order
@@ -33,8 +35,8 @@ def claimed_and_lost(p: Pipeline, order_id: str = "o-1") -> None:
 def test_overdue_step_is_reset_and_retried_after_a_backoff(pipeline: Pipeline) -> None:
     c = pipeline.container
     claimed_and_lost(pipeline)
-    # The tick log, the in-flight entry and the state record; not overdue yet.
-    assert c.supervisor.tick() == TickReport(entities_read=3, in_flight=1)
+    # Not due yet: the tick reads its log and nothing of the order.
+    assert c.supervisor.tick() == TickReport(entities_read=1)
     pipeline.clock.advance(seconds=31)
     report = c.supervisor.tick()
     assert report.retried == 1
@@ -126,7 +128,14 @@ def test_pending_order_nobody_took_is_rescued(pipeline: Pipeline) -> None:
 
 def test_index_entry_without_an_order_is_dropped_after_the_grace(pipeline: Pipeline) -> None:
     c = pipeline.container
-    c.store.track("ghost", 0, pipeline.clock.now)  # intake died before writing the order
+    def died(*_: object, **__: object) -> None:
+        raise ConnectionError("intake died before writing the order")
+
+    c.store._states.submit_transaction = died  # type: ignore[attr-defined]  # after its entry
+    o = parse_order(json.dumps(order("ghost")))
+    with pytest.raises(ConnectionError):
+        c.store.create(o, receive(o.order_id, c.workflow, pipeline.clock.now))
+    assert len(index_entries(pipeline.env)) == 1
     assert c.supervisor.tick().forgotten == 0
     pipeline.clock.advance(seconds=11)
     assert c.supervisor.tick().forgotten == 1
@@ -142,11 +151,13 @@ def _completed_orders(p: Pipeline, n: int) -> None:
         s = store.get_state(o.order_id)
         assert s is not None
         s.process_state = ProcessState.PROCESSED
-        store.save(s)
-        store.forget(o.order_id, 0)
+        saved = store.save(s)
+        assert saved.index_key
+        store.drop(saved.index_key)
 
 
-def test_tick_cost_does_not_grow_with_completed_orders(pipeline: Pipeline) -> None:
+def test_tick_cost_grows_neither_with_completed_orders_nor_with_orders_not_due(
+        pipeline: Pipeline) -> None:
     c, meter = pipeline.container, pipeline.meter
     for i in range(3):
         claimed_and_lost(pipeline, f"live-{i}")
@@ -158,10 +169,15 @@ def test_tick_cost_does_not_grow_with_completed_orders(pipeline: Pipeline) -> No
     c.supervisor.tick()
     after = meter.snapshot()
     assert after == before
-    # Reads: the tick log, one index query and one state record per order in flight; the one
-    # write is the tick log's.
-    assert before["entities_read"] == 2 * 3 + 1
-    assert before["requests"] == {"table.query": 1, "table.read": 4, "table.write": 1}
+    # Reads: the tick log, and one key-range query per index partition (16, and the one from
+    # before the due-time index), which find nothing due; the one write is the tick log's.
+    assert before["entities_read"] == 1
+    assert before["requests"] == {"table.query": 17, "table.read": 1, "table.write": 1}
+    # Once their time comes, the three orders in flight are read, and only they.
+    pipeline.clock.advance(seconds=31)
+    meter.reset()
+    assert c.supervisor.tick().retried == 3
+    assert meter.snapshot()["entities_read"] == 1 + 2 * 3
 
 
 def test_an_unreadable_record_is_reported_once_and_the_tick_goes_on(pipeline: Pipeline) -> None:
@@ -197,10 +213,10 @@ def test_a_fault_on_one_order_leaves_the_rest_of_the_tick_to_run(pipeline: Pipel
     pipeline.clock.advance(seconds=31)
     real_save = c.store.save
 
-    def flaky(s: Any) -> Any:
+    def flaky(s: Any, **kw: Any) -> Any:
         if s.order_id == "a-first":
             raise ServiceRequestError("the store dropped the connection")
-        return real_save(s)
+        return real_save(s, **kw)
 
     c.store.save = flaky  # type: ignore[method-assign]
     report = c.supervisor.tick()
@@ -229,3 +245,36 @@ def test_an_order_no_scheduler_can_take_is_failed_with_an_alert(pipeline: Pipeli
     assert st["ProcessState"] == "Error" and "no Scheduler took the order" in st["LastError"]
     (alert,) = entities(env["OperatorAlertsTableName"])
     assert (alert["Kind"], alert["OrderID"]) == ("OrderFailed", "o-1")
+
+
+def _as_before_the_due_index(p: Pipeline, order_id: str) -> None:
+    """Turn an order's record and index entry into what the app wrote before the due-time
+    index: no IndexKey on the record, one entry in the old ``inflight`` partition."""
+    c = p.container
+    states = c.tables.get_table_client(p.env["StateTableName"])
+    e = states.get_entity(order_id, "state")
+    c.store.drop(e.pop("IndexKey"))
+    states.update_entity(e, mode=UpdateMode.REPLACE)
+    c.tables.get_table_client(p.env["InFlightTableName"]).create_entity(
+        {"PartitionKey": "inflight", "RowKey": f"{order_id}@0", "OrderID": order_id,
+         "Generation": 0, "Since": p.clock.now})
+
+
+def test_entries_from_before_the_due_index_are_filed_by_their_due_time(
+        pipeline: Pipeline) -> None:
+    c, env = pipeline.container, pipeline.env
+    claimed_and_lost(pipeline, "old-overdue")
+    pipeline.clock.advance(seconds=20)
+    claimed_and_lost(pipeline, "old-waiting")
+    for oid in ("old-overdue", "old-waiting"):
+        _as_before_the_due_index(pipeline, oid)
+    assert index_entries(env) == []
+    pipeline.clock.advance(seconds=11)  # the first one's step is overdue, the second's is not
+    report = c.supervisor.tick()
+    assert (report.retried, report.moved) == (1, 1)
+    assert entities(env["InFlightTableName"], "PartitionKey eq 'inflight'") == []
+    filed = {e["OrderID"]: e for e in index_entries(env)}
+    assert set(filed) == {"old-overdue", "old-waiting"}
+    for oid in filed:
+        assert state(pipeline, oid).get("IndexKey", "").endswith(f"|{oid}@0")
+    assert c.supervisor.tick().due == 0  # nothing left to read before its time

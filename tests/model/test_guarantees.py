@@ -32,7 +32,14 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from shared.adapters.remote_service import PermanentServiceError, TransientServiceError
 from shared.circuit_breaker import CircuitBreaker
 from shared.domain.alerts import AlertKind
-from shared.domain.state import CompensationState, ProcessState, RetryPolicy, exponential_backoff
+from shared.domain.due_index import IndexKey
+from shared.domain.state import (
+    CompensationState,
+    ProcessState,
+    RetryPolicy,
+    due_at,
+    exponential_backoff,
+)
 from shared.domain.workflow import ORDER_FULFILMENT
 from shared.handlers.agent import Agent, AgentRetryPolicy
 from shared.handlers.health import HealthProbe
@@ -141,11 +148,13 @@ class PipelineMachine(RuleBasedStateMachine):
         self.clock = FakeClock(datetime(2026, 1, 1, 12, 0, tzinfo=UTC))
         self.plan: FaultPlan | None = None
         self.draw_outcome: Any = None
-        self.store = FakeOrderStore(self.fault)
         self.queues = FakeQueues(self.clock, self.fault)
         self.alerts = FakeAlertSink(self.fault)
         self.model = ModelServices()
-        workflow = ORDER_FULFILMENT
+        # The first step's budget is shorter than the pending grace: a claim makes the order due
+        # earlier than intake filed it, so the search meets the index's re-filing too.
+        workflow = self.workflow = ORDER_FULFILMENT.with_budgets(
+            {"reserve_inventory": timedelta(seconds=8)})
         self.policy = RetryPolicy(
             failure_threshold=3,
             backoff=exponential_backoff(timedelta(seconds=5), timedelta(seconds=20)),
@@ -155,6 +164,7 @@ class PipelineMachine(RuleBasedStateMachine):
             # Shorter than the shortest outage below, so that every outage is seen.
             outage_gap=timedelta(seconds=15),
         )
+        self.store = FakeOrderStore(self.fault, self.policy.pending_grace)
         relay = EffectRelay(store=self.store, sender=self.queues, alerts=self.alerts,
                             workflow=workflow, agent_queues=AGENT_QS,
                             scheduler_queue=SCHEDULER_Q, clock=self.clock)
@@ -289,7 +299,7 @@ class PipelineMachine(RuleBasedStateMachine):
                        or new.compensation_failure_count > old.compensation_failure_count)
             if not counted or old.rescues >= self.policy.rescue_threshold:
                 continue
-            budget = ORDER_FULFILMENT.step(step.name).budget
+            budget = self.workflow.step(step.name).budget
             window = (step.complete_by - budget, step.complete_by)
             during = [o for o in self.outages if o[0] < window[1] and window[0] < o[1]]
             assert not during, (
@@ -333,6 +343,21 @@ class PipelineMachine(RuleBasedStateMachine):
             assert not twice, (f"{oid}: work standing more than once at the services: {twice}\n"
                                + self.story(oid))
 
+    @invariant()
+    def every_order_in_flight_is_filed_by_its_due_time(self) -> None:
+        """The Supervisor reads only the index entries whose time has come: an order it could
+        not find there by its due time would never be recovered."""
+        for oid, state in self.store.states.items():
+            if state.is_settled:
+                continue
+            assert state.index_key in self.store.index, (
+                f"{oid}: its record names index entry {state.index_key}, which is gone\n"
+                + self.story(oid))
+            filed = IndexKey.parse(state.index_key).due
+            due = due_at(state, self.policy.pending_grace)
+            assert filed is not None and filed <= due, (
+                f"{oid}: filed at {filed}, due at {due}\n" + self.story(oid))
+
     def story(self, oid: str) -> str:
         state = self.store.states[oid]
         return "\n".join([
@@ -345,6 +370,7 @@ class PipelineMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.time_runs_on()
+        assert not self.store.index, f"index entries left behind: {sorted(self.store.index)}"
         for oid, state in self.store.states.items():
             event(f"{state.process_state.value}, compensation {state.compensation}, "
                   f"generation {state.generation}")

@@ -8,43 +8,65 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from shared.domain.order import parse_order
-from shared.domain.state import CompensationState, ProcessState, receive
+from shared.domain.state import (
+    CompensationState,
+    ProcessState,
+    RetryPolicy,
+    exponential_backoff,
+    receive,
+)
 from shared.domain.workflow import ORDER_FULFILMENT as WF
 from shared.handlers.health import HealthProbe
 from shared.handlers.operator import Operator, ResubmitRequest
 from shared.handlers.relay import EffectRelay
 from tests.conftest import FakeClock
-from tests.fakes import FakeAlertSink, FakeOrderStore, FakeQueues, StorageDown
+from tests.fakes import (
+    FakeAlertSink,
+    FakeOrderStore,
+    FakeQueues,
+    StorageDown,
+    supervisor_over_fakes,
+)
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
 
-def test_a_resubmit_whose_save_fails_takes_its_index_entry_back() -> None:
+def test_a_resubmit_whose_save_fails_leaves_only_an_entry_the_supervisor_drops() -> None:
     clock = FakeClock(T0)
 
-    class SaveFails(FakeOrderStore):
-        fail = False
+    failing = False
 
-        def save(self, state):  # type: ignore[no-untyped-def]
-            if self.fail:
-                raise StorageDown("EntityTooLarge")
-            return super().save(state)
+    def fault(op: str) -> None:
+        if failing and op == "store.save":  # the record's write, after the entry's
+            raise StorageDown("EntityTooLarge")
 
-    store = SaveFails()
+    store = FakeOrderStore(fault)
     o = parse_order(json.dumps({"order_id": "o-1", "customer_id": "c",
                                 "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
     s = store.create(o, receive("o-1", WF, T0))
     s.process_state = ProcessState.ERROR
     s.compensation = CompensationState.DONE
-    store.save(s)
+    settled = store.save(s)
+    assert settled.index_key
+    store.drop(settled.index_key)  # as its Forget effect does
     relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=FakeAlertSink(),
                         workflow=WF, agent_queues={}, scheduler_queue="cmds", clock=clock)
     op = Operator(store=store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
                   health=HealthProbe({}), pending_grace=timedelta(seconds=30), clock=clock)
-    store.fail = True
+    failing = True
     with pytest.raises(StorageDown):
         op.resubmit("o-1", "try again")
-    assert store.index == {}
+    # The new generation was filed before the write that failed; no record names it.
+    (entry,) = store.index.values()
+    assert entry.generation == 1
+    failing = False
+    policy = RetryPolicy(3, exponential_backoff(timedelta(seconds=1), timedelta(seconds=4)),
+                         pending_grace=timedelta(seconds=30))
+    supervisor = supervisor_over_fakes(store, clock, policy)
+    clock.advance(seconds=31)  # its time, and the grace for a write still on its way
+    report = supervisor.tick()
+    assert (report.forgotten, store.index) == (1, {})
+    assert store.states["o-1"].generation == 0  # nothing else changed
 
 
 @pytest.mark.parametrize(("body", "problem"), [

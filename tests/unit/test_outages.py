@@ -99,9 +99,13 @@ def test_a_tick_that_hangs_on_storage_excuses_what_fell_due_meanwhile() -> None:
     clock = FakeClock(T0)
 
     class Hangs(FakeOrderStore):
-        def get_state(self, order_id: str):  # type: ignore[no-untyped-def]
-            clock.advance(seconds=120)  # storage answers two minutes later
-            return super().get_state(order_id)
+        hang = True
+
+        def due(self, now, limit):  # type: ignore[no-untyped-def]
+            if self.hang:
+                clock.advance(seconds=120)  # storage answers two minutes later
+                self.hang = False
+            return super().due(now, limit)  # what was due when the tick asked
 
     store, ticks = Hangs(), FakeTickLog()
     sup = supervisor_over_fakes(store, clock, POLICY, ticks=ticks)
@@ -110,6 +114,7 @@ def test_a_tick_that_hangs_on_storage_excuses_what_fell_due_meanwhile() -> None:
     running.outbox = []
     store.save(running)
     ticks.log = TickLog(T0)  # the Supervisor was ticking when the step began
+    assert sup.tick().due == 0  # the step fell due while the tick waited
     report = sup.tick()
     assert report.excused == 1 and report.retried == 0
     assert store.states["o-1"].failure_count == 0

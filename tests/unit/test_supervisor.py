@@ -18,10 +18,10 @@ class SaveFails(FakeOrderStore):
         super().__init__()
         self.broken: set[str] = set()
 
-    def save(self, state: OrderState) -> OrderState:
+    def save(self, state: OrderState, *, move: bool = False) -> OrderState:
         if state.order_id in self.broken:
             raise StorageDown("EntityTooLarge")
-        return super().save(state)
+        return super().save(state, move=move)
 
 
 def setup() -> tuple[FakeClock, SaveFails, FakeAlertSink, Supervisor]:

@@ -1,0 +1,112 @@
+"""The due-time index: where the Supervisor finds the work that may be overdue.
+
+Each in-flight order generation has an entry keyed by a time at or before the moment the
+Supervisor must step in (``due_at``), so a tick reads, by key range, only the entries whose time
+has come, however many orders are in flight. Entries are spread over ``SHARDS`` partitions by
+order id, so no one partition carries every order's writes.
+
+The invariant, kept by every write of a state record: **the entry the record names
+(``OrderState.index_key``) exists, and its time is not after the order's due time.** An order's
+due time mostly moves later (a step is handed on, a retry is set), and then the entry it names
+still holds; only when it moves earlier does the write put a new entry first and name it. A new
+entry is filed no later than the *horizon* after the write (the shortest of the pending grace
+and the step budgets): every due time a later write can set is at least that far ahead, so the
+hot path writes one entry per order and never files it again, and an order that finishes in time
+is never visited.
+
+What the Supervisor then meets at an entry's time:
+- the entry the record names, the order not due yet (its time moved later): the entry moves to
+  the order's due time (a new entry, named in a conditional write of the record, then the old
+  one dropped);
+- an entry the record does not name: superseded, or left by a write that failed or stopped. It
+  is dropped once no write can still name it. A write names only the entry it put just before,
+  conditional on the version it read (the entry's ``base``), so once the record is at another
+  version, nothing can name that entry any more.
+
+The key is recorded on the state record, never recomputed: dropping an entry is exact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+SHARDS = 16
+PARTITION_PREFIX = "due-"
+# Entries written before the due-time index: one partition, no time. The Supervisor still reads
+# it (one request a tick, empty once they are gone) and moves each under its order's due time.
+LEGACY_PARTITION = "inflight"
+_TIME = "%Y%m%dT%H%M%S.%fZ"  # fixed width, so the text sorts as the time does
+_SEP = "|"  # never in an order id (ORDER_ID_PATTERN), allowed in a RowKey; sorts after digits
+
+
+def shard(order_id: str) -> str:
+    n = int.from_bytes(hashlib.sha256(order_id.encode()).digest()[:4], "big") % SHARDS
+    return f"{PARTITION_PREFIX}{n:02d}"
+
+
+def partitions() -> list[str]:
+    return [f"{PARTITION_PREFIX}{n:02d}" for n in range(SHARDS)]
+
+
+def _text(t: datetime) -> str:
+    return t.astimezone(UTC).strftime(_TIME)
+
+
+@dataclass(frozen=True)
+class IndexKey:
+    partition: str
+    row: str
+
+    def __str__(self) -> str:
+        return f"{self.partition}/{self.row}"
+
+    @classmethod
+    def parse(cls, text: str) -> IndexKey:
+        partition, _, row = text.partition("/")
+        if not partition or not row:
+            raise ValueError(f"not an index key: {text!r}")
+        return cls(partition, row)
+
+    @property
+    def due(self) -> datetime | None:
+        """The time the entry is filed under (None for an entry from before the index)."""
+        if self.partition == LEGACY_PARTITION:
+            return None
+        return datetime.strptime(self.row.split(_SEP, 1)[0], _TIME).replace(tzinfo=UTC)
+
+
+def key_for(order_id: str, generation: int, due: datetime) -> IndexKey:
+    return IndexKey(shard(order_id), f"{_text(due)}{_SEP}{order_id}@{generation}")
+
+
+def legacy_key(order_id: str, generation: int) -> IndexKey:
+    return IndexKey(LEGACY_PARTITION, f"{order_id}@{generation}")
+
+
+def due_by(now: datetime) -> str:
+    """The highest RowKey of an entry due at ``now``: every entry at or before it sorts below."""
+    return f"{_text(now)}{_SEP}~"
+
+
+def file_at(due: datetime, written: datetime, horizon: timedelta, *, exact: bool) -> datetime:
+    """The time to file a new entry under: the due time, or earlier (within the horizon of the
+    write) so that the order's next transitions need no new entry. ``exact`` for the
+    Supervisor's own writes, which must not meet the entry again before its time."""
+    return due if exact else min(due, written + horizon)
+
+
+def new_key_needed(recorded: str | None, due: datetime | None, *, move: bool) -> bool:
+    """Whether a write of a state due at ``due`` (None: settled) must put a new entry first.
+
+    Settled: no (its entry is dropped when its effects are carried out). Otherwise yes when the
+    record names none or one filed later than the new due time, or when the writer moves the
+    entry on purpose (the Supervisor, which has just met it at its time).
+    """
+    if due is None:
+        return False
+    if move or recorded is None:
+        return True
+    filed = IndexKey.parse(recorded).due
+    return filed is None or filed > due
