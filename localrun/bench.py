@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import platform
+import re
 import resource
 import statistics
 import sys
@@ -116,6 +117,20 @@ class LogCounter(logging.Handler):
         root = logging.getLogger()
         root.removeHandler(self)
         root.setLevel(self._level)
+
+
+def _envelope_bytes(spans: list[Any]) -> int:
+    """The size of the Application Insights items these spans and their events become."""
+    from azure.monitor.opentelemetry.exporter import AzureMonitorTraceExporter
+
+    os.environ.setdefault("APPLICATIONINSIGHTS_STATSBEAT_DISABLED_ALL", "true")  # none sent here
+    exporter = AzureMonitorTraceExporter(
+        connection_string="InstrumentationKey=00000000-0000-0000-0000-000000000000;"
+                          "IngestionEndpoint=http://127.0.0.1:9/",
+        disable_offline_storage=True)
+    items = [item for s in spans
+             for item in (exporter._span_to_envelope(s), *exporter._span_events_to_envelopes(s))]
+    return sum(len(json.dumps(item.as_dict(), default=str)) for item in items)
 
 
 WATCHED = ["OrderID", "ProcessState", "Compensation", "FailureCount", "UpdatedAt"]
@@ -303,6 +318,10 @@ class Bench:
         events = sum(len(s.events) for s in spans)
         return {
             "orders": n,
+            # What the Azure Monitor exporter would send for the app's spans, as JSON (it
+            # gzips on the wire; ingestion is billed on the data as stored, of about this size).
+            "telemetry_bytes_per_order": _envelope_bytes(
+                [s for s in spans if not s.name.startswith(("service ", "orders send"))]) / n,
             # Each span is one Application Insights item (request or dependency), and each span
             # event one more (a trace item), with the Azure Monitor exporter.
             "spans_per_order": (len(spans) - services) / n,
@@ -782,6 +801,29 @@ def markdown(r: dict[str, Any]) -> str:
                   f"{sec['on'] * 1000:.0f} ms traced ({tr['overhead']:+.0%}). Spans per order: "
                   + ", ".join(f"{k} {v:.1f}" for k, v in tr["spans_by_name_per_order"].items())
                   + ".", ""]
+    co = r.get("cost")
+    if co:
+        labels = list(co["quantities_per_order"])
+        q = co["quantities_per_order"]
+        lines += ["## What an order costs", "",
+                  "Per order, what Azure bills (execution time estimated for instances of "
+                  f"{co['instance_memory_mb']} MB busy at this run's throughput):", "",
+                  "| per order | " + " | ".join(labels) + " |",
+                  "|---|" + "---|" * len(labels),
+                  *[f"| {k.replace('_', ' ')} | " + " | ".join(f"{q[lb][k]:.4g}" for lb in labels)
+                    + " |" for k in q[labels[0]]], ""]
+        if co["per_million_orders_usd"]:
+            pr = co["prices"]
+            lines += [f"A million orders at the prices of {pr['source']} ({pr['region']}, "
+                      f"{pr['date']}): " + "; ".join(
+                          f"{lb} **${v:,.2f}**" for lb, v in co["per_million_orders_usd"].items())
+                      + ". Parts: " + "; ".join(
+                          f"{lb}: " + ", ".join(f"{k.replace('_', ' ')} ${v:,.2f}"
+                                                for k, v in parts.items())
+                          for lb, parts in co["parts"].items()) + ".", ""]
+        else:
+            lines += ["No prices given (`--prices FILE`, see localrun/cost.py): the quantities "
+                      "above times your region's unit prices are the bill.", ""]
     if r.get("notes"):
         lines += ["## Notes", "", *[f"- {n}" for n in r["notes"]], ""]
     return "\n".join(lines)
@@ -853,7 +895,35 @@ def chart(path: Path, run: Run) -> None:
     plt.close(fig)
 
 
-def run_bench(out: Path, scale: Scale) -> dict[str, Any]:
+def instance_memory_mb() -> int:
+    """The instance memory size the Bicep deploys (infra/main.bicep)."""
+    bicep = (ROOT / "infra" / "main.bicep").read_text()
+    m = re.search(r"param instanceMemoryMB int = (\d+)", bicep)
+    if m is None:
+        raise RuntimeError("infra/main.bicep no longer declares instanceMemoryMB with a default")
+    return int(m.group(1))
+
+
+def cost_of(r: dict[str, Any], prices: dict[str, Any] | None) -> dict[str, Any]:
+    from localrun import cost
+
+    memory = instance_memory_mb()
+    rows = {("3-step" + (", 20% transient faults" if t["transient_fault_rate"] else "")): t
+            for t in r["transactions"] if t["workflow"] == "3-step"}
+    q = {label: cost.quantities(t, r["throughput"]["orders_per_s"], memory, r.get("tracing"))
+         for label, t in rows.items()}
+    out: dict[str, Any] = {"instance_memory_mb": memory, "quantities_per_order": q,
+                           "per_million_orders_usd": None, "parts": None, "prices": None}
+    if prices is not None:
+        priced = {label: cost.priced(v, prices) for label, v in q.items()}
+        out.update(per_million_orders_usd={k: v["per_million_orders_usd"]
+                                           for k, v in priced.items()},
+                   parts={k: v["parts"] for k, v in priced.items()},
+                   prices=next(iter(priced.values()))["prices"])
+    return out
+
+
+def run_bench(out: Path, scale: Scale, prices: dict[str, Any] | None = None) -> dict[str, Any]:
     import logging
 
     from localrun.azurite import Azurite
@@ -892,6 +962,7 @@ def run_bench(out: Path, scale: Scale) -> dict[str, Any]:
         results["tracing"] = b.tracing()
         step("latency, hop by hop")
         results["latency_breakdown"] = b.latency_breakdown()
+        results["cost"] = cost_of(results, prices)
         write_report(out, results, run)
         step.done()
     finally:
@@ -916,8 +987,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m localrun bench")
     p.add_argument("--out", type=Path, default=ROOT / "bench-report")
     p.add_argument("--smoke", action="store_true", help="a few orders: checks the bench runs")
+    p.add_argument("--prices", type=Path, default=None, metavar="FILE",
+                   help="unit prices (JSON; see localrun/cost.py) to price a million orders")
     args = p.parse_args(argv)
-    results = run_bench(args.out, Scale.smoke() if args.smoke else Scale())
+    from localrun import cost
+
+    try:
+        prices = cost.load_prices(args.prices) if args.prices else None
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    results = run_bench(args.out, Scale.smoke() if args.smoke else Scale(), prices)
     print((args.out / "report.md").read_text())
     del results
     return 0

@@ -139,5 +139,7 @@ def per_order_counts(orders: int, per_function: dict[str, dict[str, int]]) -> di
         "queue_deletes": totals["queue.delete"] / n,
         "queue_updates": totals["queue.update"] / n,
         "transactions": sum(totals.values()) / n,
+        "table_transactions": sum(v for k, v in totals.items() if k.startswith("table.")) / n,
+        "queue_transactions": sum(v for k, v in totals.items() if k.startswith("queue.")) / n,
         "write_breakdown": {k: totals[k] / n for k in sorted(writes)},
     }

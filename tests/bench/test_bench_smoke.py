@@ -14,10 +14,14 @@ from localrun.bench import Scale, run_bench
 # A fault-free 3-step order; the Supervisor's tick-log writes apart (time drives them). The demo
 # is held to the same figures (tests/e2e/test_demo.py).
 FAULT_FREE_3_STEP = {"table_writes": 10, "scheduler_table_reads": 4, "queue_sends": 7}
+# Round numbers, not Azure's: the test checks the arithmetic, not the price.
+SAMPLE_PRICES = {"source": "test", "region": "nowhere", "date": "2026-01-01",
+                 "storage_transactions_per_10k": 0.01, "service_bus_operations_per_million": 1.0,
+                 "executions_per_million": 0.5, "gb_seconds": 0.00002, "ingestion_per_gb": 3.0}
 
 
 def test_bench_smoke_writes_a_complete_report(tmp_path: Path) -> None:
-    results = run_bench(tmp_path, Scale.smoke())
+    results = run_bench(tmp_path, Scale.smoke(), SAMPLE_PRICES)
     for name in ("report.json", "report.md", "chart.png"):
         assert (tmp_path / name).stat().st_size > 0, name
     report = json.loads((tmp_path / "report.json").read_text())
@@ -36,6 +40,16 @@ def test_bench_smoke_writes_a_complete_report(tmp_path: Path) -> None:
     assert tr["spans_by_name_per_order"]["scheduler reply"] == 3
     assert tr["spans_per_order"] >= 11 and tr["telemetry_items_per_order"] > tr["spans_per_order"]
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The bill of quantities, and the price of a million orders from it.
+    cost = report["cost"]
+    q = cost["quantities_per_order"]["3-step"]
+    assert q["storage_transactions"] == q["table_transactions"] + q["queue_transactions"] > 20
+    assert q["service_bus_operations"] == 3 and q["executions"] >= 8
+    assert q["gb_seconds"] > 0 and q["ingested_bytes"] > q["telemetry_items"] * 100
+    total = cost["per_million_orders_usd"]["3-step"]
+    assert total == sum(cost["parts"]["3-step"].values()) > 0
+    assert cost["parts"]["3-step"]["service_bus"] == 3.0  # 3 operations x $1 per million
+    assert "What an order costs" in (tmp_path / "report.md").read_text()
 
     three = next(t for t in results["transactions"]
                  if t["workflow"] == "3-step" and t["transient_fault_rate"] == 0)
