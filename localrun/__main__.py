@@ -7,6 +7,7 @@ does). Stops cleanly on Ctrl-C or SIGTERM and prints what it ran as JSON.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
@@ -96,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    # `kill -USR1 <pid>`: every thread's stack to stderr, to see what a busy or stuck host does.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     # As the host, HTTP routes check keys by auth level: pass one as x-functions-key or ?code=.
     print(json.dumps({"event": "started", "functions": runner.functions,
                       "http": f"http://127.0.0.1:{runner.http_port}/api",

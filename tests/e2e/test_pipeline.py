@@ -12,6 +12,7 @@ E2E_ORDERS sets the number of orders (``make soak`` runs 1000).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import random
@@ -95,6 +96,10 @@ class Host:
             try:
                 self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
+                self.proc.send_signal(signal.SIGUSR1)  # its threads' stacks, into its log
+                with contextlib.suppress(AssertionError):
+                    wait_until(lambda: "most recent call first" in self.log.read_text(),
+                               timeout=10, interval=0.1, message="the stacks")
                 self.proc.kill()
                 self.proc.wait()
         return next((x for x in json_objects(self.out.read_text())
@@ -269,7 +274,9 @@ def test_orders_with_faults_all_end_in_a_known_state(env: dict[str, str],
         expected = set(ids) | set(crashed)
         tables = TableServiceClient.from_connection_string(env["AzureWebJobsStorage"])
         # Kill for a while under load, then let the survivors finish.
-        wait_until(lambda: killer.kills >= 6 or len(settled(tables, env)) >= len(expected),
+        # (Every order settled, not merely stored: intake alone can outrun the first kill.)
+        wait_until(lambda: killer.kills >= 6 or sum(
+                       is_settled(s) for s in settled(tables, env)) >= len(expected),
                    timeout=300, interval=1, message="hosts killed under load")
         killer.done.set()
         killer.join()
@@ -293,6 +300,10 @@ def test_orders_with_faults_all_end_in_a_known_state(env: dict[str, str],
         wait_until(lambda: not list(inflight.query_entities(
                        "PartitionKey ge 'due-' and PartitionKey lt 'due.'")),
                    timeout=120, message="the due-time index to empty")
+        # Each host's last process must have run its Supervisor (checked below): one killed and
+        # started again near the end may not have ticked yet.
+        wait_until(lambda: all('"name": "supervisor tick"' in h.out.read_text() for h in hosts),
+                   timeout=60, message="a Supervisor tick in each host's last process")
     finally:
         killer.done.set()
         stats = [h.stop() for h in hosts]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from shared.domain.alerts import AlertKind
 from shared.domain.state import OrderState, RetryPolicy, exponential_backoff
 from shared.handlers.supervisor import FAILING_TICKS_BEFORE_ALERT, Supervisor
@@ -62,3 +64,42 @@ def test_one_bad_tick_is_not_an_alert() -> None:
         clock.advance(seconds=61)
         assert sup.tick().errors == 0
     assert alerts.alerts == {}
+
+
+def test_an_entry_a_write_may_still_name_is_kept_and_one_whose_writer_died_is_dropped() -> None:
+    """Between filing a new entry and writing the record that names it, a write can be slow.
+    The Supervisor meeting that entry first must leave it while the write can still land (the
+    record is at the version the entry was filed against, within the grace), and drop it once
+    the writer is evidently gone. The model's steps are atomic, so it never meets this case."""
+    clock = FakeClock()
+    stalled = {"on": False}
+
+    def fault(op: str) -> None:
+        if stalled["on"] and op == "store.save":  # after its entry, before the record
+            raise StorageDown("the writer stalls here")
+
+    store = FakeOrderStore(fault)
+    policy = RetryPolicy(3, exponential_backoff(timedelta(seconds=1), timedelta(seconds=4)),
+                         pending_grace=timedelta(seconds=30), rescue_threshold=100)
+    sup = supervisor_over_fakes(store, clock, policy)
+    writes = {}
+    for oid in ("slow", "dead"):
+        accepted(store, oid, clock.now)
+        s = store.get_state(oid)
+        assert s is not None
+        s.complete_by = clock.now + timedelta(seconds=5)  # due sooner: a new entry first
+        stalled["on"] = True
+        with pytest.raises(StorageDown):
+            store.save(s)
+        stalled["on"] = False
+        writes[oid] = s
+    clock.advance(seconds=6)  # both new entries are due; the writes may still land
+    assert sup.tick().dropped == 0
+    saved = store.save(writes["slow"])  # the slow write lands, naming its entry
+    assert saved.index_key in store.index
+    clock.advance(seconds=30)  # the other writer is gone
+    sup.tick()
+    dead = writes["dead"].index_key
+    assert dead not in store.index
+    assert store.states["dead"].index_key in store.index  # the record's own entry stays
+    assert store.states["slow"].index_key in store.index
