@@ -124,7 +124,9 @@ def test_an_orders_telemetry_reaches_application_insights_in_its_trace(
             return any(d.get("baseData", {}).get("name") == "intake" for d in data) and any(
                 "accepted" in d.get("baseData", {}).get("message", "") for d in data)
 
-        wait_until(arrived, timeout=60, interval=0.2, message="telemetry at the endpoint")
+        # Usually within seconds; in about one run in three the first items arrive some 30 s
+        # late, and under load once past 60 s (cause not found: see issue #10's notes).
+        wait_until(arrived, timeout=150, interval=0.2, message="telemetry at the endpoint")
     finally:
         # A clean stop flushes what the exporter still holds (the SDK shuts down at exit).
         host.send_signal(signal.SIGTERM)
