@@ -120,16 +120,15 @@ class LogCounter(logging.Handler):
 
 
 def _envelope_bytes(spans: list[Any]) -> int:
-    """The size of the Application Insights items these spans and their events become."""
-    from azure.monitor.opentelemetry.exporter import AzureMonitorTraceExporter
+    """The size of the Application Insights items these spans and their events become, by the
+    exporter's own conversion (without an exporter: one would start threads of its own here)."""
+    from azure.monitor.opentelemetry.exporter.export.trace._exporter import (
+        _convert_span_events_to_envelopes,
+        _convert_span_to_envelope,
+    )
 
-    os.environ.setdefault("APPLICATIONINSIGHTS_STATSBEAT_DISABLED_ALL", "true")  # none sent here
-    exporter = AzureMonitorTraceExporter(
-        connection_string="InstrumentationKey=00000000-0000-0000-0000-000000000000;"
-                          "IngestionEndpoint=http://127.0.0.1:9/",
-        disable_offline_storage=True)
     items = [item for s in spans
-             for item in (exporter._span_to_envelope(s), *exporter._span_events_to_envelopes(s))]
+             for item in (_convert_span_to_envelope(s), *_convert_span_events_to_envelopes(s))]
     return sum(len(json.dumps(item.as_dict(), default=str)) for item in items)
 
 
