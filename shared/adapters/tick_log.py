@@ -1,6 +1,6 @@
 """Where the Supervisor keeps its record of completed ticks (see shared/domain/outages.py).
 
-One entity beside the in-flight index (its own partition, so the index query never reads it):
+One entity beside the due-time index (its own partition, so the index queries never read it):
 one read and one conditional write per tick.
 """
 

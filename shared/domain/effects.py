@@ -60,7 +60,7 @@ class Dispatch(_Effect):
 
 
 class Forget(_Effect):
-    """The order has settled: drop this generation's entry from the in-flight index."""
+    """The order has settled: drop the entry its record names from the due-time index."""
 
     kind: Literal["forget"] = "forget"
     generation: int

@@ -2,7 +2,7 @@
 
 Transitions are pure: each takes a state and returns a new one, or raises IllegalTransition. The
 new state carries its outbox: the effects the transition causes (alerts, status, commands, the
-dispatch of a step, leaving the in-flight index), written in the same conditional write, so
+dispatch of a step, leaving the due-time index), written in the same conditional write, so
 nothing that follows a committed transition can be lost (see ``effects``). The Scheduler and the
 Supervisor decide *when* to call them; the state store decides *whether* the write wins. Field
 names follow the design brief's contract.
@@ -406,7 +406,7 @@ class DecisionKind(StrEnum):
     OUTAGE = "outage"  # the step's time fell in an outage: send it again, no failure counted
     RETRY = "retry"  # a step timed out: count a failure, try again after a backoff
     FAIL = "fail"  # past a threshold: give up (and undo, or call an operator)
-    FORGET = "forget"  # settled: finish its effects and drop it from the in-flight index
+    FORGET = "forget"  # settled: finish its effects and drop it from the due-time index
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ deadline passes. Every effect is harmless twice.
 An outbox holding a dispatch is confirmed afterwards (one small conditional write), so the
 Supervisor can tell a request that was never sent (send it again, free) from an Agent that did
 not answer in time (a failure that counts). Other outboxes need no confirming: the next
-transition, or leaving the in-flight index, shows they were carried out.
+transition, or leaving the due-time index, shows they were carried out.
 """
 
 from __future__ import annotations
