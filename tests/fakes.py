@@ -29,7 +29,7 @@ from shared.domain.alerts import OperatorAlert
 from shared.domain.due_index import IndexKey
 from shared.domain.order import Order
 from shared.domain.outages import TickLog
-from shared.domain.state import OrderState, due_at
+from shared.domain.state import OrderState
 
 Fault = Callable[[str], None]
 
@@ -96,9 +96,7 @@ class FakeOrderStore:
 
     def _file(self, state: OrderState, base: str, *, exact: bool) -> tuple[str, bool]:
         self.fault("store.file")
-        at = due_index.file_at(due_at(state, self.grace), state.updated_at, self.horizon,
-                               exact=exact)
-        key = str(due_index.key_for(state.order_id, state.generation, at))
+        key = str(due_index.key_to_file(state, self.grace, self.horizon, exact=exact))
         if key in self.index:
             return key, False
         self.index[key] = InFlightEntry(key, state.order_id, state.generation, state.updated_at,
@@ -133,8 +131,7 @@ class FakeOrderStore:
         if state.version is None:
             raise ValueError("save() needs a state read from the store")
         old = state.index_key
-        due = None if state.is_settled else due_at(state, self.grace)
-        if due_index.new_key_needed(old, due, move=move):
+        if due_index.write_needs_new_key(state, self.grace, move=move):
             state.index_key, _ = self._file(state, base=state.version, exact=move)
         self.fault("store.save")
         current = self.states.get(state.order_id)

@@ -40,7 +40,6 @@ from shared.domain.state import (
     OrderState,
     ProcessState,
     StepState,
-    due_at,
 )
 
 log = logging.getLogger(__name__)
@@ -253,8 +252,7 @@ class TableOrderStore:
         if state.version is None:
             raise ValueError("save() needs a state read from the store")
         old = state.index_key
-        due = None if state.is_settled else due_at(state, self._grace)
-        if due_index.new_key_needed(old, due, move=move):
+        if due_index.write_needs_new_key(state, self._grace, move=move):
             state.index_key, _ = self._file(state, base=state.version, exact=move)
         try:
             meta = self._states.update_entity(
@@ -314,9 +312,7 @@ class TableOrderStore:
     def _file(self, state: OrderState, base: str, *, exact: bool) -> tuple[str, bool]:
         """Put an index entry for the state (due_index.file_at); its key, and whether this call
         added it."""
-        at = due_index.file_at(due_at(state, self._grace), state.updated_at, self._horizon,
-                               exact=exact)
-        key = due_index.key_for(state.order_id, state.generation, at)
+        key = due_index.key_to_file(state, self._grace, self._horizon, exact=exact)
         try:
             self._inflight.create_entity(
                 {"PartitionKey": key.partition, "RowKey": key.row, "OrderID": state.order_id,

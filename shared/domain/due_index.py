@@ -32,6 +32,8 @@ import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from shared.domain.state import OrderState, due_at
+
 SHARDS = 16
 PARTITION_PREFIX = "due-"
 # Entries written before the due-time index: one partition, no time. The Supervisor still reads
@@ -95,6 +97,19 @@ def file_at(due: datetime, written: datetime, horizon: timedelta, *, exact: bool
     write) so that the order's next transitions need no new entry. ``exact`` for the
     Supervisor's own writes, which must not meet the entry again before its time."""
     return due if exact else min(due, written + horizon)
+
+
+def key_to_file(state: OrderState, grace: timedelta, horizon: timedelta, *,
+                exact: bool) -> IndexKey:
+    """The key a store files a new entry for this state under (see file_at)."""
+    at = file_at(due_at(state, grace), state.updated_at, horizon, exact=exact)
+    return key_for(state.order_id, state.generation, at)
+
+
+def write_needs_new_key(state: OrderState, grace: timedelta, *, move: bool) -> bool:
+    """Whether writing this state must file a new entry first (see new_key_needed)."""
+    due = None if state.is_settled else due_at(state, grace)
+    return new_key_needed(state.index_key, due, move=move)
 
 
 def new_key_needed(recorded: str | None, due: datetime | None, *, move: bool) -> bool:
