@@ -628,12 +628,21 @@ def hop_medians(run: Run, spans: list[Any]) -> dict[str, Any]:
             continue  # a retried or unfinished order: not the straight path
         add("1 service bus wait", intake.start_time / 1e9 - sent)
         previous = None
+        own: dict[str, float] = {}
         for i, s in enumerate(chain):
-            label = s.name if s.name != "scheduler reply" else f"scheduler reply {i // 2}"
-            if previous is not None:
-                add(f"{i + 1} queue wait before {label}", (s.start_time - previous.end_time) / 1e9)
-            add(f"{i + 1} {label}", (s.end_time - s.start_time) / 1e9)
-            previous = s
+            label = f"{i + 1} " + (s.name if s.name != "scheduler reply"
+                                   else f"scheduler reply {i // 2}")
+            own[label] = (s.end_time - s.start_time) / 1e9
+            if previous is not None and s.start_time < previous[1].end_time:
+                # Handed over in the same invocation (intake's start): no queue between them,
+                # and the outer span's own time is what is left of it.
+                own[previous[0]] -= own[label]
+            elif previous is not None:
+                add(f"{label.replace(' ', ' queue wait before ', 1)}",
+                    (s.start_time - previous[1].end_time) / 1e9)
+            previous = (label, s)
+        for label, seconds in own.items():
+            add(label, seconds)
         for call in (s for s in trace_spans if s.kind.name == "CLIENT"):
             add(f"remote call {call.name}", (call.end_time - call.start_time) / 1e9)
         add("total", chain[-1].end_time / 1e9 - sent)

@@ -125,15 +125,18 @@ def build(settings: Settings, *, clock: Clock = utc_now,
         outage_gap=timedelta(seconds=settings.outage_gap),
         max_recoveries_per_tick=settings.max_recoveries_per_tick,
     )
+    scheduler = Scheduler(instance_id=settings.scheduler_instance_id, store=store, relay=relay,
+                          workflow=workflow, clock=clock)
     return Container(
         settings=settings, workflow=workflow, tables=tables, queues=queues, store=store,
+        # Intake's start command goes to the Scheduler in the same invocation: the Service Bus
+        # message, redelivered until intake returns, is what makes it durable (relay.py).
         intake=IntakeHandler(
             store=store, rejections=TableRejectionStore(
                 tables.get_table_client(settings.rejected_table)),
-            alerts=alerts, relay=relay, workflow=workflow,
+            alerts=alerts, relay=relay.handing_commands_to(scheduler), workflow=workflow,
             reply_allowed=settings.reply_queue_allowed, clock=clock),
-        scheduler=Scheduler(instance_id=settings.scheduler_instance_id, store=store,
-                            relay=relay, workflow=workflow, clock=clock),
+        scheduler=scheduler,
         supervisor=Supervisor(
             store=store, ticks=TableTickLog(tables.get_table_client(settings.inflight_table)),
             relay=relay, alerts=alerts, policy=policy, workflow=workflow, clock=clock),

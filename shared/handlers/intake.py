@@ -103,8 +103,12 @@ class IntakeHandler:
                 key=f"{order.order_id}.conflict.{order.fingerprint()[:16]}"))
             return IntakeResult(IntakeOutcome.CONFLICT, order.order_id, reason)
         # The same order again. If the first delivery died before handing the order on, its
-        # outbox is still the record's: hand it on now. Anything later (a Scheduler took it, a
-        # Supervisor set a backoff) is not intake's to repeat.
-        if current is not None and current.outbox_cause == Cause.INTAKE and current.outbox:
+        # outbox is still the record's: hand it on now. If it died after the Scheduler's claim
+        # (which intake's relay runs in this process) but before the claim's request was known
+        # to be sent, send it: the same request again is harmless, and nothing else would send
+        # it before the step's complete-by. Anything later is not intake's to repeat.
+        if current is not None and current.outbox and (
+                current.outbox_cause == Cause.INTAKE
+                or (current.outbox_cause == Cause.START and current.dispatch_unconfirmed)):
             self._relay.carry_out(current, order.document())
         return IntakeResult(IntakeOutcome.DUPLICATE, order.order_id)

@@ -14,9 +14,10 @@ transition, or leaving the due-time index, shows they were carried out.
 
 from __future__ import annotations
 
+import copy
 import logging
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 from shared import tracing
 from shared.adapters.alerts import AlertSink
@@ -49,10 +50,24 @@ class OrderRowMissing(LookupError):
     """A step must be dispatched but the order it carries is gone from the store."""
 
 
+class Known(NamedTuple):
+    """A record and its order as their writer has them, so the next reader need not read them."""
+
+    state: OrderState
+    order: dict[str, Any]
+
+
+class CommandTaker(Protocol):
+    """The Scheduler, as a relay that hands it commands in this process sees it."""
+
+    def take(self, cmd: SchedulerCommand, known: Known | None = None, *,
+             redelivered: bool = False) -> object: ...
+
+
 class EffectRelay:
     def __init__(self, *, store: OrderStore, sender: MessageSender, alerts: AlertSink,
                  workflow: Workflow, agent_queues: dict[str, str], scheduler_queue: str,
-                 clock: Clock) -> None:
+                 clock: Clock, scheduler: CommandTaker | None = None) -> None:
         self._store = store
         self._sender = sender
         self._alerts = alerts
@@ -60,6 +75,19 @@ class EffectRelay:
         self._agent_queues = agent_queues
         self._scheduler_queue = scheduler_queue
         self._clock = clock
+        self._scheduler = scheduler
+
+    def handing_commands_to(self, scheduler: CommandTaker) -> EffectRelay:
+        """This relay, but a command due now is carried out by ``scheduler`` in this process.
+
+        For a writer whose own trigger is redelivered until it returns (intake: the Service Bus
+        message), so the command needs no message of its own to survive a crash: the queue hop,
+        its three transactions and the Scheduler's first read are saved. A command that must
+        wait (a backoff) still goes through the queue.
+        """
+        relay = copy.copy(self)
+        relay._scheduler = scheduler
+        return relay
 
     def carry_out(self, state: OrderState, order: dict[str, Any] | None = None) -> OrderState:
         """Carry out the record's outbox; returns the record as it now stands in the store."""
@@ -89,7 +117,11 @@ class EffectRelay:
                                        reason=effect.reason, outbox_seq=state.outbox_seq,
                                        traceparent=traceparent)
                 delay = delay_until(effect.not_before, self._clock())
-                self._sender.send(self._scheduler_queue, cmd.to_json(), timedelta(seconds=delay))
+                if self._scheduler is not None and delay == 0:
+                    self._scheduler.take(cmd, None if order is None else Known(state, order))
+                else:
+                    self._sender.send(self._scheduler_queue, cmd.to_json(),
+                                      timedelta(seconds=delay))
             elif isinstance(effect, Dispatch):
                 order = self._dispatch(state, effect, order, traceparent)
             elif isinstance(effect, Forget) and state.index_key:

@@ -28,7 +28,7 @@ from shared.domain.state import (
     reply_cause,
 )
 from shared.domain.workflow import Workflow
-from shared.handlers.relay import EffectRelay
+from shared.handlers.relay import EffectRelay, Known
 
 log = logging.getLogger(__name__)
 
@@ -60,16 +60,25 @@ class Scheduler:
 
     def handle_command(self, body: str, redelivered: bool = False) -> SchedulerResult:
         """``redelivered``: an earlier delivery of this message failed or died."""
-        cmd = SchedulerCommand.model_validate_json(body)
+        return self.take(SchedulerCommand.model_validate_json(body), redelivered=redelivered)
+
+    def take(self, cmd: SchedulerCommand, known: Known | None = None, *,
+             redelivered: bool = False) -> SchedulerResult:
+        """Carry out a command, from the queue or handed over in this process (intake's start).
+
+        ``known``: the record and order as their writer just saved them, which spares the first
+        read; a lost race reads them again like any other.
+        """
         with tracing.span(f"scheduler {cmd.kind.value}", parent=cmd.traceparent,
                           attributes=tracing.order_attributes(cmd.order_id,
                                                               redelivered=redelivered)):
             if cmd.kind is CommandKind.START:
                 return self._transact(cmd.order_id, Cause.START, redelivered, lambda s: claim(
-                    s, self.instance_id, self._clock(), self._workflow, cmd.outbox_seq))
+                    s, self.instance_id, self._clock(), self._workflow, cmd.outbox_seq), known)
             return self._transact(cmd.order_id, Cause.COMPENSATE, redelivered,
                                   lambda s: begin_compensation(s, self.instance_id, self._clock(),
-                                                               self._workflow, cmd.outbox_seq))
+                                                               self._workflow, cmd.outbox_seq),
+                                  known)
 
     def handle_reply(self, body: str, redelivered: bool = False) -> SchedulerResult:
         reply = AgentReply.model_validate_json(body)
@@ -84,22 +93,26 @@ class Scheduler:
                                                         self._workflow))
 
     def _transact(self, order_id: str, cause: str, redelivered: bool,
-                  transition: Callable[[OrderState], Transition]) -> SchedulerResult:
+                  transition: Callable[[OrderState], Transition],
+                  known: Known | None = None) -> SchedulerResult:
         for _ in range(MAX_CONFLICT_RETRIES):
-            stored = self._store.load(order_id)
-            if stored is None:
-                log.warning("message for unknown order %s ignored", order_id)
-                return SchedulerResult(Outcome.UNKNOWN_ORDER)
-            tracing.annotate(**tracing.order_attributes(generation=stored.state.generation))
+            if known is None:
+                stored = self._store.load(order_id)
+                if stored is None:
+                    log.warning("message for unknown order %s ignored", order_id)
+                    return SchedulerResult(Outcome.UNKNOWN_ORDER)
+                known = Known(stored.state, stored.order)
+            current, known = known, None
+            tracing.annotate(**tracing.order_attributes(generation=current.state.generation))
             try:
-                t = transition(stored.state)
+                t = transition(current.state)
             except IllegalTransition as e:
-                if redelivered and stored.state.outbox and stored.state.outbox_cause == cause:
+                if redelivered and current.state.outbox and current.state.outbox_cause == cause:
                     # This message's transition was saved by an earlier delivery that failed
                     # or died before finishing its effects (or we cannot tell): finish them.
                     # Each is harmless twice. A first delivery that lost a race leaves the
                     # winner to finish its own.
-                    self._relay.carry_out(stored.state, stored.order)
+                    self._relay.carry_out(current.state, current.order)
                     tracing.outcome(Outcome.REPLAYED.value)
                     return SchedulerResult(Outcome.REPLAYED, str(e))
                 log.info("ignored: %s", e)
@@ -111,7 +124,7 @@ class Scheduler:
                 log.info("order %s changed under us; reading it again", order_id)
                 continue
             tracing.annotate(**{"order.state": saved.process_state.value})
-            self._relay.carry_out(saved, stored.order)
+            self._relay.carry_out(saved, current.order)
             tracing.outcome(Outcome.APPLIED.value)
             return SchedulerResult(Outcome.APPLIED)
         raise ConcurrencyConflict(f"order {order_id}: still contended after "

@@ -85,3 +85,21 @@ def index_entries(env: dict[str, str]) -> list[dict[str, Any]]:
     """The due-time index's own entries (the Supervisor's tick log shares the table)."""
     return entities(env["InFlightTableName"],
                     "PartitionKey ge 'due-' and PartitionKey lt 'due.'")
+
+
+def pending(order_id: str = "o-1", **changes: Any) -> str:
+    """Store an order as intake does, but leave it Pending with its start command on the
+    Scheduler's queue, as a resubmit or a Supervisor's rescue does; returns the command.
+
+    (Intake itself hands its start to the Scheduler in the same invocation.)
+    """
+    c = bootstrap.container()
+    handing_over = c.intake._relay
+    c.intake._relay = c.scheduler._relay  # the relay that sends commands
+    try:
+        function("intake")(msg=sb_message(order(order_id, **changes), message_id=order_id))
+    finally:
+        c.intake._relay = handing_over
+    (cmd,) = [c for c in drain_json(bootstrap.container().settings.scheduler_queue)
+              if c["order_id"] == order_id]
+    return json.dumps(cmd)

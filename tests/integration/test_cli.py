@@ -65,9 +65,9 @@ def test_status_of_an_order_and_of_an_unknown_one(env: dict[str, str],
     function("intake")(msg=sb_message(order("o-1"), message_id="o-1"))
     assert orders("status", "o-1") == 0
     text = capsys.readouterr().out
-    assert "o-1" in text and "Pending" in text and "reserve_inventory" in text
+    assert "o-1" in text and "Processing" in text and "reserve_inventory" in text
     assert orders("status", "o-1", "--json") == 0
-    assert json.loads(capsys.readouterr().out)["ProcessState"] == "Pending"
+    assert json.loads(capsys.readouterr().out)["ProcessState"] == "Processing"
     assert orders("status", "ghost") == 1
     captured = capsys.readouterr()
     assert captured.err.strip() == "error: no order 'ghost'"
@@ -78,14 +78,14 @@ def test_list_by_state_with_pages(env: dict[str, str],
                                   capsys: pytest.CaptureFixture[str]) -> None:
     for i in range(3):
         function("intake")(msg=sb_message(order(f"p-{i}"), message_id=f"p-{i}"))
-    assert orders("list", "--state", "Pending", "--limit", "2", "--json") == 0
+    assert orders("list", "--state", "Processing", "--limit", "2", "--json") == 0
     page = json.loads(capsys.readouterr().out)
     assert len(page["orders"]) == 2 and page["continuation"]
-    assert orders("list", "--state", "Pending", "--limit", "2", "--continuation",
+    assert orders("list", "--state", "Processing", "--limit", "2", "--continuation",
                   page["continuation"], "--json") == 0
     rest = json.loads(capsys.readouterr().out)
     assert len(rest["orders"]) == 1
-    assert orders("list", "--state", "Pending", "--limit", "2") == 0
+    assert orders("list", "--state", "Processing", "--limit", "2") == 0
     assert "--continuation" in capsys.readouterr().err
     assert orders("list", "--state", "Lost") == 2
     assert "Lost" in capsys.readouterr().err

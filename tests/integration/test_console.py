@@ -3,7 +3,6 @@ the local host, over real orders in Azurite."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections import Counter
@@ -19,7 +18,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from shared.domain.state import ProcessState, due_at
 from tests.integration.conftest import RunningHost
-from tests.integration.helpers import drain_json, function, sb_message
+from tests.integration.helpers import function, sb_message
 from tests.integration.test_operator_api import accept, compensation_failed, failed_and_compensated
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
@@ -46,9 +45,7 @@ def h(run_host: Any) -> RunningHost:
                               LOCALRUN_FUNCTION_KEY="fn-key", LOCALRUN_MASTER_KEY="master-key")
     failed_and_compensated(h, "f-1")
     compensation_failed(h, "f-2")
-    accept("o-fresh")  # taken by a Scheduler: in flight, due in the step's budget
-    (cmd,) = drain_json(h.env["SchedulerQueueName"])
-    h.container.scheduler.handle_command(json.dumps(cmd))
+    h.container.scheduler.handle_command(accept("o-fresh"))  # in flight, due in the budget
     accept("o-late")  # nobody takes it
     function("intake")(msg=sb_message(b'{"order_id": "<b>x</b>"}', message_id="<i>bad</i>"))
     due = due_at(h.container.store.get_state("o-late"), timedelta(seconds=1))

@@ -27,39 +27,83 @@ def env(app_env: Callable[..., dict[str, str]]) -> dict[str, str]:
     return app_env()
 
 
-def test_accepted_order_is_stored_atomically_with_the_brief_state(env: dict[str, str]) -> None:
+def test_accepted_order_is_stored_atomically_and_started_at_once(env: dict[str, str]) -> None:
     intake(msg=sb_message(order("o-1")))
     rows = {e["RowKey"]: e for e in entities(env["StateTableName"], "PartitionKey eq @p", p="o-1")}
     assert set(rows) == {"order", "state"}
     state = rows["state"]
     assert state["OrderID"] == "o-1"
-    assert state["ProcessState"] == "Pending"
-    assert state["FailureCount"] == 0
-    assert state.get("LockedBy") is None and state.get("CompleteBy") is None
     assert json.loads(rows["order"]["Document"])["customer_id"] == "c-1"
-    assert [c["order_id"] for c in drain_json(env["SchedulerQueueName"])] == ["o-1"]
-    assert [(e["OrderID"], e["Generation"]) for e in index_entries(env)] == [
-        ("o-1", 0)]
+    # Intake's start command went to the Scheduler in the same invocation: the order is
+    # claimed, its first step requested, and no command message was spent on the hand-over.
+    assert state["ProcessState"] == "Processing" and state["FailureCount"] == 0
+    assert state["LockedBy"] == bootstrap.container().scheduler.instance_id
+    assert state.get("CompleteBy") is not None
+    assert drain_json(env["SchedulerQueueName"]) == []
+    (req,) = drain_json(env["InventoryRequestsQueueName"])
+    assert (req["order_id"], req["step"], req["attempt"]) == ("o-1", "reserve_inventory", 1)
+    assert json.loads(state["Outbox"]) == []  # the request is confirmed sent
+    assert [e["OrderID"] for e in index_entries(env)] == ["o-1"]
 
 
 def test_redelivery_of_the_same_order_changes_nothing(env: dict[str, str]) -> None:
     intake(msg=sb_message(order("o-1")))
     before = entities(env["StateTableName"])
-    drain_json(env["SchedulerQueueName"])
+    drain_json(env["InventoryRequestsQueueName"])
     intake(msg=sb_message(order("o-1"), delivery_count=2))
-    after = entities(env["StateTableName"])
-    assert before == after
-    # Still Pending, so the order is handed on again in case the first delivery died before.
-    assert [c["order_id"] for c in drain_json(env["SchedulerQueueName"])] == ["o-1"]
+    assert entities(env["StateTableName"]) == before
+    assert drain_json(env["SchedulerQueueName"]) == []
+    assert drain_json(env["InventoryRequestsQueueName"]) == []
     assert entities(env["RejectedOrdersTableName"]) == []
 
 
-def test_redelivery_after_the_order_was_taken_sends_nothing(env: dict[str, str]) -> None:
-    intake(msg=sb_message(order("o-1")))
-    (cmd,) = drain_json(env["SchedulerQueueName"])
-    bootstrap.container().scheduler.handle_command(json.dumps(cmd))
+def _fails_once(monkeypatch: pytest.MonkeyPatch, target: object, name: str) -> None:
+    real = getattr(target, name)
+    calls = 0
+
+    def once(*a: object, **k: object) -> object:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ServiceRequestError(f"{name}: connection reset")
+        return real(*a, **k)
+
+    monkeypatch.setattr(target, name, once)
+
+
+@pytest.mark.parametrize("dies_at", [
+    "save",  # after the order is stored, at the Scheduler's claim
+    "send",  # after the claim, sending its request
+    "confirm_outbox",  # after the request went, confirming it
+])
+def test_intake_that_dies_handing_the_order_on_is_finished_by_the_redelivery(
+        env: dict[str, str], monkeypatch: pytest.MonkeyPatch, dies_at: str) -> None:
+    c = bootstrap.container()
+    # The store and sender intake's relay and the Scheduler use are the container's.
+    target = c.store if dies_at != "send" else c.intake._relay._sender
+    _fails_once(monkeypatch, target, dies_at)
+    with pytest.raises(ServiceRequestError):  # the message is not completed: redelivered
+        intake(msg=sb_message(order("o-1")))
     intake(msg=sb_message(order("o-1"), delivery_count=2))
+    (state,) = entities(env["StateTableName"], "RowKey eq 'state'")
+    assert state["ProcessState"] == "Processing" and json.loads(state["Outbox"]) == []
+    requests = drain_json(env["InventoryRequestsQueueName"])
+    # Sent once, or (died after sending) twice under one idempotency key: never two pieces of
+    # work.
+    assert len(requests) == (2 if dies_at == "confirm_outbox" else 1)
+    assert {r["idempotency_key"] for r in requests} == {json.loads(state["Steps"])[0]["work_key"]}
     assert drain_json(env["SchedulerQueueName"]) == []
+
+
+def test_an_order_the_scheduler_already_took_is_not_taken_again(env: dict[str, str]) -> None:
+    intake(msg=sb_message(order("o-1")))
+    (before,) = entities(env["StateTableName"], "RowKey eq 'state'")
+    # The Supervisor's start for the same order (intake seemed stalled) arrives afterwards.
+    cmd = {"kind": "start", "order_id": "o-1", "reason": "rescue", "outbox_seq": 0}
+    assert bootstrap.container().scheduler.handle_command(json.dumps(cmd)).outcome == "ignored"
+    (after,) = entities(env["StateTableName"], "RowKey eq 'state'")
+    assert after == before
+    assert len(drain_json(env["InventoryRequestsQueueName"])) == 1
 
 
 def test_same_id_with_different_content_is_a_recorded_conflict(env: dict[str, str]) -> None:
@@ -122,8 +166,6 @@ def _process(order_id: str, env: dict[str, str]) -> None:
     from tests.integration.test_scheduler import reply
 
     s = bootstrap.container().scheduler
-    (cmd,) = drain_json(env["SchedulerQueueName"])
-    s.handle_command(json.dumps(cmd))
     for q in ("InventoryRequestsQueueName", "PaymentRequestsQueueName",
               "ShippingRequestsQueueName"):
         (req,) = drain_json(env[q])
@@ -157,8 +199,6 @@ def test_redelivery_never_takes_an_index_entry_that_was_not_its_own(
 def test_redelivery_during_a_supervisor_backoff_sends_no_start(env: dict[str, str]) -> None:
     c = bootstrap.container()
     intake(msg=sb_message(order("o-1")))
-    (cmd,) = drain_json(env["SchedulerQueueName"])
-    c.scheduler.handle_command(json.dumps(cmd))
     drain_json(env["InventoryRequestsQueueName"])  # the Agent never answers
     st = c.store.get_state("o-1")
     assert st is not None

@@ -9,7 +9,11 @@ import httpx
 import pytest
 
 from tests.integration.conftest import RunningHost
-from tests.integration.helpers import drain_json, function, index_entries, order, sb_message
+from tests.integration.helpers import (
+    drain_json,
+    index_entries,
+    pending,
+)
 from tests.integration.test_scheduler import reply
 
 API = {"get_order", "list_orders", "resubmit_order", "health"}
@@ -22,16 +26,15 @@ def api(h: RunningHost) -> httpx.Client:
                         headers={"x-functions-key": h.host.keys.master})
 
 
-def accept(order_id: str) -> None:
-    function("intake")(msg=sb_message(order(order_id), message_id=order_id))
+def accept(order_id: str) -> str:
+    """A Pending order, its start command taken off the queue and returned."""
+    return pending(order_id)
 
 
 def failed_and_compensated(h: RunningHost, order_id: str) -> None:
     """Drive one order to Error with its reservation undone, by hand."""
     env, s = h.env, h.container.scheduler
-    accept(order_id)
-    (cmd,) = [c for c in drain_json(env["SchedulerQueueName"]) if c["order_id"] == order_id]
-    s.handle_command(json.dumps(cmd))
+    s.handle_command(accept(order_id))
     (req,) = drain_json(env["InventoryRequestsQueueName"])
     s.handle_reply(reply(req))
     (pay,) = drain_json(env["PaymentRequestsQueueName"])
@@ -126,9 +129,7 @@ def test_resubmit_a_failed_order(run_host: Any) -> None:
 def compensation_failed(h: RunningHost, order_id: str) -> None:
     """Drive one order to Error with its refund refused: the charge still stands."""
     env, s = h.env, h.container.scheduler
-    accept(order_id)
-    (cmd,) = [c for c in drain_json(env["SchedulerQueueName"]) if c["order_id"] == order_id]
-    s.handle_command(json.dumps(cmd))
+    s.handle_command(accept(order_id))
     for q in ("InventoryRequestsQueueName", "PaymentRequestsQueueName"):
         (req,) = drain_json(env[q])
         s.handle_reply(reply(req))

@@ -16,18 +16,16 @@ from tests.integration.helpers import (
     entities,
     function,
     index_entries,
-    order,
+    pending,
     race_on_save,
-    sb_message,
 )
 
 intake = function("intake")
 
 
 def accept(p: Pipeline, order_id: str = "o-1", **changes: Any) -> str:
-    intake(msg=sb_message(order(order_id, **changes), message_id=order_id))
-    (cmd,) = drain_json(p.env["SchedulerQueueName"])
-    return json.dumps(cmd)
+    """A Pending order and its start command, for the Scheduler's side of the hand-over."""
+    return pending(order_id, **changes)
 
 
 def reply(request: dict[str, Any], outcome: str = "ok", error: str | None = None) -> str:

@@ -138,9 +138,9 @@ def test_with_nothing_configured_nothing_is_recorded_and_contexts_pass_through(
 
     function("intake")(msg=sb_message(order("t-4"), message_id="t-4",
                                       application_properties={"traceparent": sender}))
-    (cmd,) = drain_json(pipeline.env["SchedulerQueueName"])
+    (request,) = drain_json(pipeline.env["InventoryRequestsQueueName"])
     # Not traced here, yet the sender's trace goes on with the order.
-    assert tracing.trace_id(cmd["traceparent"]) == "0af7651916cd43dd8448eb211c80319c"
+    assert tracing.trace_id(request["traceparent"]) == "0af7651916cd43dd8448eb211c80319c"
 
 
 def test_a_provider_the_worker_set_up_is_used_not_set_up_again() -> None:

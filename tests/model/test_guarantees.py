@@ -168,12 +168,13 @@ class PipelineMachine(RuleBasedStateMachine):
         relay = EffectRelay(store=self.store, sender=self.queues, alerts=self.alerts,
                             workflow=workflow, agent_queues=AGENT_QS,
                             scheduler_queue=SCHEDULER_Q, clock=self.clock)
-        self.intake = IntakeHandler(
-            store=self.store, rejections=FakeRejections(self.fault), alerts=self.alerts,
-            relay=relay, workflow=workflow,
-            reply_allowed=lambda q: True, clock=self.clock)
         self.scheduler = Scheduler(instance_id="s1", store=self.store, relay=relay,
                                    workflow=workflow, clock=self.clock)
+        # As bootstrap wires it: intake hands its start to the Scheduler in-process.
+        self.intake = IntakeHandler(
+            store=self.store, rejections=FakeRejections(self.fault), alerts=self.alerts,
+            relay=relay.handing_commands_to(self.scheduler), workflow=workflow,
+            reply_allowed=lambda q: True, clock=self.clock)
         self.ticks = FakeTickLog(self.fault)
         self.supervisor = Supervisor(store=self.store, ticks=self.ticks, relay=relay,
                                      alerts=self.alerts,
