@@ -160,7 +160,6 @@ def trace_id_of(tp: str) -> str:
 def crash_between_claim_and_dispatch(env: dict[str, str], order_ids: list[str],
                                      contexts: dict[str, str]) -> None:
     """Take these orders into Processing, then die before sending the step's request."""
-    from tests.integration.helpers import function, sb_message
 
     doomed = bootstrap.build(load_settings({**env, "SchedulerInstanceId": "doomed"}))
 
@@ -171,22 +170,13 @@ def crash_between_claim_and_dispatch(env: dict[str, str], order_ids: list[str],
         raise Died
 
     doomed.scheduler._relay._sender.send = die  # type: ignore[method-assign]
-    intake = function("intake")
-    qs = QueueServiceClient.from_connection_string(env["AzureWebJobsStorage"])
-    commands = qs.get_queue_client(env["SchedulerQueueName"])
+    # Intake hands each order to the Scheduler in its own invocation: the claim is written,
+    # then the process dies sending the request. Its Service Bus message is never delivered
+    # again here (as if dead-lettered), so only the Supervisor can finish these orders.
     for oid in order_ids:
-        intake(msg=sb_message(order(oid), message_id=oid,
-                              application_properties={"traceparent": contexts[oid]}))
-    # Their start commands are consumed by the doomed Scheduler, which dies mid-way.
-    taken = 0
-    while taken < len(order_ids):
-        for m in commands.receive_messages(max_messages=32):
-            import base64
-
-            with pytest.raises(Died):
-                doomed.scheduler.handle_command(base64.b64decode(m.content).decode())
-            commands.delete_message(m)
-            taken += 1
+        with pytest.raises(Died):
+            doomed.intake.handle(oid, json.dumps(order(oid)).encode(),
+                                 traceparent=contexts[oid])
     doomed.close()
 
 
