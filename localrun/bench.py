@@ -633,9 +633,11 @@ def hop_medians(run: Run, spans: list[Any]) -> dict[str, Any]:
             label = f"{i + 1} " + (s.name if s.name != "scheduler reply"
                                    else f"scheduler reply {i // 2}")
             own[label] = (s.end_time - s.start_time) / 1e9
-            if previous is not None and s.start_time < previous[1].end_time:
-                # Handed over in the same invocation (intake's start): no queue between them,
-                # and the outer span's own time is what is left of it.
+            if previous is not None and s.end_time <= previous[1].end_time:
+                # Inside the previous span: handed over in the same invocation (intake's
+                # start), so no queue between them, and the outer span's own time is what is
+                # left of it. (A message's receiver may start before its sender's span ends,
+                # which still confirms its outbox, but it does not finish first.)
                 own[previous[0]] -= own[label]
             elif previous is not None:
                 add(f"{label.replace(' ', ' queue wait before ', 1)}",

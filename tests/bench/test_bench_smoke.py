@@ -31,8 +31,11 @@ def test_bench_smoke_writes_a_complete_report(tmp_path: Path) -> None:
     assert report["starvation"]["deployed"]["threads"] == 160
     # Where the time goes: every hop of the straight path has a median.
     hops = report["latency_breakdown"]["median_s"]
-    assert {"1 service bus wait", "1 intake", "2 queue wait before scheduler start",
-            "8 scheduler reply 3", "remote call payment charge", "total"} <= set(hops)
+    assert {"1 service bus wait", "1 intake", "2 scheduler start", "3 queue wait before agent "
+            "inventory", "8 scheduler reply 3", "remote call payment charge", "total"} <= set(hops)
+    # The start runs inside intake's invocation: no queue between them, no negative wait.
+    assert "2 queue wait before scheduler start" not in hops
+    assert all(v >= 0 for v in hops.values())
     assert report["latency_breakdown"]["orders"] > 0
     # One trace per order: an intake, a start, three Agents, three calls, three replies.
     tr = report["tracing"]
