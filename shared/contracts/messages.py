@@ -75,7 +75,8 @@ def asyncapi_document() -> dict[str, Any]:
         },
         "schedulerCommands": _storage_queue(
             "SchedulerQueueName", "schedulerCommand",
-            "Start or compensate an order: sent by intake, the Supervisor and the operator."),
+            "Start or compensate an order: sent by the Supervisor and the operator (intake "
+            "hands a new order's start to the Scheduler in its own invocation)."),
         "agentResponses": _storage_queue(
             "AgentResponsesQueueName", "agentReply",
             "Agents' replies to the Scheduler, one per request that got an answer in time."),
