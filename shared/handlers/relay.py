@@ -67,7 +67,7 @@ class CommandTaker(Protocol):
 class EffectRelay:
     def __init__(self, *, store: OrderStore, sender: MessageSender, alerts: AlertSink,
                  workflow: Workflow, agent_queues: dict[str, str], scheduler_queue: str,
-                 clock: Clock, scheduler: CommandTaker | None = None) -> None:
+                 clock: Clock) -> None:
         self._store = store
         self._sender = sender
         self._alerts = alerts
@@ -75,7 +75,7 @@ class EffectRelay:
         self._agent_queues = agent_queues
         self._scheduler_queue = scheduler_queue
         self._clock = clock
-        self._scheduler = scheduler
+        self._scheduler: CommandTaker | None = None  # see handing_commands_to
 
     def handing_commands_to(self, scheduler: CommandTaker) -> EffectRelay:
         """This relay, but a command due now is carried out by ``scheduler`` in this process.
