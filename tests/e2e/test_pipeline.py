@@ -160,7 +160,6 @@ def trace_id_of(tp: str) -> str:
 def crash_between_claim_and_dispatch(env: dict[str, str], order_ids: list[str],
                                      contexts: dict[str, str]) -> None:
     """Take these orders into Processing, then die before sending the step's request."""
-
     doomed = bootstrap.build(load_settings({**env, "SchedulerInstanceId": "doomed"}))
 
     class Died(Exception):

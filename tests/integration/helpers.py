@@ -100,6 +100,5 @@ def pending(order_id: str = "o-1", **changes: Any) -> str:
         function("intake")(msg=sb_message(order(order_id, **changes), message_id=order_id))
     finally:
         c.intake._relay = handing_over
-    (cmd,) = [c for c in drain_json(bootstrap.container().settings.scheduler_queue)
-              if c["order_id"] == order_id]
+    (cmd,) = [m for m in drain_json(c.settings.scheduler_queue) if m["order_id"] == order_id]
     return json.dumps(cmd)
