@@ -115,6 +115,7 @@ var appSettings = {
   AgentCallTimeoutSeconds: '10'
   CircuitBreakerFailures: '5'
   CircuitBreakerResetSeconds: '30'
+  CircuitBreakerWindowSeconds: '20'
   SimLatencyMs: '50'
   SimTransientErrorRate: '0.1'
   SimPermanentErrorRate: '0.02'

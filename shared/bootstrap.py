@@ -110,7 +110,8 @@ def build(settings: Settings, *, clock: Clock = utc_now,
         name: Agent(
             name=name, client=RemoteServiceClient(url, http, key), sender=sender,
             responses_queue=settings.responses_queue, policy=retry,
-            breaker=new_breaker(name, settings.breaker_failures, settings.breaker_reset),
+            breaker=new_breaker(name, settings.breaker_failures, settings.breaker_reset,
+                                settings.breaker_window),
             clock=clock,
         )
         for name, url in settings.service_urls.items()

@@ -5,21 +5,31 @@ every call to a service from one process runs one at a time. Measured in `make d
 inventory calls in flight, each waited ~10 s for the lock and replied after its complete-by.
 Here the lock guards only the counters.
 
-It opens on a failure *rate*, not a run: when at least ``failure_threshold`` of the last calls
-failed and they are at least half of them. Counting consecutive failures trips on a healthy
-service whose few hung calls time out together (measured in `make bench`: 10% silent calls
-opened it and failed orders that would have recovered).
+It opens on a failure *rate*, not a run: when at least ``failure_threshold`` of the calls begun in
+the last ``window_seconds`` failed and they are at least half of them. Counting consecutive
+failures trips on a healthy service whose few hung calls time out together (measured in
+`make bench`: 10% silent calls opened it and failed orders that would have recovered).
+
+Each outcome is counted at the time its call *began*. A hung call's failure is known only when
+its timeout runs out, long after the calls made beside it succeeded; judged by when outcomes
+arrive, late failures crowd the recent past whenever traffic thins (measured in `make bench`:
+with a window of the last 10 outcomes, the hung calls at the end of a run with 10% silent calls
+made half of them, opened the breaker and failed 4-6 of 200 orders). Judged by when calls began,
+they stand beside the calls made with them, and the rate is the service's.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import TypeVar
 
 T = TypeVar("T")
+
+# The window is kept as this many slots of calls, by when they began: memory and the work per
+# outcome stay bounded however many calls a second the service takes.
+SLOTS = 20
 
 
 class CircuitOpen(Exception):
@@ -28,15 +38,20 @@ class CircuitOpen(Exception):
 
 class CircuitBreaker:
     def __init__(self, name: str, failure_threshold: int, reset_seconds: float, *,
+                 window_seconds: float = 20.0,
                  ignore: tuple[type[BaseException], ...] = (),
                  clock: Callable[[], float] = time.monotonic) -> None:
+        if window_seconds <= 0:
+            raise ValueError("window_seconds must be positive")
         self.name = name
         self._threshold = failure_threshold
         self._reset = reset_seconds
+        self._window = window_seconds
+        self._slot_seconds = window_seconds / SLOTS
         self._ignore = ignore  # errors that say nothing of the service's health
         self._clock = clock
         self._lock = threading.Lock()
-        self._recent: deque[bool] = deque(maxlen=max(10, 2 * failure_threshold))  # True: failed
+        self._slots: dict[int, list[int]] = {}  # slot -> [calls, failures] of calls begun in it
         self._opened_at: float | None = None
         self._trial_running = False
 
@@ -49,34 +64,49 @@ class CircuitBreaker:
 
     def call(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
         with self._lock:
+            began = self._clock()
             trial = False
             if self._opened_at is not None:
-                if self._clock() - self._opened_at < self._reset or self._trial_running:
+                if began - self._opened_at < self._reset or self._trial_running:
                     raise CircuitOpen(f"circuit to {self.name} is open")
                 self._trial_running = trial = True  # half-open: one call may try
         try:
             result = fn(*args, **kwargs)
         except self._ignore:
-            self._succeeded()
+            self._succeeded(began)
             raise
         except Exception:
-            self._failed(trial)
+            self._failed(began, trial)
             raise
-        self._succeeded()
+        self._succeeded(began)
         return result
 
-    def _succeeded(self) -> None:
+    def _succeeded(self, began: float) -> None:
         with self._lock:
             if self._opened_at is not None:
-                self._recent.clear()  # the trial (or a straggler) worked: start afresh
-            self._recent.append(False)
+                self._slots.clear()  # the trial (or a straggler) worked: start afresh
+            self._count(began, failed=False)
             self._opened_at = None
             self._trial_running = False
 
-    def _failed(self, trial: bool) -> None:
+    def _failed(self, began: float, trial: bool) -> None:
         with self._lock:
-            self._recent.append(True)
-            failures = sum(self._recent)
-            if trial or (failures >= self._threshold and 2 * failures >= len(self._recent)):
+            calls, failures = self._count(began, failed=True)
+            if trial or (failures >= self._threshold and 2 * failures >= calls):
                 self._opened_at = self._clock()
             self._trial_running = False
+
+    def _count(self, began: float, *, failed: bool) -> tuple[int, int]:
+        """Counts one outcome; returns the calls and failures now in the window."""
+        now = int(self._clock() // self._slot_seconds)
+        oldest = now - SLOTS + 1
+        for slot in [s for s in self._slots if s < oldest]:
+            del self._slots[slot]
+        slot = int(began // self._slot_seconds)
+        # A call that outlived the window has no calls of its time left to stand beside: it
+        # counts as of now, so a service whose every call hangs past the window still trips it.
+        counts = self._slots.setdefault(slot if slot >= oldest else now, [0, 0])
+        counts[0] += 1
+        counts[1] += failed
+        return (sum(c for c, _ in self._slots.values()),
+                sum(f for _, f in self._slots.values()))

@@ -98,6 +98,7 @@ class Settings(BaseModel):
     agent_call_timeout: Seconds = Field(10, alias="AgentCallTimeoutSeconds")
     breaker_failures: int = Field(5, alias="CircuitBreakerFailures", ge=1)
     breaker_reset: Seconds = Field(30, alias="CircuitBreakerResetSeconds")
+    breaker_window: Seconds = Field(20, alias="CircuitBreakerWindowSeconds")
 
     simulators_enabled: bool = Field(False, alias="SimulatorsEnabled")
     sim_latency_ms: int = Field(0, alias="SimLatencyMs", ge=0)
@@ -189,6 +190,10 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         )
     if settings.retry_backoff_max < settings.retry_backoff:
         raise SettingsError("RetryBackoffMaxSeconds must not be below RetryBackoffSeconds")
+    if settings.breaker_window < settings.agent_call_timeout:
+        # A hung call is judged beside the calls begun with it only if they share the window.
+        raise SettingsError(
+            "CircuitBreakerWindowSeconds must not be below AgentCallTimeoutSeconds")
     return settings
 
 

@@ -40,9 +40,11 @@ class AgentRetryPolicy:
     call_timeout: float
 
 
-def new_breaker(name: str, failures: int, reset_seconds: float) -> CircuitBreaker:
+def new_breaker(name: str, failures: int, reset_seconds: float,
+                window_seconds: float) -> CircuitBreaker:
     # A refusal (permanent fault) is the service working as designed, not a sign of ill health.
-    return CircuitBreaker(name, failures, reset_seconds, ignore=(PermanentServiceError,))
+    return CircuitBreaker(name, failures, reset_seconds, window_seconds=window_seconds,
+                          ignore=(PermanentServiceError,))
 
 
 class _Expired(Exception):

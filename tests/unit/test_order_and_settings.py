@@ -104,6 +104,12 @@ def test_backoff_cap_below_base_is_refused() -> None:
         load_settings({**BASE, "RetryBackoffSeconds": "10", "RetryBackoffMaxSeconds": "5"})
 
 
+def test_a_breaker_window_shorter_than_a_call_is_refused() -> None:
+    with pytest.raises(SettingsError, match="CircuitBreakerWindowSeconds"):
+        load_settings({**BASE, "AgentCallTimeoutSeconds": "30",
+                       "CircuitBreakerWindowSeconds": "20"})
+
+
 def test_a_deployment_without_service_urls_fails_fast_naming_them() -> None:
     from shared.settings import SettingsError, load_settings
 
