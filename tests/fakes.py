@@ -9,6 +9,7 @@ store and the Azurite one to the same behaviour.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 from collections.abc import Callable
@@ -105,7 +106,7 @@ class FakeOrderStore:
 
     def create(self, order: Order, state: OrderState) -> OrderState:
         key, added = self._file(state, base="", exact=False)
-        state.index_key = key
+        state = dataclasses.replace(state, index_key=key)
         self.fault("store.create")
         if order.order_id in self.states or order.order_id in self.orders:
             if added:
@@ -132,14 +133,14 @@ class FakeOrderStore:
             raise ValueError("save() needs a state read from the store")
         old = state.index_key
         if due_index.write_needs_new_key(state, self.grace, move=move):
-            state.index_key, _ = self._file(state, base=state.version, exact=move)
+            key, _ = self._file(state, base=state.version, exact=move)
+            state = dataclasses.replace(state, index_key=key)
         self.fault("store.save")
         current = self.states.get(state.order_id)
         if current is None or current.version != state.version:
             raise ConcurrencyConflict(f"order {state.order_id}: version {state.version}")
         self.corrupt.pop(state.order_id, None)
         saved = self._stamp(state)
-        state.version = saved.version
         if old is not None and old != state.index_key:
             self.drop(old)
         return saved

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass
@@ -191,10 +192,11 @@ class TableOrderStore:
         """Write the order and its first state in one entity-group transaction: both or neither.
 
         The order's index entry goes in first (and comes out again when the order was there).
-        Returns the state as stored (with its version).
+        Returns the state as stored (with its version and index entry); ``state`` is left as
+        it was, so a caller whose write failed holds nothing the store did not record.
         """
         key, added = self._file(state, base="", exact=False)
-        state.index_key = key
+        state = dataclasses.replace(state, index_key=key)
         details = {
             "PartitionKey": order.order_id,
             "RowKey": ORDER_ROW,
@@ -217,9 +219,8 @@ class TableOrderStore:
             raise OrderAlreadyExists(
                 order.order_id, existing.get("Fingerprint") if existing else None
             ) from None
-        saved = copy.deepcopy(state)
-        saved.version = results[1]["etag"]
-        return saved
+        state.version = results[1]["etag"]
+        return state
 
     def load(self, order_id: str) -> StoredOrder | None:
         """The order and its state in one request (a single-partition query)."""
@@ -247,13 +248,15 @@ class TableOrderStore:
 
         Files the order anew in the due-time index first when the write makes it due earlier
         than its entry (or it has none), or when ``move``: the Supervisor moving an entry it
-        met at its time. The superseded entry is dropped after the write.
+        met at its time. The superseded entry is dropped after the write. Returns the state as
+        stored; ``state`` is left as it was (see create).
         """
         if state.version is None:
             raise ValueError("save() needs a state read from the store")
         old = state.index_key
         if due_index.write_needs_new_key(state, self._grace, move=move):
-            state.index_key, _ = self._file(state, base=state.version, exact=move)
+            key, _ = self._file(state, base=state.version, exact=move)
+            state = dataclasses.replace(state, index_key=key)
         try:
             meta = self._states.update_entity(
                 state_to_entity(state), mode=UpdateMode.REPLACE,
@@ -262,7 +265,7 @@ class TableOrderStore:
         except (ResourceModifiedError, ResourceNotFoundError) as e:
             # A new entry stays behind, named by nothing: the Supervisor drops it at its time.
             raise ConcurrencyConflict(f"order {state.order_id}: {e.reason}") from None
-        state.version = meta["etag"]
+        state = dataclasses.replace(state, version=meta["etag"])
         if old is not None and old != state.index_key:
             self.drop(old)
         return state

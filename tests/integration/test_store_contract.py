@@ -3,6 +3,7 @@ Storage adapter against Azurite must behave the same, or the fast tests prove no
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -151,12 +152,25 @@ def test_a_write_that_loses_its_race_leaves_an_entry_no_record_names(
     stale.complete_by = T0 + timedelta(seconds=5)
     with pytest.raises(ConcurrencyConflict):
         store.save(stale)
+    # The caller's copy is as it was: it names no entry that its failed write filed.
+    assert stale.index_key == s.index_key
     current = store.get_state("o-1")
     assert current is not None and current.index_key == s.index_key
     entries = store.due(T0 + timedelta(days=1), 100)
-    assert sorted(e.key for e in entries) == sorted([s.index_key, stale.index_key])
+    assert len(entries) == 2 and s.index_key in {e.key for e in entries}
     (orphan,) = [e for e in entries if e.key != current.index_key]
     assert orphan.base != current.version  # so nothing can name it any more
+
+
+def test_a_write_leaves_the_state_it_was_given_as_it_was(store: OrderStore) -> None:
+    _, created = create(store)
+    before = copy.deepcopy(created)
+    created.complete_by = T0 + timedelta(seconds=5)  # due sooner: filed anew
+    given = copy.deepcopy(created)
+    saved = store.save(created)
+    assert created == given and created.version == before.version
+    assert saved.index_key != before.index_key and saved.version != before.version
+    assert store.get_state("o-1") == saved
 
 
 def test_a_settled_write_keeps_the_entry_for_its_forget_to_drop(store: OrderStore) -> None:

@@ -82,24 +82,26 @@ def test_an_entry_a_write_may_still_name_is_kept_and_one_whose_writer_died_is_dr
     policy = RetryPolicy(3, exponential_backoff(timedelta(seconds=1), timedelta(seconds=4)),
                          pending_grace=timedelta(seconds=30), rescue_threshold=100)
     sup = supervisor_over_fakes(store, clock, policy)
-    writes = {}
+    writes, filed = {}, {}
     for oid in ("slow", "dead"):
         accepted(store, oid, clock.now)
         s = store.get_state(oid)
         assert s is not None
         s.complete_by = clock.now + timedelta(seconds=5)  # due sooner: a new entry first
+        before = set(store.index)
         stalled["on"] = True
         with pytest.raises(StorageDown):
             store.save(s)
         stalled["on"] = False
+        assert s.index_key in before  # the caller's copy names only what the store recorded
+        (filed[oid],) = set(store.index) - before
         writes[oid] = s
     clock.advance(seconds=6)  # both new entries are due; the writes may still land
     assert sup.tick().dropped == 0
     saved = store.save(writes["slow"])  # the slow write lands, naming its entry
-    assert saved.index_key in store.index
+    assert saved.index_key == filed["slow"] and saved.index_key in store.index
     clock.advance(seconds=30)  # the other writer is gone
     sup.tick()
-    dead = writes["dead"].index_key
-    assert dead not in store.index
+    assert filed["dead"] not in store.index
     assert store.states["dead"].index_key in store.index  # the record's own entry stays
     assert store.states["slow"].index_key in store.index
