@@ -46,7 +46,6 @@ class CircuitBreaker:
         self.name = name
         self._threshold = failure_threshold
         self._reset = reset_seconds
-        self._window = window_seconds
         self._slot_seconds = window_seconds / SLOTS
         self._ignore = ignore  # errors that say nothing of the service's health
         self._clock = clock
