@@ -98,6 +98,14 @@ NOT_INSTRUMENTED = ("azure_sdk", "django", "fastapi", "flask", "httpx", "httpx2"
                     "requests", "urllib", "urllib3")
 
 
+# Every order's whole trace is kept: the fixed-percentage sampler decides by trace id, so lowering
+# OTEL_TRACES_SAMPLER_ARG keeps or drops whole orders. The distro's default (no OTEL_TRACES_SAMPLER)
+# is rate-limited, about 5 spans a second, adapting as it goes: an order's spans were kept or
+# dropped one by one, and at any real load most orders could not be followed. The Bicep gives the
+# worker the same pair.
+TRACES_SAMPLER = ("microsoft.fixed_percentage", "1.0")
+
+
 def _azure_monitor(env: Mapping[str, str]) -> TracerProvider:
     """Traces and logs to Application Insights (the Azure Monitor distro). The exporter itself
     reads APPLICATIONINSIGHTS_AUTHENTICATION_STRING: with Authorization=AAD (as the Bicep sets
@@ -107,9 +115,13 @@ def _azure_monitor(env: Mapping[str, str]) -> TracerProvider:
 
     from shared.settings import SettingsError
 
+    # An operator's own OTEL_TRACES_SAMPLER (read by the distro) stands; otherwise ours.
+    sampling = ({} if env.get("OTEL_TRACES_SAMPLER")
+                else {"sampling_ratio": float(TRACES_SAMPLER[1])})
     try:
         configure_azure_monitor(
             connection_string=env["APPLICATIONINSIGHTS_CONNECTION_STRING"],
+            **sampling,
             instrumentation_options={name: {"enabled": False} for name in NOT_INSTRUMENTED},
             # Per-interval metrics nobody here reads; each is an ingested item.
             enable_live_metrics=False, enable_performance_counters=False,

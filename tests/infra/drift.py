@@ -31,6 +31,7 @@ HOST_SETTINGS = {
     "PYTHON_THREADPOOL_THREAD_COUNT",  # read by the Python worker
     "PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY",  # the worker sets up the Azure Monitor distro
     "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS",  # read by the distro
+    "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",  # read by the distro
 }
 
 _parser = BicepParser()

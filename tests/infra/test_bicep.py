@@ -109,6 +109,9 @@ def test_the_worker_exports_telemetry_without_the_sdks_own_spans() -> None:
     assert settings["PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY"] == "true"
     disabled = settings["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"].split(",")
     assert sorted(disabled) == sorted(tracing.NOT_INSTRUMENTED)
+    # Whole traces, every order: the app's own choice when it sets the exporter up itself.
+    assert (settings["OTEL_TRACES_SAMPLER"],
+            settings["OTEL_TRACES_SAMPLER_ARG"]) == tracing.TRACES_SAMPLER
     assert json.loads((ROOT / "host.json").read_text())["telemetryMode"] == "OpenTelemetry"
 
 

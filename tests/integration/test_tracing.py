@@ -168,6 +168,34 @@ with tracing.span("s", parent=None) as s:
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.parametrize(("sampler", "expected"), [
+    (None, "ApplicationInsightsSampler1.0"),
+    ("microsoft.fixed_percentage", "ApplicationInsightsSampler0.25"),
+])
+def test_every_orders_whole_trace_is_kept_unless_the_operator_samples(
+        sampler: str | None, expected: str) -> None:
+    """The distro's own default is rate-limited (about 5 spans a second, adapting): it dropped
+    spans of an order one by one. The app asks for every trace, by trace id; an operator's
+    OTEL_TRACES_SAMPLER stands."""
+    script = """
+import os
+from shared import tracing
+got = tracing.configure(os.environ)
+print(got.sampler.get_description())
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_TRACES_SAMPLER")}
+    if sampler:
+        env |= {"OTEL_TRACES_SAMPLER": sampler, "OTEL_TRACES_SAMPLER_ARG": "0.25"}
+    r = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
+                       env={**env, "APPLICATIONINSIGHTS_STATSBEAT_DISABLED_ALL": "true",
+                            "APPLICATIONINSIGHTS_CONNECTION_STRING":
+                                "InstrumentationKey=00000000-0000-0000-0000-000000000000;"
+                                "IngestionEndpoint=http://127.0.0.1:9/"},
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == expected
+
+
 def test_a_bad_exporter_setting_is_named() -> None:
     from shared.settings import SettingsError
 
