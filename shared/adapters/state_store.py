@@ -253,10 +253,10 @@ class TableOrderStore:
         """
         if state.version is None:
             raise ValueError("save() needs a state read from the store")
-        old = state.index_key
+        old = key = state.index_key
         if due_index.write_needs_new_key(state, self._grace, move=move):
             key, _ = self._file(state, base=state.version, exact=move)
-            state = dataclasses.replace(state, index_key=key)
+        state = dataclasses.replace(state, index_key=key)  # the caller's stays as it was
         try:
             meta = self._states.update_entity(
                 state_to_entity(state), mode=UpdateMode.REPLACE,
@@ -265,7 +265,7 @@ class TableOrderStore:
         except (ResourceModifiedError, ResourceNotFoundError) as e:
             # A new entry stays behind, named by nothing: the Supervisor drops it at its time.
             raise ConcurrencyConflict(f"order {state.order_id}: {e.reason}") from None
-        state = dataclasses.replace(state, version=meta["etag"])
+        state.version = meta["etag"]
         if old is not None and old != state.index_key:
             self.drop(old)
         return state
