@@ -90,13 +90,15 @@ class CircuitBreaker:
 
     def _failed(self, began: float, trial: bool) -> None:
         with self._lock:
-            calls, failures = self._count(began, failed=True)
+            self._count(began, failed=True)
+            calls = sum(c for c, _ in self._slots.values())
+            failures = sum(f for _, f in self._slots.values())
             if trial or (failures >= self._threshold and 2 * failures >= calls):
                 self._opened_at = self._clock()
             self._trial_running = False
 
-    def _count(self, began: float, *, failed: bool) -> tuple[int, int]:
-        """Counts one outcome; returns the calls and failures now in the window."""
+    def _count(self, began: float, *, failed: bool) -> None:
+        """Counts one outcome, and forgets the slots that left the window."""
         now = int(self._clock() // self._slot_seconds)
         oldest = now - SLOTS + 1
         for slot in [s for s in self._slots if s < oldest]:
@@ -107,5 +109,3 @@ class CircuitBreaker:
         counts = self._slots.setdefault(slot if slot >= oldest else now, [0, 0])
         counts[0] += 1
         counts[1] += failed
-        return (sum(c for c, _ in self._slots.values()),
-                sum(f for _, f in self._slots.values()))
