@@ -236,6 +236,59 @@ class _MessageLog:
             self._file.flush()
 
 
+def queue_batches(batch_size: int, new_batch_threshold: int) -> Callable[[int], int]:
+    """The queue listener's rule: ask for ``batchSize`` messages, and ask again only once the
+    invocations in flight are down to ``newBatchThreshold`` (so at most the sum run at once)."""
+    return lambda in_flight: batch_size if in_flight <= new_batch_threshold else 0
+
+
+def up_to(max_concurrent_calls: int) -> Callable[[int], int]:
+    """The Service Bus message pump's: as many as ``maxConcurrentCalls`` leaves room for (a
+    Storage queue, the local channel, gives at most 32 a request)."""
+    return lambda in_flight: min(32, max_concurrent_calls - in_flight)
+
+
+def poll_loop(receive: Callable[[int], list[Any]], handle: Callable[[Any], None],
+              ask: Callable[[int], int], *, listener: ThreadPoolExecutor,
+              stop: threading.Event, max_delay: float, min_delay: float = 0.05) -> None:
+    """A listener's polling loop: one receive request when ``ask`` allows one, each message
+    handled on ``listener``; after an empty receive, wait, twice as long each time up to
+    ``max_delay``."""
+    room = threading.Condition()
+    in_flight = 0
+
+    def run(m: Any) -> None:
+        nonlocal in_flight
+        try:
+            handle(m)
+        finally:
+            with room:
+                in_flight -= 1
+                room.notify()
+
+    delay = min_delay
+    while not stop.is_set():
+        with room:
+            n = ask(in_flight)
+            if n <= 0:
+                room.wait(timeout=0.2)
+                continue
+        try:
+            messages = receive(n)
+        except Exception:
+            log.exception("receive failed")
+            messages = []
+        if not messages:
+            stop.wait(delay)
+            delay = min(max_delay, delay * 2)
+            continue
+        delay = min_delay
+        with room:
+            in_flight += len(messages)
+        for m in messages:
+            listener.submit(run, m)
+
+
 class LocalFunctionHost:
     def __init__(self, app: func.FunctionApp, *, settings: Mapping[str, str],
                  storage_connection: str, host_json: Path | Mapping[str, Any],
@@ -398,39 +451,13 @@ class LocalFunctionHost:
     # -- queue trigger -----------------------------------------------------------------------
 
     def _poll(self, receive: Callable[[int], list[Any]], handle: Callable[[Any], None],
-              capacity: int) -> None:
-        """The host's polling loop: fetch when there is room, back off when the queue is empty."""
-        in_flight = threading.Semaphore(capacity)
+              ask: Callable[[int], int], workers: int) -> None:
         # The host's side of each message (receive, renew, settle) is its own; only the
         # invocation itself takes a thread of the worker's shared pool (run()).
-        listener = ThreadPoolExecutor(max_workers=capacity, thread_name_prefix="listener")
+        listener = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="listener")
         self._listeners.append(listener)
-        delay = 0.05
-        while not self._stop.is_set():
-            # Wait for room for at least one message before asking for more.
-            if not in_flight.acquire(timeout=0.2):
-                continue
-            in_flight.release()
-            try:
-                messages = receive(min(32, capacity))
-            except Exception:
-                log.exception("receive failed")
-                messages = []
-            if not messages:
-                self._stop.wait(delay)
-                delay = min(self._poll_max, delay * 2)
-                continue
-            delay = 0.05
-            for m in messages:
-                in_flight.acquire()
-
-                def run(m: Any = m) -> None:
-                    try:
-                        handle(m)
-                    finally:
-                        in_flight.release()
-
-                listener.submit(run)
+        poll_loop(receive, handle, ask, listener=listener, stop=self._stop,
+                  max_delay=self._poll_max)
 
     # -- leases ------------------------------------------------------------------------------
 
@@ -481,7 +508,7 @@ class LocalFunctionHost:
         poison = self._queues.get_queue_client(queue.queue_name + "-poison")
         _ensure(queue)
 
-        receive = _receiver(queue, self._lease)
+        receive = receiver(queue, self._lease)
 
         def handle(m: Any) -> None:
             held = self._hold(queue, m, self._lease, renew_for=float("inf"))
@@ -512,7 +539,8 @@ class LocalFunctionHost:
                 return
             self._settle(held, None)
 
-        self._poll(receive, handle, opts.batch_size + opts.new_batch_threshold)
+        self._poll(receive, handle, queue_batches(opts.batch_size, opts.new_batch_threshold),
+                   opts.batch_size + opts.new_batch_threshold)
 
     # -- Service Bus trigger -----------------------------------------------------------------
 
@@ -522,7 +550,7 @@ class LocalFunctionHost:
         queue = channel.queue
         opts = self.service_bus_options
 
-        receive = _receiver(queue, self._lock)
+        receive = receiver(queue, self._lock)
 
         def handle(m: Any) -> None:
             held = self._hold(queue, m, self._lock, renew_for=opts.max_auto_lock_renewal)
@@ -552,7 +580,8 @@ class LocalFunctionHost:
                 return
             self._settle(held, None)
 
-        self._poll(receive, handle, opts.max_concurrent_calls)
+        self._poll(receive, handle, up_to(opts.max_concurrent_calls),
+                   opts.max_concurrent_calls)
 
     # -- timer trigger -----------------------------------------------------------------------
 
@@ -577,12 +606,15 @@ class LocalFunctionHost:
             last = due
 
 
-def _receiver(queue: QueueClient, lease: float) -> Callable[[int], list[Any]]:
-    """Receive up to n messages, each invisible to other hosts for ``lease`` seconds."""
+def receiver(queue: QueueClient, lease: float) -> Callable[[int], list[Any]]:
+    """One Get Messages request for up to n messages, each invisible to other hosts for
+    ``lease`` seconds. (The SDK's pager, asked for n, would ask again after a short page: an
+    empty request per poll that the host does not make.)"""
 
     def receive(n: int) -> list[Any]:
-        return list(queue.receive_messages(messages_per_page=n, max_messages=n,
-                                           visibility_timeout=int(lease)))
+        pages = queue.receive_messages(messages_per_page=n,
+                                       visibility_timeout=int(lease)).by_page()
+        return list(next(pages, []))
 
     return receive
 

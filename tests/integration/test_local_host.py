@@ -11,7 +11,8 @@ import azure.functions as func
 import pytest
 from azure.storage.queue import QueueServiceClient, TextBase64EncodePolicy
 
-from localrun.host import HostConfigError, LocalFunctionHost, QueueOptions
+from localrun.host import HostConfigError, LocalFunctionHost, QueueOptions, receiver
+from localrun.metering import StorageMeter
 from localrun.servicebus import LocalServiceBusChannel
 from shared.settings import AZURITE_CONNECTION
 from tests.conftest import ROOT, wait_until
@@ -46,6 +47,24 @@ def test_failing_queue_message_goes_to_poison_after_max_dequeue_count(
     assert host.stats.failures["scheduler_commands"] == 3
     (m,) = poison.receive_messages()
     assert m.content == host_b64("not json")
+
+
+def test_a_poll_is_one_request_for_at_most_the_batch(app_env: Any) -> None:
+    # The host's listener makes one Get Messages request per poll; a short batch is not
+    # followed by another request (the SDK's pager, asked for n messages, would ask again).
+    env = app_env()
+    meter = StorageMeter()
+    queue = QueueServiceClient.from_connection_string(
+        env["AzureWebJobsStorage"], **meter.queue_options).get_queue_client(
+        env["SchedulerQueueName"])
+    for i in range(3):
+        queue.send_message(f"m{i}")
+    meter.reset()
+    receive = receiver(queue, 30)
+    assert len(receive(2)) == 2
+    assert len(receive(4)) == 1
+    assert receive(4) == []
+    assert meter.snapshot()["requests"] == {"queue.receive": 2, "queue.receive.empty": 1}
 
 
 def host_b64(text: str) -> str:

@@ -1,0 +1,77 @@
+"""The local host's listeners ask for messages as the Functions host's do: a queue listener asks
+for ``batchSize`` and asks again only once its invocations in flight are down to
+``newBatchThreshold``; the Service Bus stand-in asks for what ``maxConcurrentCalls`` leaves."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from localrun.host import poll_loop, queue_batches, up_to
+from tests.conftest import wait_until
+
+
+def test_the_rules_for_how_many_to_ask_for() -> None:
+    batches = queue_batches(batch_size=4, new_batch_threshold=2)
+    assert [batches(n) for n in range(7)] == [4, 4, 4, 0, 0, 0, 0]
+    pump = up_to(16)
+    assert [pump(0), pump(10), pump(16)] == [16, 6, 0]
+    assert up_to(100)(0) == 32  # a Storage queue gives at most 32 a request
+
+
+def test_a_queue_listener_asks_for_a_batch_and_again_only_at_the_new_batch_threshold() -> None:
+    backlog = list(range(10))
+    lock = threading.Lock()
+    asks: list[tuple[int, int]] = []  # (messages asked for, invocations in flight then)
+    handed = finished = 0
+    started: list[int] = []
+    release = {m: threading.Event() for m in backlog}
+    running = peak = 0
+
+    def receive(n: int) -> list[int]:
+        nonlocal handed
+        with lock:
+            asks.append((n, handed - finished))
+            got, backlog[:n] = backlog[:n], []
+            handed += len(got)
+            return got
+
+    def handle(m: int) -> None:
+        nonlocal finished, running, peak
+        with lock:
+            started.append(m)
+            running += 1
+            peak = max(peak, running)
+        release[m].wait(timeout=30)
+        with lock:
+            running -= 1
+            finished += 1
+
+    stop = threading.Event()
+    listener = ThreadPoolExecutor(max_workers=6)
+    loop = threading.Thread(target=poll_loop, args=(receive, handle, queue_batches(4, 2)),
+                            kwargs={"listener": listener, "stop": stop, "max_delay": 0.05})
+    loop.start()
+    try:
+        wait_until(lambda: len(started) == 4, timeout=10, message="the first batch")
+        # Four in flight, above the threshold: no second request (it could only come after a
+        # release, which has not happened).
+        assert asks == [(4, 0)]
+        release[0].set()
+        wait_until(lambda: finished == 1, timeout=10, message="one done")
+        assert asks == [(4, 0)]  # three in flight: still above it
+        release[1].set()
+        wait_until(lambda: len(started) == 8, timeout=10, message="the second batch")
+        assert asks == [(4, 0), (4, 2)]
+        assert peak == 6  # batchSize + newBatchThreshold, no more
+        for e in release.values():
+            e.set()
+        wait_until(lambda: finished == 10, timeout=10, message="all done")
+        wait_until(lambda: len(asks) >= 4, timeout=10, message="an empty poll")
+    finally:
+        stop.set()
+        loop.join(timeout=10)
+        listener.shutdown()
+    assert not loop.is_alive()
+    assert all(n == 4 for n, _ in asks)  # never more than the batch
+    assert sorted(started) == list(range(10))  # each message handled once
