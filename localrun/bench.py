@@ -34,11 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from localrun.appsettings import isolated_names, local_app_settings
-from localrun.metering import NOT_THE_APPS, per_order_counts
+from localrun.metering import NOT_THE_APPS, READS, per_order_counts
 from shared.domain.state import CompensationState, ProcessState, settled
 
 ROOT = Path(__file__).resolve().parent.parent
 
+BATCH = 16  # host.json batchSize: the most messages one receive of the host asks for
 STEADY_RATE = 5.0  # orders per second: well below the ceiling, so latency is not queueing
 # 7 writes before the outbox, + 3: each outbox that dispatches a step is confirmed sent.
 TARGETS = {"table_writes": 10, "scheduler_table_reads": 4, "queue_sends": 7,
@@ -385,21 +386,74 @@ class Bench:
             list(ex.map(poll, range(cycles)))
         polls_per_s = cycles / (time.perf_counter() - t0)
         return {"conditional_writes_per_s": writes_per_s, "point_reads_per_s": reads_per_s,
-                "queue_cycles_per_s": cycles_per_s, "empty_polls_per_s": polls_per_s}
+                "queue_cycles_per_s": cycles_per_s, "empty_polls_per_s": polls_per_s,
+                **self._message_requests(QueueServiceClient.from_connection_string(
+                    self.connection), cycles)}
+
+    @staticmethod
+    def _message_requests(service: Any, cycles: int) -> dict[str, float]:
+        """Each kind of message request, as the host makes them, on a shallow queue (Azurite's
+        receive slows as a queue grows): cycles of one send, one receive, one delete, then of
+        a batch (16 sends, one receive of 16, 16 deletes), 8 threads each, each thread on a
+        queue of its own. A cycle's time is shared among its kinds in proportion to how long
+        each request took."""
+        tag = uuid.uuid4().hex[:8]
+        queues = [service.create_queue(f"ceiling-{tag}-{i}") for i in range(8)]
+
+        def cycles_of(k: int, n: int) -> dict[str, float]:
+            spent = {"send": 0.0, "receive": 0.0, "delete": 0.0}
+            lock = threading.Lock()
+            mine, taken = threading.local(), iter(queues)
+
+            def cycle(_: int) -> None:
+                if not hasattr(mine, "queue"):
+                    with lock:
+                        mine.queue = next(taken)
+                queue = mine.queue
+                took = {}
+                t = time.perf_counter()
+                for _ in range(k):
+                    queue.send_message("x")
+                took["send"], t = time.perf_counter() - t, time.perf_counter()
+                got = list(next(queue.receive_messages(messages_per_page=k,
+                                                       visibility_timeout=600).by_page(), []))
+                if len(got) != k:
+                    raise RuntimeError(f"ceiling: a receive of {k} got {len(got)}")
+                took["receive"], t = time.perf_counter() - t, time.perf_counter()
+                for m in got:
+                    queue.delete_message(m)
+                took["delete"] = time.perf_counter() - t
+                with lock:
+                    for kind, seconds in took.items():
+                        spent[kind] += seconds
+
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(8) as ex:
+                list(ex.map(cycle, range(n)))
+            wall = time.perf_counter() - t0
+            total = sum(spent.values())
+            return {kind: wall * seconds / total for kind, seconds in spent.items()}
+
+        batches = max(10, cycles // BATCH)
+        single, batch = cycles_of(1, cycles), cycles_of(BATCH, batches)
+        return {"queue_sends_per_s": cycles / single["send"],
+                "queue_receives_1_per_s": cycles / single["receive"],
+                f"queue_receives_{BATCH}_per_s": batches / batch["receive"],
+                "queue_deletes_per_s": cycles / single["delete"]}
 
     def throughput(self, ceiling: dict[str, float]) -> tuple[dict[str, Any], Run]:
         run = self.run_orders("tp", self.scale.throughput_orders)
+        # This machine's speed drifts by minutes: the ceiling is measured again right after the
+        # run, and the bound takes each rate's mean of the two.
+        after = self.ceiling()
+        mean = {k: (v + after[k]) / 2 for k, v in ceiling.items()}
         costs = per_order(run)
         writes, messages = costs["table_writes"], costs["queue_sends"] + 1  # + Service Bus
-        seconds_per_order = (writes / ceiling["conditional_writes_per_s"]
-                             + messages / ceiling["queue_cycles_per_s"])
-        bound = 1 / seconds_per_order
-        # Every request the app made, each at the rate this Azurite serves its kind: the reads
-        # (the Scheduler's and the Supervisor's) and the host's empty polls come on top of the
-        # writes and the message cycles, and take Azurite's time all the same.
-        every_request = (seconds_per_order
-                         + costs["table_reads"] / ceiling["point_reads_per_s"]
-                         + costs["queue_empty_polls"] / ceiling["empty_polls_per_s"])
+        # The first bound: writes and send+receive+delete cycles only.
+        bound = 1 / (writes / mean["conditional_writes_per_s"]
+                     + messages / mean["queue_cycles_per_s"])
+        every = every_request_seconds(costs, simulators_per_order(run), mean)
+        every_request = sum(every.values())
         achieved = run.orders / run.elapsed
         lat = run.latencies()
         steady = self.run_orders("lat", self.scale.latency_orders, rate=STEADY_RATE)
@@ -408,6 +462,7 @@ class Bench:
             "orders": run.orders, "elapsed_s": run.elapsed, "orders_per_s": achieved,
             "bound_orders_per_s": bound, "ratio_to_bound": achieved / bound,
             "bound_every_request_orders_per_s": 1 / every_request,
+            "every_request_seconds_per_order": every, "ceiling_after": after,
             "ratio_to_every_request_bound": achieved * every_request,
             "latency_s": {"p50": percentile(lat, 50), "p95": percentile(lat, 95),
                           "p99": percentile(lat, 99)},
@@ -662,6 +717,41 @@ def per_order(run: Run) -> dict[str, Any]:
         **per_order_counts(run.orders, run.per_function),
         "failed_orders": sum(s["ProcessState"] == "Error" for s in run.states),
         **log_volume(run),
+    }
+
+
+def simulators_per_order(run: Run) -> dict[str, float]:
+    """The simulated services' own storage requests per order: not the app's bill, but the
+    same Azurite serves them in the run."""
+    ops = {k: v / max(run.orders, 1) for fn, counts in run.per_function.items()
+           if fn in NOT_THE_APPS for k, v in counts.items()}
+    return {"table_reads": sum(v for k, v in ops.items() if k in READS),
+            "table_writes": sum(v for k, v in ops.items()
+                                if k.startswith("table.") and k not in READS)}
+
+
+def every_request_seconds(costs: dict[str, Any], simulators: dict[str, float],
+                          ceiling: dict[str, float]) -> dict[str, float]:
+    """Azurite's seconds per order for every request the run makes to it, each at the rate
+    it serves that kind (8 threads, `Bench.ceiling`): 1 / the sum is the most orders a
+    second this Azurite could take if nothing else limited them.
+
+    A receive of k messages costs what one of a single message does, plus (k - 1) times
+    the extra a message adds to a full batch's receive."""
+    one = 1 / ceiling["queue_receives_1_per_s"]
+    per_extra = max(0.0, (1 / ceiling[f"queue_receives_{BATCH}_per_s"] - one) / (BATCH - 1))
+    received = costs["queue_deletes"] + costs["queue_updates"]
+    return {
+        "table_writes": costs["table_writes"] / ceiling["conditional_writes_per_s"],
+        "table_reads": costs["table_reads"] / ceiling["point_reads_per_s"],
+        # The Service Bus message: sent, received and settled in this Azurite too.
+        "queue_sends": (costs["queue_sends"] + 1) / ceiling["queue_sends_per_s"],
+        "queue_receives": (costs["queue_receives"] * one
+                           + max(0.0, received - costs["queue_receives"]) * per_extra),
+        "queue_deletes": costs["queue_deletes"] / ceiling["queue_deletes_per_s"],
+        "queue_empty_polls": costs["queue_empty_polls"] / ceiling["empty_polls_per_s"],
+        "simulated_services": (simulators["table_writes"] / ceiling["conditional_writes_per_s"]
+                               + simulators["table_reads"] / ceiling["point_reads_per_s"]),
     }
 
 

@@ -109,7 +109,7 @@ class StorageMeter:
 
 # The simulated remote services' own storage: the services' bill, not the app's.
 NOT_THE_APPS = frozenset({"simulated_service"})
-_READS = ("table.read", "table.query")
+READS = ("table.read", "table.query")
 
 
 def per_order_counts(orders: int, per_function: dict[str, dict[str, int]]) -> dict[str, Any]:
@@ -123,16 +123,16 @@ def per_order_counts(orders: int, per_function: dict[str, dict[str, int]]) -> di
     sched: Counter[str] = Counter(per_function.get("scheduler_commands", {}))
     sched.update(per_function.get("scheduler_replies", {}))
     sup = per_function.get("supervisor", {})
-    writes = [k for k in totals if k.startswith("table.") and k not in _READS]
+    writes = [k for k in totals if k.startswith("table.") and k not in READS]
     return {
         "orders": orders,
         "table_writes": sum(totals[k] for k in writes) / n,
-        "table_reads": sum(totals[k] for k in _READS) / n,
-        "scheduler_table_reads": sum(sched[k] for k in _READS) / n,
-        "supervisor_table_reads": sum(sup.get(k, 0) for k in _READS) / n,
+        "table_reads": sum(totals[k] for k in READS) / n,
+        "scheduler_table_reads": sum(sched[k] for k in READS) / n,
+        "supervisor_table_reads": sum(sup.get(k, 0) for k in READS) / n,
         # Its tick log is written once per tick whatever the orders: time, not orders, drive it.
         "supervisor_table_writes": sum(v for k, v in sup.items()
-                                       if k.startswith("table.") and k not in _READS) / n,
+                                       if k.startswith("table.") and k not in READS) / n,
         "queue_sends": totals["queue.send"] / n,
         "queue_receives": totals["queue.receive"] / n,
         "queue_empty_polls": totals["queue.receive.empty"] / n,

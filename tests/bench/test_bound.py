@@ -1,0 +1,37 @@
+"""The throughput bound prices every request a run makes of Azurite, each at its own kind's rate."""
+
+from __future__ import annotations
+
+import pytest
+
+from localrun.bench import BATCH, every_request_seconds
+
+CEILING = {"conditional_writes_per_s": 500.0, "point_reads_per_s": 1000.0,
+           "queue_sends_per_s": 400.0, "queue_receives_1_per_s": 800.0,
+           f"queue_receives_{BATCH}_per_s": 200.0, "queue_deletes_per_s": 800.0,
+           "empty_polls_per_s": 1000.0}
+COSTS = {"table_writes": 10.0, "table_reads": 3.0, "queue_sends": 6.0, "queue_receives": 7.0,
+         "queue_deletes": 7.0, "queue_updates": 0.0, "queue_empty_polls": 2.0}
+NO_SIMULATORS = {"table_writes": 0.0, "table_reads": 0.0}
+
+
+def test_each_kind_is_priced_at_its_own_rate_and_the_simulators_count() -> None:
+    parts = every_request_seconds(COSTS, {"table_writes": 3.0, "table_reads": 1.0}, CEILING)
+    assert parts == pytest.approx({
+        "table_writes": 10 / 500, "table_reads": 3 / 1000,
+        "queue_sends": 7 / 400,  # the app's six and the Service Bus message
+        "queue_receives": 7 / 800, "queue_deletes": 7 / 800, "queue_empty_polls": 2 / 1000,
+        # The simulated services' own writes and reads take the same Azurite's time.
+        "simulated_services": 3 / 500 + 1 / 1000})
+
+
+@pytest.mark.parametrize(("receives", "messages", "seconds"), [
+    (1, BATCH, 1 / 200),          # one full batch: what a receive of 16 costs
+    (BATCH, BATCH, BATCH / 800),  # one message each: sixteen single receives
+    (2, BATCH, 2 / 800 + (BATCH - 2) * (1 / 200 - 1 / 800) / (BATCH - 1)),
+])
+def test_a_receive_is_priced_by_the_messages_it_brings(receives: int, messages: int,
+                                                        seconds: float) -> None:
+    costs = {**COSTS, "queue_receives": receives, "queue_deletes": messages}
+    assert every_request_seconds(costs, NO_SIMULATORS, CEILING)["queue_receives"] == \
+        pytest.approx(seconds)
