@@ -6,11 +6,11 @@ this run: requests by a metering hook on the app's storage clients (attributed t
 that made them), times by the clock.
 
 Scenarios: transactions per order (1-step and 3-step workflow, without and with 20% transient
-faults); throughput and latency (500 orders) against the ceiling of the same Azurite (conditional
-writes/s, queue send+receive+delete cycles/s); one Supervisor tick with 50 expired steps, before
-and after 10,000 completed orders are added; recovery when Agents go silent for 10% of requests;
-a backlog while every remote call hangs (does the rest of the app still run?); log records per
-order, as the worker would forward them; peak memory.
+faults); throughput and latency (500 orders) against the ceiling of the same Azurite (the rate
+it serves each kind of request the run makes, before and after the run); one Supervisor tick
+with 50 expired steps, before and after 10,000 completed orders are added; recovery when Agents
+go silent for 10% of requests; a backlog while every remote call hangs (does the rest of the
+app still run?); log records per order, as the worker would forward them; peak memory.
 """
 
 from __future__ import annotations
