@@ -34,12 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from localrun.appsettings import isolated_names, local_app_settings
+from localrun.host import QueueOptions
 from localrun.metering import NOT_THE_APPS, READS, per_order_counts
 from shared.domain.state import CompensationState, ProcessState, settled
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BATCH = 16  # host.json batchSize: the most messages one receive of the host asks for
+# The most messages one receive of the host asks for: host.json's batchSize.
+BATCH = QueueOptions.from_host_json(json.loads((ROOT / "host.json").read_text())).batch_size
 STEADY_RATE = 5.0  # orders per second: well below the ceiling, so latency is not queueing
 # 7 writes before the outbox, + 3: each outbox that dispatches a step is confirmed sent.
 TARGETS = {"table_writes": 10, "scheduler_table_reads": 4, "queue_sends": 7,
@@ -400,7 +402,7 @@ class Bench:
     def _message_requests(service: Any, cycles: int) -> dict[str, float]:
         """Each kind of message request, as the host makes them, on a shallow queue (Azurite's
         receive slows as a queue grows): cycles of one send, one receive, one delete, then of
-        a batch (16 sends, one receive of 16, 16 deletes), 8 threads each, each thread on a
+        a batch (BATCH sends, one receive of BATCH, BATCH deletes), 8 threads each, each thread on a
         queue of its own. A cycle's time is shared among its kinds in proportion to how long
         each request took."""
         tag = uuid.uuid4().hex[:8]
