@@ -35,7 +35,7 @@ from typing import Any
 
 from localrun.appsettings import isolated_names, local_app_settings
 from localrun.host import QueueOptions
-from localrun.metering import NOT_THE_APPS, READS, per_order_counts
+from localrun.metering import NOT_THE_APPS, READS, is_table_write, per_order_counts
 from shared.domain.state import CompensationState, ProcessState, settled
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -734,8 +734,7 @@ def simulators_per_order(run: Run) -> dict[str, float]:
     ops = {k: v / max(run.orders, 1) for fn, counts in run.per_function.items()
            if fn in NOT_THE_APPS for k, v in counts.items()}
     return {"table_reads": sum(v for k, v in ops.items() if k in READS),
-            "table_writes": sum(v for k, v in ops.items()
-                                if k.startswith("table.") and k not in READS)}
+            "table_writes": sum(v for k, v in ops.items() if is_table_write(k))}
 
 
 def every_request_seconds(costs: dict[str, Any], simulators: dict[str, float],

@@ -112,6 +112,10 @@ NOT_THE_APPS = frozenset({"simulated_service"})
 READS = ("table.read", "table.query")
 
 
+def is_table_write(operation: str) -> bool:
+    return operation.startswith("table.") and operation not in READS
+
+
 def per_order_counts(orders: int, per_function: dict[str, dict[str, int]]) -> dict[str, Any]:
     """The app's storage requests per order, from StorageMeter.per_function(): what the
     benchmark reports and the demo prints, counted one way."""
@@ -123,7 +127,7 @@ def per_order_counts(orders: int, per_function: dict[str, dict[str, int]]) -> di
     sched: Counter[str] = Counter(per_function.get("scheduler_commands", {}))
     sched.update(per_function.get("scheduler_replies", {}))
     sup = per_function.get("supervisor", {})
-    writes = [k for k in totals if k.startswith("table.") and k not in READS]
+    writes = [k for k in totals if is_table_write(k)]
     return {
         "orders": orders,
         "table_writes": sum(totals[k] for k in writes) / n,
@@ -132,7 +136,7 @@ def per_order_counts(orders: int, per_function: dict[str, dict[str, int]]) -> di
         "supervisor_table_reads": sum(sup.get(k, 0) for k in READS) / n,
         # Its tick log is written once per tick whatever the orders: time, not orders, drive it.
         "supervisor_table_writes": sum(v for k, v in sup.items()
-                                       if k.startswith("table.") and k not in READS) / n,
+                                       if is_table_write(k)) / n,
         "queue_sends": totals["queue.send"] / n,
         "queue_receives": totals["queue.receive"] / n,
         "queue_empty_polls": totals["queue.receive.empty"] / n,
