@@ -372,8 +372,8 @@ class Bench:
         with ThreadPoolExecutor(8) as ex:
             list(ex.map(read, range(n)))
         reads_per_s = n / (time.perf_counter() - t0)
-        queue = QueueServiceClient.from_connection_string(self.connection).create_queue(
-            f"ceiling-{uuid.uuid4().hex[:8]}")
+        queues = QueueServiceClient.from_connection_string(self.connection)
+        queue = queues.create_queue(f"ceiling-{uuid.uuid4().hex[:8]}")
         cycles = max(50, n // 4)
 
         def cycle(_: int) -> None:
@@ -395,8 +395,7 @@ class Bench:
         polls_per_s = cycles / (time.perf_counter() - t0)
         return {"conditional_writes_per_s": writes_per_s, "point_reads_per_s": reads_per_s,
                 "queue_cycles_per_s": cycles_per_s, "empty_polls_per_s": polls_per_s,
-                **self._message_requests(QueueServiceClient.from_connection_string(
-                    self.connection), cycles)}
+                **self._message_requests(queues, cycles)}
 
     @staticmethod
     def _message_requests(service: Any, cycles: int) -> dict[str, float]:
