@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from localrun.appsettings import isolated_names, local_app_settings
+from localrun.cpu import CpuUse
 from localrun.host import QueueOptions
 from localrun.metering import NOT_THE_APPS, READS, is_table_write, per_order_counts
 from shared.domain.state import CompensationState, ProcessState, settled
@@ -154,6 +155,8 @@ class Run:
     completions: list[float] = field(default_factory=list)
     logs: LogCounter | None = None
     invocations: dict[str, int] = field(default_factory=dict)
+    # CPU per process from the host's start until the watcher saw all settled (Bench.cpu_use).
+    cpu: CpuUse = field(default_factory=CpuUse)
 
     def latencies(self, faulted: bool | None = None) -> list[float]:
         out = []
@@ -167,12 +170,19 @@ class Run:
 
 
 class Bench:
-    def __init__(self, connection: str, scale: Scale) -> None:
+    def __init__(self, connection: str, scale: Scale, azurite_pid: int | None = None) -> None:
         self.connection = connection
         self.scale = scale
+        self.azurite_pid = azurite_pid
         from localrun.azurite import free_port
 
         self.port = free_port()
+
+    def cpu_use(self) -> CpuUse:
+        """The CPU of this process (the app, the local host, the harness) and of Azurite."""
+        if self.azurite_pid is None:
+            return CpuUse(bench_process=None)
+        return CpuUse(azurite=self.azurite_pid, bench_process=None)
 
     def base_env(self, tag: str, **overrides: str) -> dict[str, str]:
         defaults = {"SimTransientErrorRate": "0", "SimPermanentErrorRate": "0",
@@ -220,7 +230,9 @@ class Bench:
             orders = list(sample_orders(n))
             meter.reset()
             sent_at: dict[str, float] = {}
+            cpu = self.cpu_use()
             if rate:
+                cpu.start()
                 host.start()
             started = time.time()
             for i, o in enumerate(orders):
@@ -232,6 +244,7 @@ class Bench:
                 # All at once: a backlog, then the host. The sender's CPU is not the app's (in
                 # Azure it is elsewhere), and here it would share this process with the app.
                 started = time.time()
+                cpu.start()
                 host.start()
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
@@ -241,6 +254,7 @@ class Bench:
                         "RowKey eq 'state'", select=WATCHED[:3])) == n:
                     break
                 time.sleep(2.0)
+            cpu.stop()
             states = list(watcher.query_entities("RowKey eq 'state'", select=WATCHED))
             done_at = {s["OrderID"]: s["UpdatedAt"].timestamp() for s in states if _settled(s)}
             elapsed = max(done_at.values(), default=time.time()) - started
@@ -248,7 +262,7 @@ class Bench:
                 raise RuntimeError(f"{tag}: only {len(done_at)}/{n} orders settled")
             return Run(n, elapsed, states, sent_at, meter.snapshot(), meter.per_function(),
                        sorted(t - started for t in done_at.values()), logs,
-                       dict(host.stats.invocations))
+                       dict(host.stats.invocations), cpu)
         finally:
             logs.__exit__()
             host.stop()
@@ -448,11 +462,15 @@ class Bench:
                 f"queue_receives_{BATCH}_per_s": batches / batch["receive"],
                 "queue_deletes_per_s": cycles / single["delete"]}
 
-    def throughput(self, ceiling: dict[str, float]) -> tuple[dict[str, Any], Run]:
+    def throughput(self, ceiling: dict[str, float],
+                   ceiling_cores: dict[str, float]) -> tuple[dict[str, Any], Run]:
+        """The burst against the bound that `ceiling` (measured with `ceiling_cores` busy)
+        implies."""
         run = self.run_orders("tp", self.scale.throughput_orders)
         # This machine's speed drifts by minutes: the ceiling is measured again right after the
         # run, and the bound takes each rate's mean of the two.
-        after = self.ceiling()
+        with self.cpu_use() as after_cpu:
+            after = self.ceiling()
         mean = {k: (v + after[k]) / 2 for k, v in ceiling.items()}
         costs = per_order(run)
         writes, messages = costs["table_writes"], costs["queue_sends"] + 1  # + Service Bus
@@ -471,6 +489,11 @@ class Bench:
             "bound_every_request_orders_per_s": 1 / every_request,
             "every_request_seconds_per_order": every, "ceiling_after": after,
             "ratio_to_every_request_bound": achieved * every_request,
+            # Which of the processes was the limit: Azurite, or this one's Python (one GIL).
+            "cpu_cores": {"ceiling_before": ceiling_cores, "run": run.cpu.cores,
+                          "ceiling_after": after_cpu.cores},
+            "cpu_ms_per_order": {name: 1000 * seconds / run.orders
+                                 for name, seconds in run.cpu.seconds.items()},
             "latency_s": {"p50": percentile(lat, 50), "p95": percentile(lat, 95),
                           "p99": percentile(lat, 99)},
             "steady_rate": STEADY_RATE, "steady_orders": steady.orders,
@@ -776,6 +799,23 @@ def log_volume(run: Run) -> dict[str, Any]:
             "host_log_records": HOST_RECORDS_PER_INVOCATION * invocations / n}
 
 
+def _cpu_line(tp: dict[str, Any]) -> str:
+    """Which process was the limit, in the ceiling and in the run: busy cores of each."""
+    c = tp["cpu_cores"]
+    if "azurite" not in c["run"]:
+        return "CPU: Azurite's process was not measured."
+    b, run, a = c["ceiling_before"], c["run"], c["ceiling_after"]
+    ms = tp["cpu_ms_per_order"]
+    return (f"CPU, in busy cores of Azurite / of the bench's process (the app, the local host, "
+            f"the simulated services and the watcher: Python, one GIL): ceiling before "
+            f"{b['azurite']:.2f} / {b['bench_process']:.2f}, run {run['azurite']:.2f} / "
+            f"{run['bench_process']:.2f}, ceiling after {a['azurite']:.2f} / "
+            f"{a['bench_process']:.2f}; per order {ms['azurite']:.0f} ms of Azurite and "
+            f"{ms['bench_process']:.0f} ms of the bench's process. Where Azurite stays well under "
+            f"one core, the ceiling and the run alike are bound by the Python process and the "
+            f"{os.cpu_count()} cores they share, not by Azurite.")
+
+
 def write_report(out: Path, results: dict[str, Any], throughput_run: Run | None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(results, indent=2, default=str))
@@ -835,6 +875,7 @@ def markdown(r: dict[str, Any]) -> str:
         + f"; achieved **{tp['ratio_to_every_request_bound']:.0%}** of it (of writes and "
         f"send+receive+delete cycles alone, as at first: {tp['bound_orders_per_s']:.1f} "
         f"orders/s, {tp['ratio_to_bound']:.0%}).",
+        "- " + _cpu_line(tp),
         f"- Latency send → Processed, all {tp['orders']} sent at once: p50 "
         f"{tp['latency_s']['p50']:.2f} s, p95 {tp['latency_s']['p95']:.2f} s, p99 "
         f"{tp['latency_s']['p99']:.2f} s (mostly waiting in queues behind the burst).",
@@ -980,8 +1021,8 @@ def _targets(r: dict[str, Any]) -> str:
     why = {
         "throughput ≥ 80% of the ceiling": (
             f"Throughput reached {tp['ratio_to_every_request_bound']:.0%} of a bound that counts "
-            "every request an order makes at the rate this Azurite serves it. The rest is CPU: "
-            "the app, the local host and the harness share two cores with Azurite."),
+            "every request an order makes at the rate this Azurite serves it. "
+            + _cpu_line(tp)),
         "Supervisor: 10,000 in flight not due change tick time ≤ 1.2x": (
             f"Entities read did not change ({sup['alone']['entities_read']} → "
             f"{sup['with_idle']['entities_read']}), nor did any request; the time did "
@@ -1090,14 +1131,15 @@ def run_bench(out: Path, scale: Scale, prices: dict[str, Any] | None = None) -> 
         "scale": scale.__dict__, "targets": TARGETS,
     }
     try:
-        b = Bench(az.connection_string, scale)
+        b = Bench(az.connection_string, scale, azurite_pid=az.process.pid)
         step = _Progress()
         step("transactions per order")
         results["transactions"] = b.transactions()
         step("ceiling of this Azurite")
-        results["ceiling"] = b.ceiling()
+        with b.cpu_use() as ceiling_cpu:
+            results["ceiling"] = b.ceiling()
         step("throughput and latency")
-        results["throughput"], run = b.throughput(results["ceiling"])
+        results["throughput"], run = b.throughput(results["ceiling"], ceiling_cpu.cores)
         results["memory_peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         step("supervisor cost")
         results["supervisor"] = b.supervisor()

@@ -43,6 +43,13 @@ def test_bench_smoke_writes_a_complete_report(tmp_path: Path) -> None:
     assert tr["spans_by_name_per_order"]["scheduler reply"] == 3
     assert tr["spans_per_order"] >= 11 and tr["telemetry_items_per_order"] > tr["spans_per_order"]
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Which process was the limit: both were measured, in the ceilings and in the run.
+    tp = report["throughput"]
+    for window in ("ceiling_before", "run", "ceiling_after"):
+        assert tp["cpu_cores"][window]["azurite"] > 0, window
+        assert tp["cpu_cores"][window]["bench_process"] > 0, window
+    assert tp["cpu_ms_per_order"]["azurite"] > 0 and tp["cpu_ms_per_order"]["bench_process"] > 0
+    assert "busy cores of Azurite" in (tmp_path / "report.md").read_text()
     # The bill of quantities, and the price of a million orders from it.
     cost = report["cost"]
     q = cost["quantities_per_order"]["3-step"]
