@@ -799,7 +799,7 @@ def log_volume(run: Run) -> dict[str, Any]:
             "host_log_records": HOST_RECORDS_PER_INVOCATION * invocations / n}
 
 
-# Busy cores above which a process counts as the limit (_limit).
+# Busy cores above which a process counts as the limit (cpu_limit).
 AZURITE_BUSY, PYTHON_BUSY = 0.9, 0.75
 
 
@@ -815,10 +815,10 @@ def _cpu_line(tp: dict[str, Any]) -> str:
             f"{b['azurite']:.2f} / {b['bench_process']:.2f}, run {run['azurite']:.2f} / "
             f"{run['bench_process']:.2f}, ceiling after {a['azurite']:.2f} / "
             f"{a['bench_process']:.2f}; per order {ms['azurite']:.0f} ms of Azurite and "
-            f"{ms['bench_process']:.0f} ms of the bench's process. " + _limit(run))
+            f"{ms['bench_process']:.0f} ms of the bench's process. " + cpu_limit(run))
 
 
-def _limit(cores: dict[str, float]) -> str:
+def cpu_limit(cores: dict[str, float]) -> str:
     # Azurite serves from one Node.js event loop, and one GIL lets the Python process's threads
     # use about one core: near it, each is the limit.
     if cores["azurite"] >= AZURITE_BUSY:

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from localrun.bench import _limit
+from localrun.bench import cpu_limit
 from localrun.cpu import CpuUse
 
 
@@ -31,7 +31,8 @@ def test_each_process_is_charged_its_own_cpu() -> None:
 
 
 def test_the_report_names_the_process_that_was_the_limit() -> None:
-    assert "Azurite was busy near a whole core" in _limit({"azurite": 0.95, "bench_process": 0.9})
-    assert "Azurite was not the limit: the Python process" in _limit(
+    assert "Azurite was busy near a whole core" in cpu_limit(
+        {"azurite": 0.95, "bench_process": 0.9})
+    assert "Azurite was not the limit: the Python process" in cpu_limit(
         {"azurite": 0.5, "bench_process": 0.88})
-    assert "Neither process" in _limit({"azurite": 0.3, "bench_process": 0.4})
+    assert "Neither process" in cpu_limit({"azurite": 0.3, "bench_process": 0.4})
