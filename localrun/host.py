@@ -31,6 +31,7 @@ import hmac
 import json
 import logging
 import os
+import random
 import re
 import secrets
 import threading
@@ -248,14 +249,52 @@ def up_to(max_concurrent_calls: int) -> Callable[[int], int]:
     return lambda in_flight: min(32, max_concurrent_calls - in_flight)
 
 
+# The queue listener's shortest wait after an empty poll (QueuePollingIntervals.Minimum).
+MIN_POLLING_INTERVAL = 0.1
+
+
+class ListenerBackoff:
+    """How long the queue listener waits after a poll that found nothing (its randomised
+    exponential back-off): the minimum if messages came since the last wait, then the minimum
+    plus 1, 2, 4... times it, each ±20% at random, until that reaches ``maximum``
+    (``maxPollingInterval``), which it then keeps."""
+
+    JITTER = 0.2
+
+    def __init__(self, maximum: float, minimum: float = MIN_POLLING_INTERVAL,
+                 uniform: Callable[[float, float], float] = random.uniform) -> None:
+        # The host refuses a minimum above the maximum; a test's short maximum lowers both.
+        self.minimum, self.maximum = min(minimum, maximum), maximum
+        self._uniform = uniform
+        self._current = 0.0
+        self._exponent = 0
+
+    def next_delay(self, found_since_last: bool) -> float:
+        if found_since_last:
+            self._current, self._exponent = self.minimum, 1
+        elif self._current != self.maximum:
+            interval = self.minimum
+            if self._exponent > 0:
+                interval += (self._uniform(1 - self.JITTER, 1 + self.JITTER)
+                             * 2 ** (self._exponent - 1) * self.minimum)
+            if interval < self.maximum:
+                self._current, self._exponent = interval, self._exponent + 1
+            else:
+                self._current = self.maximum
+        return self._current
+
+
 def poll_loop(receive: Callable[[int], list[Any]], handle: Callable[[Any], None],
               ask: Callable[[int], int], *, listener: ThreadPoolExecutor,
-              stop: threading.Event, max_delay: float, min_delay: float = 0.05) -> None:
+              stop: threading.Event, max_delay: float,
+              min_delay: float = MIN_POLLING_INTERVAL) -> None:
     """A listener's polling loop: one receive request when ``ask`` allows one, each message
-    handled on ``listener``; after an empty receive, wait, twice as long each time up to
-    ``max_delay``."""
+    handled on ``listener``; after an empty receive, wait as the listener does
+    (ListenerBackoff, up to ``max_delay``)."""
     room = threading.Condition()
     in_flight = 0
+    backoff = ListenerBackoff(max_delay, min_delay)
+    found = False
 
     def run(m: Any) -> None:
         nonlocal in_flight
@@ -266,7 +305,6 @@ def poll_loop(receive: Callable[[int], list[Any]], handle: Callable[[Any], None]
                 in_flight -= 1
                 room.notify()
 
-    delay = min_delay
     while not stop.is_set():
         with room:
             n = ask(in_flight)
@@ -279,10 +317,10 @@ def poll_loop(receive: Callable[[int], list[Any]], handle: Callable[[Any], None]
             log.exception("receive failed")
             messages = []
         if not messages:
-            stop.wait(delay)
-            delay = min(max_delay, delay * 2)
+            stop.wait(backoff.next_delay(found))
+            found = False
             continue
-        delay = min_delay
+        found = True
         with room:
             in_flight += len(messages)
         for m in messages:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from localrun.host import poll_loop, queue_batches, up_to
+from localrun.host import ListenerBackoff, poll_loop, queue_batches, up_to
 from tests.conftest import wait_until
 
 
@@ -75,3 +75,24 @@ def test_a_queue_listener_asks_for_a_batch_and_again_only_at_the_new_batch_thres
     assert not loop.is_alive()
     assert all(n == 4 for n, _ in asks)  # never more than the batch
     assert sorted(started) == list(range(10))  # each message handled once
+
+
+def test_after_an_empty_poll_the_listener_waits_as_the_host_does() -> None:
+    # Without the randomness (the middle of its range): 100 ms, then 100 ms plus 1, 2, 4...
+    # times 100 ms, up to maxPollingInterval, where it stays.
+    b = ListenerBackoff(maximum=2.0, uniform=lambda lo, hi: (lo + hi) / 2)
+    waits = [round(b.next_delay(found_since_last=False), 3) for _ in range(8)]
+    assert waits == [0.1, 0.2, 0.3, 0.5, 0.9, 1.7, 2.0, 2.0]
+    # Messages since the last wait: back to the shortest, and up again from there.
+    assert b.next_delay(found_since_last=True) == 0.1
+    assert round(b.next_delay(found_since_last=False), 3) == 0.2
+
+
+def test_the_listener_back_off_is_randomised_by_a_fifth_either_way() -> None:
+    low = ListenerBackoff(maximum=60.0, uniform=lambda lo, hi: lo)
+    high = ListenerBackoff(maximum=60.0, uniform=lambda lo, hi: hi)
+    assert [round(low.next_delay(False), 3) for _ in range(4)] == [0.1, 0.18, 0.26, 0.42]
+    assert [round(high.next_delay(False), 3) for _ in range(4)] == [0.1, 0.22, 0.34, 0.58]
+    # A maximum below the host's minimum (tests poll fast) lowers the minimum with it.
+    fast = ListenerBackoff(maximum=0.05)
+    assert {fast.next_delay(False) for _ in range(5)} == {0.05}
