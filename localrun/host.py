@@ -286,14 +286,13 @@ class ListenerBackoff:
 
 def poll_loop(receive: Callable[[int], list[Any]], handle: Callable[[Any], None],
               ask: Callable[[int], int], *, listener: ThreadPoolExecutor,
-              stop: threading.Event, max_delay: float,
-              min_delay: float = MIN_POLLING_INTERVAL) -> None:
+              stop: threading.Event, max_delay: float) -> None:
     """A listener's polling loop: one receive request when ``ask`` allows one, each message
     handled on ``listener``; after an empty receive, wait as the listener does
     (ListenerBackoff, up to ``max_delay``)."""
     room = threading.Condition()
     in_flight = 0
-    backoff = ListenerBackoff(max_delay, min_delay)
+    backoff = ListenerBackoff(max_delay)
     found = False
 
     def run(m: Any) -> None:
