@@ -35,3 +35,22 @@ def test_a_receive_is_priced_by_the_messages_it_brings(receives: int, messages: 
     costs = {**COSTS, "queue_receives": receives, "queue_deletes": messages}
     assert every_request_seconds(costs, NO_SIMULATORS, CEILING)["queue_receives"] == \
         pytest.approx(seconds)
+
+
+def test_the_ceiling_asks_through_the_app_s_transport(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client on the SDK's default transport spends CPU per request that the app's does not
+    (~/.netrc, proxy variables), and on this machine the ceiling is CPU-bound: it must ask as
+    the app does, or the bound is low."""
+    from localrun.bench import Bench, Scale
+    from shared.adapters.storage import POOL_SIZE
+
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    connection = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;"
+                  "TableEndpoint=http://127.0.0.1:1/devstoreaccount1;"
+                  "QueueEndpoint=http://127.0.0.1:1/devstoreaccount1")
+    for client in Bench(connection, Scale()).ceiling_clients():
+        session = client._client._client._pipeline._transport.session
+        assert session.trust_env is False
+        assert session.get_adapter("http://127.0.0.1")._pool_maxsize == POOL_SIZE
