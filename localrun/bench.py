@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from localrun.appsettings import isolated_names, local_app_settings
-from localrun.cpu import CpuUse
+from localrun.cpu import OTHER, CpuUse
 from localrun.host import QueueOptions
 from localrun.metering import NOT_THE_APPS, READS, is_table_write, per_order_counts
 from shared.domain.state import CompensationState, ProcessState, settled
@@ -181,8 +181,8 @@ class Bench:
     def cpu_use(self) -> CpuUse:
         """The CPU of this process (the app, the local host, the harness) and of Azurite."""
         if self.azurite_pid is None:
-            return CpuUse(bench_process=None)
-        return CpuUse(azurite=self.azurite_pid, bench_process=None)
+            return CpuUse(thread_role, bench_process=None)
+        return CpuUse(thread_role, azurite=self.azurite_pid, bench_process=None)
 
     def base_env(self, tag: str, **overrides: str) -> dict[str, str]:
         defaults = {"SimTransientErrorRate": "0", "SimPermanentErrorRate": "0",
@@ -402,6 +402,17 @@ class Bench:
         with ThreadPoolExecutor(8) as ex:
             list(ex.map(read, range(n)))
         reads_per_s = n / (time.perf_counter() - t0)
+        transactions = max(50, n // 4)
+
+        def transaction(i: int) -> None:
+            # As intake's: two new entities in one entity-group transaction.
+            table.submit_transaction([("create", {"PartitionKey": f"t{i}", "RowKey": row})
+                                      for row in ("a", "b")])
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(8) as ex:
+            list(ex.map(transaction, range(transactions)))
+        transactions_per_s = transactions / (time.perf_counter() - t0)
         queue = queues.create_queue(f"ceiling-{uuid.uuid4().hex[:8]}")
         cycles = max(50, n // 4)
 
@@ -423,6 +434,7 @@ class Bench:
             list(ex.map(poll, range(cycles)))
         polls_per_s = cycles / (time.perf_counter() - t0)
         return {"conditional_writes_per_s": writes_per_s, "point_reads_per_s": reads_per_s,
+                "transactions_per_s": transactions_per_s,
                 "queue_cycles_per_s": cycles_per_s, "empty_polls_per_s": polls_per_s,
                 **self._message_requests(queues, cycles)}
 
@@ -509,6 +521,9 @@ class Bench:
                           "ceiling_after": after_cpu.cores},
             "cpu_ms_per_order": {name: 1000 * seconds / run.orders
                                  for name, seconds in run.cpu.seconds.items()},
+            # The bench's process, by whose work its threads did (thread_role).
+            "cpu_ms_per_order_by_role": {role: 1000 * seconds / run.orders
+                                         for role, seconds in sorted(run.cpu.by_role.items())},
             "latency_s": {"p50": percentile(lat, 50), "p95": percentile(lat, 95),
                           "p99": percentile(lat, 99)},
             "steady_rate": STEADY_RATE, "steady_orders": steady.orders,
@@ -785,8 +800,12 @@ def every_request_seconds(costs: dict[str, Any], simulators: dict[str, float],
     one = 1 / ceiling["queue_receives_1_per_s"]
     per_extra = max(0.0, (1 / ceiling[f"queue_receives_{BATCH}_per_s"] - one) / (BATCH - 1))
     received = costs["queue_deletes"] + costs["queue_updates"]
+    # An entity-group transaction is its own kind: one request, but a multipart body for
+    # Azurite to parse and, in the SDK, a thread pool per part list to build and read it.
+    batches = costs["write_breakdown"].get("table.batch", 0.0)
     return {
-        "table_writes": costs["table_writes"] / ceiling["conditional_writes_per_s"],
+        "table_writes": ((costs["table_writes"] - batches) / ceiling["conditional_writes_per_s"]
+                         + batches / ceiling["transactions_per_s"]),
         "table_reads": costs["table_reads"] / ceiling["point_reads_per_s"],
         # The Service Bus message: sent, received and settled in this Azurite too.
         "queue_sends": (costs["queue_sends"] + 1) / ceiling["queue_sends_per_s"],
@@ -830,7 +849,34 @@ def _cpu_line(tp: dict[str, Any]) -> str:
             f"{b['azurite']:.2f} / {b['bench_process']:.2f}, run {run['azurite']:.2f} / "
             f"{run['bench_process']:.2f}, ceiling after {a['azurite']:.2f} / "
             f"{a['bench_process']:.2f}; per order {ms['azurite']:.0f} ms of Azurite and "
-            f"{ms['bench_process']:.0f} ms of the bench's process. " + cpu_limit(run))
+            f"{ms['bench_process']:.0f} ms of the bench's process"
+            + _roles_part(tp.get("cpu_ms_per_order_by_role", {})) + ". " + cpu_limit(run))
+
+
+def _roles_part(by_role: dict[str, float]) -> str:
+    if not by_role:
+        return ""
+    return " (" + ", ".join(f"{ROLE_NAMES.get(role, role)} {ms:.0f}"
+                            for role, ms in sorted(by_role.items(), key=lambda kv: -kv[1])) + ")"
+
+
+ROLE_NAMES = {"functions": "the functions' threads", "host": "the host's listeners",
+              "http_server": "its HTTP server", "harness": "the harness",
+              OTHER: "other threads"}
+
+
+# The local host names its threads: "worker_N" run the functions (the worker's shared pool; the
+# simulated services' too), "listener_N" and "host-…" do the host's side of each message
+# (receive, renew, settle), the HTTP server's threads parse requests, the main thread is the
+# harness. In Azure only the first are in the worker's process.
+_ROLES = (("worker", "functions"), ("listener", "host"), ("host-", "host"),
+          ("MainThread", "harness"))
+
+
+def thread_role(name: str) -> str:
+    if name.endswith("(process_request_thread)"):
+        return "http_server"
+    return next((role for prefix, role in _ROLES if name.startswith(prefix)), OTHER)
 
 
 def cpu_limit(cores: dict[str, float]) -> str:
@@ -887,6 +933,8 @@ def markdown(r: dict[str, Any]) -> str:
         f"- Ceiling of this Azurite, measured before and after the run (8 threads each; the "
         f"bound takes each rate's mean): {ce['conditional_writes_per_s']:.0f} / "
         f"{ca['conditional_writes_per_s']:.0f} conditional table writes/s, "
+        f"{ce['transactions_per_s']:.0f} / {ca['transactions_per_s']:.0f} entity-group "
+        f"transactions (two entities)/s, "
         f"{ce['point_reads_per_s']:.0f} / {ca['point_reads_per_s']:.0f} point reads/s, "
         f"{ce['queue_sends_per_s']:.0f} / {ca['queue_sends_per_s']:.0f} queue sends/s, "
         f"{ce['queue_receives_1_per_s']:.0f} / {ca['queue_receives_1_per_s']:.0f} receives of "

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from localrun.bench import Scale, run_bench
 
 # A fault-free 3-step order; the Supervisor's tick-log writes apart (time drives them). The demo
@@ -49,7 +51,12 @@ def test_bench_smoke_writes_a_complete_report(tmp_path: Path) -> None:
         assert tp["cpu_cores"][window]["azurite"] > 0, window
         assert tp["cpu_cores"][window]["bench_process"] > 0, window
     assert tp["cpu_ms_per_order"]["azurite"] > 0 and tp["cpu_ms_per_order"]["bench_process"] > 0
+    # ... and the process's share by whose work its threads did: the functions and the host.
+    roles = tp["cpu_ms_per_order_by_role"]
+    assert roles["functions"] > 0 and roles["host"] > 0
+    assert sum(roles.values()) == pytest.approx(tp["cpu_ms_per_order"]["bench_process"], rel=0.05)
     assert "busy cores of Azurite" in (tmp_path / "report.md").read_text()
+    assert "the functions' threads" in (tmp_path / "report.md").read_text()
     # The bill of quantities, and the price of a million orders from it.
     cost = report["cost"]
     q = cost["quantities_per_order"]["3-step"]

@@ -7,18 +7,21 @@ import pytest
 from localrun.bench import BATCH, every_request_seconds
 
 CEILING = {"conditional_writes_per_s": 500.0, "point_reads_per_s": 1000.0,
+           "transactions_per_s": 250.0,
            "queue_sends_per_s": 400.0, "queue_receives_1_per_s": 800.0,
            f"queue_receives_{BATCH}_per_s": 200.0, "queue_deletes_per_s": 800.0,
            "empty_polls_per_s": 1000.0}
 COSTS = {"table_writes": 10.0, "table_reads": 3.0, "queue_sends": 6.0, "queue_receives": 7.0,
-         "queue_deletes": 7.0, "queue_updates": 0.0, "queue_empty_polls": 2.0}
+         "queue_deletes": 7.0, "queue_updates": 0.0, "queue_empty_polls": 2.0,
+         "write_breakdown": {"table.batch": 1.0, "table.write": 9.0}}
 NO_SIMULATORS = {"table_writes": 0.0, "table_reads": 0.0}
 
 
 def test_each_kind_is_priced_at_its_own_rate_and_the_simulators_count() -> None:
     parts = every_request_seconds(COSTS, {"table_writes": 3.0, "table_reads": 1.0}, CEILING)
     assert parts == pytest.approx({
-        "table_writes": 10 / 500, "table_reads": 3 / 1000,
+        # intake's entity-group transaction at its own rate, the nine other writes at theirs
+        "table_writes": 1 / 250 + 9 / 500, "table_reads": 3 / 1000,
         "queue_sends": 7 / 400,  # the app's six and the Service Bus message
         "queue_receives": 7 / 800, "queue_deletes": 7 / 800, "queue_empty_polls": 2 / 1000,
         # The simulated services' own writes and reads take the same Azurite's time.

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 
-from localrun.bench import cpu_limit
-from localrun.cpu import CpuUse
+import pytest
+
+from localrun.bench import cpu_limit, thread_role
+from localrun.cpu import OTHER, CpuUse
 
 
 def test_each_process_is_charged_its_own_cpu() -> None:
@@ -36,3 +39,41 @@ def test_the_report_names_the_process_that_was_the_limit() -> None:
     assert "Azurite was not the limit: the Python process" in cpu_limit(
         {"azurite": 0.5, "bench_process": 0.88})
     assert "Neither process" in cpu_limit({"azurite": 0.3, "bench_process": 0.4})
+
+
+def _spin(seconds: float) -> None:
+    t0 = time.thread_time()
+    while time.thread_time() - t0 < seconds:
+        pass
+
+
+def test_this_process_s_seconds_are_split_by_the_threads_that_spent_them() -> None:
+    # One thread that lives through the block, one that starts and ends in it (its seconds leave
+    # with it), and the block's own thread, each spinning its own share; the GIL takes turns.
+    spun, idle = threading.Event(), threading.Event()
+    lasting = threading.Thread(target=lambda: (_spin(0.2), spun.set(), idle.wait()),
+                               name="worker_0")
+    with CpuUse(roles=lambda name: "functions" if name.startswith("worker") else name,
+                me=None) as use:
+        lasting.start()
+        passing = threading.Thread(target=_spin, args=(0.1,), name="listener_0")
+        passing.start()
+        passing.join()
+        _spin(0.15)
+        assert spun.wait(10)
+    idle.set()
+    lasting.join()
+    tick = 0.02  # the kernel counts in 10 ms ticks
+    assert use.by_role["functions"] >= 0.2 - tick
+    assert use.by_role["MainThread"] >= 0.15 - tick
+    assert use.by_role[OTHER] >= 0.1 - tick  # the thread that ended
+    assert sum(use.by_role.values()) == pytest.approx(use.seconds["me"], abs=0.02)
+
+
+def test_the_local_host_s_threads_are_named_for_whose_work_they_do() -> None:
+    assert thread_role("worker_3") == "functions"
+    assert thread_role("listener_12") == "host"
+    assert thread_role("host-leases") == "host"
+    assert thread_role("Thread-7 (process_request_thread)") == "http_server"
+    assert thread_role("MainThread") == "harness"
+    assert thread_role("ThreadPoolExecutor-4_0") == OTHER
