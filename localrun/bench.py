@@ -157,6 +157,8 @@ class Run:
     invocations: dict[str, int] = field(default_factory=dict)
     # CPU per process from the host's start until the watcher saw all settled (Bench.cpu_use).
     cpu: CpuUse = field(default_factory=CpuUse)
+    # CPU seconds of each function's invocations (the invoking thread's), by function.
+    function_cpu: dict[str, float] = field(default_factory=dict)
 
     def latencies(self, faulted: bool | None = None) -> list[float]:
         out = []
@@ -262,7 +264,7 @@ class Bench:
                 raise RuntimeError(f"{tag}: only {len(done_at)}/{n} orders settled")
             return Run(n, elapsed, states, sent_at, meter.snapshot(), meter.per_function(),
                        sorted(t - started for t in done_at.values()), logs,
-                       dict(host.stats.invocations), cpu)
+                       dict(host.stats.invocations), cpu, dict(host.stats.cpu_seconds))
         finally:
             logs.__exit__()
             host.stop()
@@ -524,6 +526,10 @@ class Bench:
             # The bench's process, by whose work its threads did (thread_role).
             "cpu_ms_per_order_by_role": {role: 1000 * seconds / run.orders
                                          for role, seconds in sorted(run.cpu.by_role.items())},
+            # ... and the functions' share, by function (the simulated services' included).
+            "cpu_ms_per_order_by_function": {
+                name: 1000 * seconds / run.orders
+                for name, seconds in sorted(run.function_cpu.items(), key=lambda kv: -kv[1])},
             "latency_s": {"p50": percentile(lat, 50), "p95": percentile(lat, 95),
                           "p99": percentile(lat, 99)},
             "steady_rate": STEADY_RATE, "steady_orders": steady.orders,
@@ -952,6 +958,10 @@ def markdown(r: dict[str, Any]) -> str:
         f"send+receive+delete cycles alone, as at first: {tp['bound_orders_per_s']:.1f} "
         f"orders/s, {tp['ratio_to_bound']:.0%}).",
         "- " + _cpu_line(tp),
+        "- The functions' CPU per order, by function (the invoking thread's, SDK calls "
+        "included), ms: " + ", ".join(
+            f"{name} {ms:.1f}" for name, ms in tp.get("cpu_ms_per_order_by_function", {}).items())
+        + ".",
         f"- Latency send → Processed, all {tp['orders']} sent at once: p50 "
         f"{tp['latency_s']['p50']:.2f} s, p95 {tp['latency_s']['p95']:.2f} s, p99 "
         f"{tp['latency_s']['p99']:.2f} s (mostly waiting in queues behind the burst).",

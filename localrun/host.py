@@ -198,14 +198,18 @@ class _Held:
 class HostStats:
     invocations: dict[str, int] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
+    # CPU seconds of the invoking thread, by function: what each function's code (and the SDK
+    # calls it makes) costs this process, apart from the host's side of its messages.
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
     poisoned: int = 0
     dead_lettered: int = 0
     listener_failures: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def count(self, name: str, ok: bool) -> None:
+    def count(self, name: str, ok: bool, cpu: float = 0.0) -> None:
         with self._lock:
             self.invocations[name] = self.invocations.get(name, 0) + 1
+            self.cpu_seconds[name] = self.cpu_seconds.get(name, 0.0) + cpu
             if not ok:
                 self.failures[name] = self.failures.get(name, 0) + 1
 
@@ -460,18 +464,19 @@ class LocalFunctionHost:
     def invoke(self, f: _Function, trigger_value: Any) -> Any:
         outs = {b["name"]: _Out() for b in f.outputs if b["name"] != "$return"}
         _current.function = f.name
+        started = time.thread_time()
         try:
             result = f.call(**{f.trigger["name"]: trigger_value}, **outs)
             if result is not None and not any(b["name"] == "$return" for b in f.outputs):
                 # The worker fails such an invocation: nothing could receive the value.
                 raise TypeError(f"function {f.name} returned a value but has no return binding")
         except Exception:
-            self.stats.count(f.name, ok=False)
+            self.stats.count(f.name, ok=False, cpu=time.thread_time() - started)
             log.exception("function %s failed", f.name)
             raise
         finally:
             _current.function = None
-        self.stats.count(f.name, ok=True)
+        self.stats.count(f.name, ok=True, cpu=time.thread_time() - started)
         for b in f.outputs:
             if b["type"] == "queue" and b["name"] in outs and outs[b["name"]].get() is not None:
                 self._send_output(b, outs[b["name"]].get())

@@ -57,6 +57,12 @@ def test_bench_smoke_writes_a_complete_report(tmp_path: Path) -> None:
     assert sum(roles.values()) == pytest.approx(tp["cpu_ms_per_order"]["bench_process"], rel=0.05)
     assert "busy cores of Azurite" in (tmp_path / "report.md").read_text()
     assert "the functions' threads" in (tmp_path / "report.md").read_text()
+    # ... and the functions' share by function: each of the pipeline's ran and was charged.
+    by_function = tp["cpu_ms_per_order_by_function"]
+    assert {"intake", "scheduler_replies", "inventory_agent", "payment_agent", "shipping_agent",
+            "simulated_service"} <= {name for name, ms in by_function.items() if ms > 0}
+    # Within the process's own (the split by thread loses up to a 10 ms tick per thread).
+    assert sum(by_function.values()) <= tp["cpu_ms_per_order"]["bench_process"]
     # The bill of quantities, and the price of a million orders from it.
     cost = report["cost"]
     q = cost["quantities_per_order"]["3-step"]

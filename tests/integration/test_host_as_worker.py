@@ -199,3 +199,34 @@ def test_a_service_bus_lock_is_renewed_only_up_to_max_auto_lock_renewal(app_env:
     # The 2 s lock was renewed while the function ran (else the second delivery comes at 2 s)
     # and given up after the 3 s renewal window.
     assert t2 - t1 >= 3.0
+
+
+def test_each_function_is_charged_the_cpu_of_its_own_invocations(app_env: Any) -> None:
+    """The bench splits the process's CPU by function: a function that computes is charged its
+    seconds, one that waits is not, and neither is charged the other's."""
+    app = func.FunctionApp()
+
+    def spin(seconds: float) -> None:
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < seconds:
+            pass
+
+    @app.function_name("computes")
+    @app.route(route="computes", auth_level=func.AuthLevel.ANONYMOUS)
+    def computes(req: func.HttpRequest) -> func.HttpResponse:
+        spin(0.2)
+        return func.HttpResponse("done")
+
+    @app.function_name("waits")
+    @app.route(route="waits", auth_level=func.AuthLevel.ANONYMOUS)
+    def waits(req: func.HttpRequest) -> func.HttpResponse:
+        time.sleep(0.2)
+        return func.HttpResponse("done")
+
+    with _host(app, app_env(), http_port=free_port()) as host:
+        for route in ("computes", "waits", "computes"):
+            assert requests.get(f"http://127.0.0.1:{host.http_port}/api/{route}",
+                                timeout=30).text == "done"
+    tick = 0.02  # the kernel counts CPU in 10 ms ticks
+    assert host.stats.cpu_seconds["computes"] >= 0.4 - tick
+    assert host.stats.cpu_seconds["waits"] < 0.05
