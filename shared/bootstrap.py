@@ -17,7 +17,7 @@ from azure.storage.queue import QueueServiceClient
 from shared.adapters.alerts import TableAlertSink
 from shared.adapters.queues import StorageQueueSender
 from shared.adapters.rejections import TableRejectionStore
-from shared.adapters.remote_service import RemoteServiceClient
+from shared.adapters.remote_service import RemoteServiceClient, http_client
 from shared.adapters.state_store import TableOrderStore
 from shared.adapters.storage import probe_options, queue_service, table_service
 from shared.adapters.tick_log import TableTickLog
@@ -101,7 +101,7 @@ def build(settings: Settings, *, clock: Clock = utc_now,
     relay = EffectRelay(store=store, sender=sender, alerts=alerts, workflow=workflow,
                         agent_queues=settings.agent_queues,
                         scheduler_queue=settings.scheduler_queue, clock=clock)
-    http = httpx.Client(limits=httpx.Limits(max_connections=64, max_keepalive_connections=16))
+    http = http_client()
     retry = AgentRetryPolicy(settings.agent_retry_base, settings.agent_retry_max,
                              settings.agent_call_timeout)
     key = (settings.remote_service_key.get_secret_value()

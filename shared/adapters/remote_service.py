@@ -62,6 +62,22 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
     return min(max(0.0, seconds), _MAX_RETRY_AFTER)
 
 
+# Calls to remote services one instance may have open at once (three Agents, each up to
+# batchSize + newBatchThreshold = 24 messages in flight, share it).
+CONNECTIONS = 64
+
+
+def http_client() -> httpx.Client:
+    """The instance's one HTTP client for remote services.
+
+    Every connection it opens is kept for the next call. With fewer kept than it may open
+    (httpx's default keeps 20; this app kept 16), a burst closes the extra connections after
+    each call and opens new ones for the next: in the bench's burst, 223 connections for 600
+    calls, against 31 with all kept. In Azure each new one is a TCP and a TLS handshake."""
+    return httpx.Client(limits=httpx.Limits(max_connections=CONNECTIONS,
+                                            max_keepalive_connections=CONNECTIONS))
+
+
 class RemoteServiceClient:
     def __init__(self, base_url: str, http: httpx.Client, key: str | None = None) -> None:
         self._base = base_url.rstrip("/")

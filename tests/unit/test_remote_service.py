@@ -109,3 +109,56 @@ def test_no_answer_is_transient() -> None:
     c = RemoteServiceClient("http://svc", httpx.Client(transport=httpx.MockTransport(handler)))
     with pytest.raises(TransientServiceError, match="ConnectError"):
         call(c)
+
+
+def test_a_burst_of_calls_keeps_its_connections_for_the_next() -> None:
+    """Forty calls at once, twice, over real sockets: the second forty reuse the first forty's
+    connections. A client that keeps fewer than it opens reconnects (TCP, TLS) for each."""
+    import json
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from shared.adapters.remote_service import http_client
+
+    calls = 40
+    together = threading.Barrier(calls, timeout=10)
+    connections = 0
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            nonlocal connections
+            super().setup()
+            with lock:
+                connections += 1
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            together.wait()  # every call of the round is open at once
+            body = json.dumps({"status": "applied"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    remote = RemoteServiceClient(f"http://127.0.0.1:{server.server_address[1]}/api/pay",
+                                 http_client())
+    try:
+        with ThreadPoolExecutor(calls) as pool:
+            for _ in range(2):
+                assert list(pool.map(lambda _: call(remote), range(calls))) == \
+                    [{"status": "applied"}] * calls
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert connections == calls
