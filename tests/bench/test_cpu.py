@@ -26,8 +26,9 @@ def test_each_process_is_charged_its_own_cpu() -> None:
                 pass
     finally:
         child.communicate("")
-    # The kernel counts CPU in clock ticks (10 ms): a tick either side.
-    assert use.seconds["spinning"] >= 0.29
+    # The kernel counts CPU in clock ticks (10 ms), read at each end: up to a tick short at each
+    # (seen: 0.28999999999999915, 29 ticks less a float's rounding).
+    assert use.seconds["spinning"] >= 0.3 - 0.02
     assert use.seconds["waiting"] < 0.05
     assert use.cores["spinning"] == use.seconds["spinning"] / use.wall
     assert 0 < use.cores["spinning"] <= 1.05  # one thread: at most one core
