@@ -36,7 +36,13 @@ from typing import Any
 from localrun.appsettings import isolated_names, local_app_settings
 from localrun.cpu import OTHER, CpuUse
 from localrun.host import QueueOptions
-from localrun.metering import NOT_THE_APPS, READS, is_table_write, per_order_counts
+from localrun.metering import (
+    NOT_THE_APPS,
+    READS,
+    SERVICE_BUS_STAND_IN,
+    is_table_write,
+    per_order_counts,
+)
 from shared.domain.state import CompensationState, ProcessState, settled
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -805,7 +811,11 @@ def every_request_seconds(costs: dict[str, Any], simulators: dict[str, float],
     the extra a message adds to a full batch's receive."""
     one = 1 / ceiling["queue_receives_1_per_s"]
     per_extra = max(0.0, (1 / ceiling[f"queue_receives_{BATCH}_per_s"] - one) / (BATCH - 1))
-    received = costs["queue_deletes"] + costs["queue_updates"]
+    # The Service Bus stand-in's requests are not storage transactions, but Azurite serves them.
+    sb = costs[SERVICE_BUS_STAND_IN]
+    receives = costs["queue_receives"] + sb.get("receive", 0.0)
+    deletes = costs["queue_deletes"] + sb.get("delete", 0.0)
+    received = deletes + costs["queue_updates"] + sb.get("update", 0.0)
     # An entity-group transaction is its own kind: one request, but a multipart body for
     # Azurite to parse and, in the SDK, a thread pool per part list to build and read it.
     batches = costs["write_breakdown"].get("table.batch", 0.0)
@@ -815,10 +825,10 @@ def every_request_seconds(costs: dict[str, Any], simulators: dict[str, float],
         "table_reads": costs["table_reads"] / ceiling["point_reads_per_s"],
         # The Service Bus message: sent, received and settled in this Azurite too.
         "queue_sends": (costs["queue_sends"] + 1) / ceiling["queue_sends_per_s"],
-        "queue_receives": (costs["queue_receives"] * one
-                           + max(0.0, received - costs["queue_receives"]) * per_extra),
-        "queue_deletes": costs["queue_deletes"] / ceiling["queue_deletes_per_s"],
-        "queue_empty_polls": costs["queue_empty_polls"] / ceiling["empty_polls_per_s"],
+        "queue_receives": receives * one + max(0.0, received - receives) * per_extra,
+        "queue_deletes": deletes / ceiling["queue_deletes_per_s"],
+        "queue_empty_polls": ((costs["queue_empty_polls"] + sb.get("receive.empty", 0.0))
+                              / ceiling["empty_polls_per_s"]),
         "simulated_services": (simulators["table_writes"] / ceiling["conditional_writes_per_s"]
                                + simulators["table_reads"] / ceiling["point_reads_per_s"]),
     }

@@ -255,7 +255,8 @@ def _summary(console: Console, snap: Snapshot, elapsed: float, cost: dict[str, A
         ("table writes per order", f"{cost['table_writes']:.1f}"),
         ("  of which the Supervisor's", f"{cost['supervisor_table_writes']:.1f}"),
         ("queue messages sent per order", f"{cost['queue_sends']:.1f} (+1 Service Bus)"),
-        ("queue receives per order (incl. empty polls)", f"{cost['queue_receives']:.1f}"),
+        ("queue receives per order (incl. empty polls)",
+         f"{cost['queue_receives'] + cost['queue_empty_polls']:.1f}"),
         ("storage transactions per order", f"{cost['transactions']:.1f}"),
     ]:
         t.add_row(label, str(value))

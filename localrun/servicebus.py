@@ -22,15 +22,33 @@ from typing import Any
 from azure.core.exceptions import ResourceExistsError
 from azure.storage.queue import QueueClient, QueueServiceClient
 
+LOCAL_SUFFIX = "-sb-local"
 DEADLETTER_SUFFIX = "-deadletter"
 # The orders queue's defaultMessageTimeToLive in the Bicep.
 DEFAULT_TTL = timedelta(days=7)
+_MAX_NAME = 63  # a Storage queue name's limit
+
+
+def _base(orders_queue: str) -> str:
+    # Service Bus allows names that Storage queues do not (upper case, dots, underscores).
+    return "".join(c if c.isalnum() else "-" for c in orders_queue.lower()).strip("-")
 
 
 def local_queue_name(orders_queue: str) -> str:
-    # Service Bus allows names that Storage queues do not (upper case, dots, underscores).
-    name = "".join(c if c.isalnum() else "-" for c in orders_queue.lower()).strip("-")
-    return (name + "-sb-local")[:63]
+    # The name gives way to the suffix, never the suffix to the name: the suffix is how the
+    # storage meter tells the stand-in's requests from the app's (is_local_service_bus).
+    return _base(orders_queue)[: _MAX_NAME - len(LOCAL_SUFFIX)] + LOCAL_SUFFIX
+
+
+def local_deadletter_name(orders_queue: str) -> str:
+    keep = _MAX_NAME - len(LOCAL_SUFFIX) - len(DEADLETTER_SUFFIX)
+    return _base(orders_queue)[:keep] + LOCAL_SUFFIX + DEADLETTER_SUFFIX
+
+
+def is_local_service_bus(queue_name: str) -> bool:
+    """A Storage queue that stands in for Service Bus: in Azure its requests are Service Bus
+    operations, not storage transactions."""
+    return queue_name.endswith((LOCAL_SUFFIX, LOCAL_SUFFIX + DEADLETTER_SUFFIX))
 
 
 @dataclass(frozen=True)
@@ -44,9 +62,7 @@ class LocalServiceBusChannel:
 
     @property
     def deadletter(self) -> QueueClient:
-        return self.service.get_queue_client(
-            local_queue_name(self.orders_queue)[: 63 - len(DEADLETTER_SUFFIX)] + DEADLETTER_SUFFIX
-        )
+        return self.service.get_queue_client(local_deadletter_name(self.orders_queue))
 
     def ensure(self) -> None:
         for q in (self.queue, self.deadletter):

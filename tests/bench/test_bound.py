@@ -13,7 +13,8 @@ CEILING = {"conditional_writes_per_s": 500.0, "point_reads_per_s": 1000.0,
            "empty_polls_per_s": 1000.0}
 COSTS = {"table_writes": 10.0, "table_reads": 3.0, "queue_sends": 6.0, "queue_receives": 7.0,
          "queue_deletes": 7.0, "queue_updates": 0.0, "queue_empty_polls": 2.0,
-         "write_breakdown": {"table.batch": 1.0, "table.write": 9.0}}
+         "write_breakdown": {"table.batch": 1.0, "table.write": 9.0},
+         "local_service_bus": {}}
 NO_SIMULATORS = {"table_writes": 0.0, "table_reads": 0.0}
 
 
@@ -57,3 +58,15 @@ def test_the_ceiling_asks_through_the_app_s_transport(monkeypatch: pytest.Monkey
         session = client._client._client._pipeline._transport.session
         assert session.trust_env is False
         assert session.get_adapter("http://127.0.0.1")._pool_maxsize == POOL_SIZE
+
+
+def test_the_service_bus_stand_in_s_requests_take_azurite_s_time_too() -> None:
+    """Not storage transactions (Service Bus operations in Azure), but the same Azurite serves
+    them in the run: one receive of one message, its delete, and an empty poll."""
+    with_sb = every_request_seconds(
+        {**COSTS, "local_service_bus": {"receive": 1.0, "delete": 1.0, "receive.empty": 1.0}},
+        NO_SIMULATORS, CEILING)
+    without = every_request_seconds(COSTS, NO_SIMULATORS, CEILING)
+    assert with_sb["queue_deletes"] - without["queue_deletes"] == pytest.approx(1 / 800)
+    assert with_sb["queue_receives"] - without["queue_receives"] == pytest.approx(1 / 800)
+    assert with_sb["queue_empty_polls"] - without["queue_empty_polls"] == pytest.approx(1 / 1000)

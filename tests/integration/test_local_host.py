@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from datetime import datetime
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from azure.storage.queue import QueueServiceClient, TextBase64EncodePolicy
 
 from localrun.host import HostConfigError, LocalFunctionHost, QueueOptions, receiver
-from localrun.metering import StorageMeter
+from localrun.metering import StorageMeter, per_order_counts
 from localrun.servicebus import LocalServiceBusChannel
 from shared.settings import AZURITE_CONNECTION
 from tests.conftest import ROOT, wait_until
@@ -65,6 +66,29 @@ def test_a_poll_is_one_request_for_at_most_the_batch(app_env: Any) -> None:
     assert len(receive(4)) == 1
     assert receive(4) == []
     assert meter.snapshot()["requests"] == {"queue.receive": 2, "queue.receive.empty": 1}
+
+
+def test_the_service_bus_stand_in_is_not_counted_as_storage(app_env: Any) -> None:
+    """Its queue is a Storage queue in Azurite, but in Azure these are Service Bus operations:
+    the meter keeps them apart, and an order's storage transactions leave them out."""
+    env = app_env(OrdersQueueName=f"{uuid.uuid4().hex}.a-name-long-enough-to-be-cut.for.storage")
+    meter = StorageMeter()
+    service = QueueServiceClient.from_connection_string(env["AzureWebJobsStorage"],
+                                                        **meter.queue_options)
+    channel = LocalServiceBusChannel(service, env["OrdersQueueName"])
+    channel.ensure()
+    meter.reset()
+    channel.send(b"{}")
+    (m,) = receiver(channel.queue, 30)(1)
+    channel.queue.delete_message(m)
+    channel.deadletter.send_message("x")
+    service.get_queue_client(env["SchedulerQueueName"]).send_message("m")
+    assert meter.snapshot()["requests"] == {
+        "local_service_bus.send": 2, "local_service_bus.receive": 1,
+        "local_service_bus.delete": 1, "queue.send": 1}
+    counts = per_order_counts(1, meter.per_function())
+    assert counts["transactions"] == counts["queue_transactions"] == counts["queue_sends"] == 1
+    assert counts["local_service_bus"] == {"send": 2, "receive": 1, "delete": 1}
 
 
 def host_b64(text: str) -> str:
