@@ -47,14 +47,12 @@ def test_the_ceiling_asks_through_the_app_s_transport(monkeypatch: pytest.Monkey
     the app does, or the bound is low."""
     from localrun.bench import Bench, Scale
     from shared.adapters.storage import POOL_SIZE
+    from shared.settings import AZURITE_CONNECTION
 
     for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.upper(), raising=False)
-    connection = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;"
-                  "TableEndpoint=http://127.0.0.1:1/devstoreaccount1;"
-                  "QueueEndpoint=http://127.0.0.1:1/devstoreaccount1")
-    for client in Bench(connection, Scale()).ceiling_clients():
+    for client in Bench(AZURITE_CONNECTION, Scale()).ceiling_clients():  # no request is made
         session = client._client._client._pipeline._transport.session
         assert session.trust_env is False
         assert session.get_adapter("http://127.0.0.1")._pool_maxsize == POOL_SIZE
