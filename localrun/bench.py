@@ -876,11 +876,6 @@ def _roles_part(by_role: dict[str, float]) -> str:
                             for role, ms in sorted(by_role.items(), key=lambda kv: -kv[1])) + ")"
 
 
-ROLE_NAMES = {"functions": "the functions' threads", "host": "the host's listeners",
-              "http_server": "its HTTP server", "harness": "the harness",
-              OTHER: "other threads"}
-
-
 # The local host names its threads: "worker_N" run the functions (the worker's shared pool; the
 # simulated services' too), "listener_N" and "host-…" do the host's side of each message
 # (receive, renew, settle), the HTTP server's threads parse requests, the main thread is the
@@ -893,6 +888,12 @@ def thread_role(name: str) -> str:
     if name.endswith("(process_request_thread)"):
         return "http_server"
     return next((role for prefix, role in _ROLES if name.startswith(prefix)), OTHER)
+
+
+# How the report names each role.
+ROLE_NAMES = {"functions": "the functions' threads", "host": "the host's listeners",
+              "http_server": "its HTTP server", "harness": "the harness",
+              OTHER: "other threads"}
 
 
 def cpu_limit(cores: dict[str, float]) -> str:
