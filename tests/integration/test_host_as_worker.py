@@ -230,3 +230,35 @@ def test_each_function_is_charged_the_cpu_of_its_own_invocations(app_env: Any) -
     tick = 0.02  # the kernel counts CPU in 10 ms ticks
     assert host.stats.cpu_seconds["computes"] >= 0.4 - tick
     assert host.stats.cpu_seconds["waits"] < 0.05
+
+
+def test_the_service_bus_stand_in_polls_as_often_as_a_push_would_deliver(
+        app_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Service Bus trigger is pushed each message over AMQP: its stand-in asks every 50 ms,
+    idle or not, while a Storage queue's listener backs off up to maxPollingInterval (2 s)."""
+    import localrun.host
+
+    seen: list[float] = []
+    monkeypatch.setattr(localrun.host, "poll_loop",
+                        lambda *args, max_delay, **kw: seen.append(max_delay))
+    app = func.FunctionApp()
+
+    @app.function_name("sb")
+    @app.service_bus_queue_trigger(arg_name="msg", queue_name="%OrdersQueueName%",
+                                   connection="ServiceBusConnection")
+    def sb(msg: func.ServiceBusMessage) -> None:
+        pass
+
+    @app.function_name("q")
+    @app.queue_trigger(arg_name="msg", queue_name="%SchedulerQueueName%",
+                       connection="AzureWebJobsStorage")
+    def q(msg: func.QueueMessage) -> None:
+        pass
+
+    host_json = {**HOST_JSON, "extensions": {
+        **HOST_JSON["extensions"],  # type: ignore[dict-item]
+        "queues": {**HOST_JSON["extensions"]["queues"],  # type: ignore[index]
+                   "maxPollingInterval": "00:00:02"}}}
+    with _host(app, app_env(), host_json=host_json):
+        wait_until(lambda: len(seen) == 2, timeout=10, message="both listeners polling")
+    assert sorted(seen) == [localrun.host.SERVICE_BUS_POLL_SECONDS, 2.0] == [0.05, 2.0]
