@@ -940,7 +940,10 @@ def markdown(r: dict[str, Any]) -> str:
         "confirm that the outboxes dispatching a step were sent, which lets the Supervisor "
         "re-send a lost request without spending the order's FailureThreshold (README, "
         "\"What follows a write\").",
-        "Empty polls are the host looking at idle queues: they grow with time, not orders.", ""]
+        "Empty polls are the host looking at idle queues: they grow with time, not orders.",
+        "Not in the table: the requests of the local host's stand-in for Service Bus (a Storage "
+        "queue here, Service Bus operations in Azure), per 3-step order without faults: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in three[SERVICE_BUS_STAND_IN].items()) + ".", ""]
     lines += [_targets(r), "", "## Throughput and latency", ""]
     tp, ce = r["throughput"], r["ceiling"]
     ca = tp["ceiling_after"]

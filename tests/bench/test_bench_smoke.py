@@ -57,6 +57,10 @@ def test_bench_smoke_writes_a_complete_report(tmp_path: Path) -> None:
     assert sum(roles.values()) == pytest.approx(tp["cpu_ms_per_order"]["bench_process"], rel=0.05)
     assert "busy cores of Azurite" in (tmp_path / "report.md").read_text()
     assert "the functions' threads" in (tmp_path / "report.md").read_text()
+    # The Service Bus stand-in: each order's message received and completed, apart from storage.
+    sb = report["transactions"][0]["local_service_bus"]
+    assert sb["delete"] == 1 and sb["receive"] > 0
+    assert "stand-in for Service Bus" in (tmp_path / "report.md").read_text()
     # ... and the functions' share by function: each of the pipeline's ran and was charged.
     by_function = tp["cpu_ms_per_order_by_function"]
     assert {"intake", "scheduler_replies", "inventory_agent", "payment_agent", "shipping_agent",
