@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -112,6 +113,19 @@ class LogCounter(logging.Handler):
             self.bytes += size
             self.by_logger[record.name] = self.by_logger.get(record.name, 0) + 1
 
+    def reset(self) -> None:
+        with self._lock_:
+            self.records = self.bytes = 0
+            self.by_logger = {}
+
+    def absorb(self, records: int, size: int, by_logger: Mapping[str, int]) -> None:
+        """Add what another process counted (a worker process's, worker.py)."""
+        with self._lock_:
+            self.records += records
+            self.bytes += size
+            for name, n in by_logger.items():
+                self.by_logger[name] = self.by_logger.get(name, 0) + n
+
     def __enter__(self) -> LogCounter:
         root = logging.getLogger()
         self._level = root.level
@@ -186,11 +200,15 @@ class Bench:
 
         self.port = free_port()
 
-    def cpu_use(self) -> CpuUse:
-        """The CPU of this process (the app, the local host, the harness) and of Azurite."""
-        if self.azurite_pid is None:
-            return CpuUse(thread_role, bench_process=None)
-        return CpuUse(thread_role, azurite=self.azurite_pid, bench_process=None)
+    def cpu_use(self, worker_pid: int | None = None) -> CpuUse:
+        """The CPU of this process (the local host, the harness and, without a worker process,
+        the app), of the worker process if there is one, and of Azurite."""
+        processes: dict[str, int | None] = {"bench_process": None}
+        if self.azurite_pid is not None:
+            processes["azurite"] = self.azurite_pid
+        if worker_pid is not None:
+            processes["worker_process"] = worker_pid
+        return CpuUse(thread_role, **processes)
 
     def base_env(self, tag: str, **overrides: str) -> dict[str, str]:
         defaults = {"SimTransientErrorRate": "0", "SimPermanentErrorRate": "0",
@@ -203,14 +221,18 @@ class Bench:
             **{**defaults, **overrides})
 
     def run_orders(self, tag: str, n: int, workflow: Any = None, timeout: float = 900,
-                   rate: float | None = None, **overrides: str) -> Run:
-        """Send n orders (all at once, or at `rate` per second) and wait until all settle."""
+                   rate: float | None = None, worker_process: bool = False,
+                   **overrides: str) -> Run:
+        """Send n orders (all at once, or at `rate` per second) and wait until all settle.
+        With `worker_process`, the functions run in a process of their own, as in Azure
+        (worker.py; the app's own workflow only)."""
         from azure.data.tables import TableServiceClient
         from azure.storage.queue import QueueServiceClient
 
         import function_app
         from localrun.host import LocalFunctionHost
         from localrun.metering import StorageMeter
+        from localrun.worker import WorkerProcess
         from orderctl.samples import sample_orders
         from orderctl.senders import LocalSender
         from shared import bootstrap
@@ -229,16 +251,25 @@ class Bench:
             settings.state_table)
         sender = LocalSender(QueueServiceClient.from_connection_string(self.connection),
                              settings.orders_queue)
+        if worker_process and workflow is not None:
+            raise ValueError("a worker process runs the app's own workflow")
+        worker = (WorkerProcess("function_app:app", settings=env,
+                                storage_connection=self.connection,
+                                host_json=ROOT / "host.json", metered=True).start()
+                  if worker_process else None)
         host = LocalFunctionHost(function_app.app, settings=env,
                                  storage_connection=self.connection,
                                  host_json=ROOT / "host.json", http_port=self.port,
-                                 poll_interval=0.2, queue_options=meter.queue_options)
+                                 poll_interval=0.2, queue_options=meter.queue_options,
+                                 worker=worker)
         logs = LogCounter().__enter__()
         try:
             orders = list(sample_orders(n))
             meter.reset()
+            if worker is not None:
+                worker.reset_counts()
             sent_at: dict[str, float] = {}
-            cpu = self.cpu_use()
+            cpu = self.cpu_use(worker.pid if worker is not None else None)
             if rate:
                 cpu.start()
                 host.start()
@@ -263,6 +294,12 @@ class Bench:
                     break
                 time.sleep(2.0)
             cpu.stop()
+            if worker is not None:
+                # The functions' requests and log records were the worker's to count.
+                counted = worker.counts()
+                meter.absorb(counted.requests, counted.per_function, counted.entities_read)
+                logs.absorb(counted.log_records, counted.log_bytes,
+                            counted.log_records_by_logger)
             states = list(watcher.query_entities("RowKey eq 'state'", select=WATCHED))
             done_at = {s["OrderID"]: s["UpdatedAt"].timestamp() for s in states if _settled(s)}
             elapsed = max(done_at.values(), default=time.time()) - started

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import azure.functions as func
@@ -54,7 +54,11 @@ from localrun import triggers
 from localrun.index import IndexedFunction as _Function
 from localrun.index import functions_of
 from localrun.servicebus import LocalServiceBusChannel, ServiceBusEnvelope
+from localrun.triggers import TriggerData
 from shared.adapters.storage import pooled_transport
+
+if TYPE_CHECKING:
+    from localrun.worker import WorkerProcess
 
 log = logging.getLogger("localrun.host")
 _SETTING = re.compile(r"%([^%]+)%")
@@ -342,8 +346,11 @@ class LocalFunctionHost:
                  lease_seconds: float = 600.0, lock_seconds: float = 60.0,
                  max_delivery_count: int = 10, only: set[str] | None = None,
                  queue_options: Mapping[str, Any] | None = None,
-                 record_messages: Path | None = None) -> None:
+                 record_messages: Path | None = None,
+                 worker: WorkerProcess | None = None) -> None:
         self._settings = settings
+        # The Python worker in its own process, as in Azure; without one, in this process.
+        self._worker = worker
         # Every message delivered to a function, as a JSON line (the contract tests read it).
         self._record = _MessageLog(record_messages) if record_messages else None
         host = (json.loads(Path(host_json).read_text()) if isinstance(host_json, Path)
@@ -407,6 +414,8 @@ class LocalFunctionHost:
                 for v in b.values():
                     if isinstance(v, str):
                         self.resolve(v)
+        if self._worker is not None:
+            self._worker.start()
         http_routes = []
         for f in self._functions:
             kind = f.trigger["type"]
@@ -449,6 +458,8 @@ class LocalFunctionHost:
         for listener in self._listeners:
             listener.shutdown(wait=True, cancel_futures=True)
         self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._worker is not None:
+            self._worker.stop()
 
     def __enter__(self) -> LocalFunctionHost:
         return self.start()
@@ -462,9 +473,18 @@ class LocalFunctionHost:
 
     # -- invocation --------------------------------------------------------------------------
 
-    def run(self, f: _Function, trigger_value: Any) -> Any:
-        """Invoke on the shared pool and wait, as the worker runs a synchronous function."""
-        return self._pool.submit(self.invoke, f, trigger_value).result()
+    def run(self, f: _Function, trigger: TriggerData) -> Any:
+        """Invoke and wait, as the worker runs a synchronous function: on the shared pool of
+        this process, or, with a worker process, on that process's (worker.py)."""
+        if self._worker is not None:
+            outcome = self._worker.invoke(f.name, trigger)
+            self.stats.count(f.name, ok=outcome.ok, cpu=outcome.cpu_seconds)
+            return outcome.result()
+        return self._pool.submit(self.invoke, f, trigger.build()).result()
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn`` on the shared pool (a worker process's invocations, worker.py)."""
+        self._pool.submit(fn, *args)
 
     def invoke(self, f: _Function, trigger_value: Any) -> Any:
         outs = {b["name"]: _Out() for b in f.outputs if b["name"] != "$return"}
@@ -569,10 +589,10 @@ class LocalFunctionHost:
                     raise ValueError("message is not valid base64 (host messageEncoding)")
                 if self._record:
                     self._record.write(queue.queue_name, f.name, body)
-                self.run(f, triggers.queue_message(
-                    f.name, body=body, id=m.id, dequeue_count=m.dequeue_count,
+                self.run(f, TriggerData(triggers.queue_message, dict(
+                    function=f.name, body=body, id=m.id, dequeue_count=m.dequeue_count,
                     inserted_on=m.inserted_on, expires_on=m.expires_on,
-                    next_visible_on=m.next_visible_on, pop_receipt=m.pop_receipt))
+                    next_visible_on=m.next_visible_on, pop_receipt=m.pop_receipt)))
             except Exception:
                 if m.dequeue_count >= opts.max_dequeue_count:
                     _ensure(poison)
@@ -605,14 +625,14 @@ class LocalFunctionHost:
                 env = ServiceBusEnvelope.parse(m.content)
                 if self._record:
                     self._record.write(channel.orders_queue, f.name, env.body)
-                self.run(f, triggers.service_bus_message(
-                    f.name, body=env.body, message_id=env.message_id,
+                self.run(f, TriggerData(triggers.service_bus_message, dict(
+                    function=f.name, body=env.body, message_id=env.message_id,
                     content_type=env.content_type,
                     application_properties=env.application_properties,
                     delivery_count=m.dequeue_count, sequence_number=env.sequence_number,
                     enqueued=env.enqueued_time_utc, time_to_live=env.time_to_live,
                     lock_token=m.pop_receipt,
-                    locked_until=datetime.now(UTC) + timedelta(seconds=self._lock)))
+                    locked_until=datetime.now(UTC) + timedelta(seconds=self._lock))))
             except Exception:
                 if m.dequeue_count >= self._max_delivery:
                     envelope = json.loads(m.content)
@@ -645,9 +665,9 @@ class LocalFunctionHost:
             if wait > 0 and self._stop.wait(wait):
                 return
             past_due = (datetime.now(UTC) - due) > timedelta(seconds=5)
-            request = triggers.timer_request(
+            request = TriggerData(triggers.timer_request, dict(
                 past_due=past_due, last=last,
-                next=croniter(schedule, due, second_at_beginning=True).get_next(datetime))
+                next=croniter(schedule, due, second_at_beginning=True).get_next(datetime)))
             # invoke() logs a failed run; like the host, wait for the next occurrence.
             with contextlib.suppress(Exception):
                 self.run(f, request)
@@ -717,12 +737,12 @@ def _serve_http(host: LocalFunctionHost, functions: list[_Function],
                     return self._reply(401, b"", {})  # the host answers with an empty body
                 # As the worker builds them: repeated query keys joined with commas, route
                 # values percent-decoded.
-                req = triggers.http_request(
+                req = TriggerData(triggers.http_request, dict(
                     method=self.command, url=f"http://127.0.0.1:{port}{self.path}",
                     headers=dict(self.headers.items()),
                     query={k: ",".join(v) for k, v in query.items()},
                     route={k: unquote(v) for k, v in m.groupdict().items() if v is not None},
-                    body=body)
+                    body=body))
                 try:
                     resp = host.run(f, req)
                 except Exception:

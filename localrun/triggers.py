@@ -7,13 +7,18 @@ the ``azure.functions`` library. The local host does the same, so a function see
 will see in Azure: the Service Bus body decoded as UTF-8 text (bytes that are not UTF-8 replaced),
 ``metadata`` as a dict, Service Bus times naive (the extension sends them without an offset),
 queue times aware, counts as ints.
+
+``TriggerData`` is what the local host hands over for one invocation: the converter and the
+host-shaped fields it takes, plain values that cross a process boundary as the host's gRPC
+message does (worker.py); the value is built where the function runs.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,6 +28,18 @@ from azure.functions.meta import Datum
 from azure.functions.queue import QueueMessageInConverter
 from azure.functions.servicebus import ServiceBusMessageInConverter
 from azure.functions.timer import TimerRequestConverter
+
+
+@dataclass(frozen=True)
+class TriggerData:
+    """One invocation's trigger: ``build_with`` is one of this module's functions (picklable by
+    name), ``fields`` its keyword arguments."""
+
+    build_with: Callable[..., Any]
+    fields: Mapping[str, Any]
+
+    def build(self) -> Any:
+        return self.build_with(**self.fields)
 
 
 def _text(body: bytes) -> Datum:
