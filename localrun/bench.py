@@ -538,7 +538,9 @@ class Bench:
                    ceiling_cores: dict[str, float]) -> tuple[dict[str, Any], Run]:
         """The burst against the bound that `ceiling` (measured with `ceiling_cores` busy)
         implies."""
-        run = self.run_orders("tp", self.scale.throughput_orders)
+        # The functions in a worker process of their own, as in Azure: the host's side of each
+        # message does not take the functions' GIL (worker.py).
+        run = self.run_orders("tp", self.scale.throughput_orders, worker_process=True)
         # This machine's speed drifts by minutes: the ceiling is measured again right after the
         # run, and the bound takes each rate's mean of the two.
         with self.cpu_use() as after_cpu:
@@ -553,7 +555,8 @@ class Bench:
         every_request = sum(every.values())
         achieved = run.orders / run.elapsed
         lat = run.latencies()
-        steady = self.run_orders("lat", self.scale.latency_orders, rate=STEADY_RATE)
+        steady = self.run_orders("lat", self.scale.latency_orders, rate=STEADY_RATE,
+                                 worker_process=True)
         slat = steady.latencies()
         return {
             "orders": run.orders, "elapsed_s": run.elapsed, "orders_per_s": achieved,
@@ -562,11 +565,12 @@ class Bench:
             "every_request_seconds_per_order": every, "ceiling_after": after,
             "ratio_to_every_request_bound": achieved * every_request,
             # Which of the processes was the limit: Azurite, or this one's Python (one GIL).
+            "worker_process": True,
             "cpu_cores": {"ceiling_before": ceiling_cores, "run": run.cpu.cores,
                           "ceiling_after": after_cpu.cores},
             "cpu_ms_per_order": {name: 1000 * seconds / run.orders
                                  for name, seconds in run.cpu.seconds.items()},
-            # The bench's process, by whose work its threads did (thread_role).
+            # The bench's process (the host's side), by whose work its threads did (thread_role).
             "cpu_ms_per_order_by_role": {role: 1000 * seconds / run.orders
                                          for role, seconds in sorted(run.cpu.by_role.items())},
             # ... and the functions' share, by function (the simulated services' included).
@@ -897,13 +901,18 @@ def _cpu_line(tp: dict[str, Any]) -> str:
         return "CPU: Azurite's process was not measured."
     b, run, a = c["ceiling_before"], c["run"], c["ceiling_after"]
     ms = tp["cpu_ms_per_order"]
-    return (f"CPU, in busy cores of Azurite / of the bench's process (the app, the local host, "
-            f"the simulated services and the watcher: Python, one GIL): ceiling before "
-            f"{b['azurite']:.2f} / {b['bench_process']:.2f}, run {run['azurite']:.2f} / "
+    worker = ""
+    if "worker_process" in run:
+        worker = (f" and {run['worker_process']:.2f} of the worker process (the functions, the "
+                  f"simulated services' included), {ms['worker_process']:.0f} ms per order")
+    return (f"CPU, in busy cores of Azurite / of the bench's process (the local host, the "
+            f"harness and, without a worker process, the functions: Python, one GIL): ceiling "
+            f"before {b['azurite']:.2f} / {b['bench_process']:.2f}, run {run['azurite']:.2f} / "
             f"{run['bench_process']:.2f}, ceiling after {a['azurite']:.2f} / "
             f"{a['bench_process']:.2f}; per order {ms['azurite']:.0f} ms of Azurite and "
             f"{ms['bench_process']:.0f} ms of the bench's process"
-            + _roles_part(tp.get("cpu_ms_per_order_by_role", {})) + ". " + cpu_limit(run))
+            + _roles_part(tp.get("cpu_ms_per_order_by_role", {})) + worker + ". "
+            + cpu_limit(run))
 
 
 def _roles_part(by_role: dict[str, float]) -> str:
@@ -938,8 +947,10 @@ def cpu_limit(cores: dict[str, float]) -> str:
     # use about one core: near it, each is the limit.
     if cores["azurite"] >= AZURITE_BUSY:
         return "Azurite was busy near a whole core in the run: it was the limit."
-    if cores["bench_process"] >= PYTHON_BUSY:
-        return (f"Azurite was not the limit: the Python process, near one core, and the "
+    busiest = max(("worker_process", "bench_process"), key=lambda p: cores.get(p, 0.0))
+    if cores.get(busiest, 0.0) >= PYTHON_BUSY:
+        name = "the worker process" if busiest == "worker_process" else "the Python process"
+        return (f"Azurite was not the limit: {name}, near one core, and the "
                 f"{os.cpu_count()} cores it shares with Azurite were.")
     return "Neither process was near a whole core in the run: the limit was elsewhere."
 

@@ -39,6 +39,9 @@ def test_the_report_names_the_process_that_was_the_limit() -> None:
         {"azurite": 0.95, "bench_process": 0.9})
     assert "Azurite was not the limit: the Python process" in cpu_limit(
         {"azurite": 0.5, "bench_process": 0.88})
+    # With the functions in a worker process, the busier of the two Python processes.
+    assert "Azurite was not the limit: the worker process" in cpu_limit(
+        {"azurite": 0.5, "bench_process": 0.3, "worker_process": 0.9})
     assert "Neither process" in cpu_limit({"azurite": 0.3, "bench_process": 0.4})
 
 
