@@ -76,6 +76,7 @@ class WorkerProcess:
         self._conn: Any = None
         self._ids = itertools.count()
         self._pending: dict[int, Future[Any]] = {}
+        self._gone = False  # the process's end of the pipe closed: nothing more will answer
         self._lock = threading.Lock()
 
     def start(self) -> WorkerProcess:
@@ -98,7 +99,10 @@ class WorkerProcess:
         return int(self._process.pid)
 
     def invoke(self, function: str, trigger: TriggerData) -> Outcome:
-        result: Outcome = self._call("invoke", function, trigger)
+        try:
+            result: Outcome = self._call("invoke", function, trigger)
+        except InvocationFailed as e:
+            return Outcome(False, str(e))
         return result
 
     def counts(self) -> WorkerCounts:
@@ -122,6 +126,8 @@ class WorkerProcess:
     def _call(self, kind: str, *args: Any) -> Any:
         future: Future[Any] = Future()
         with self._lock:
+            if self._gone:
+                raise InvocationFailed("the worker process is not running")
             i = next(self._ids)
             self._pending[i] = future
             try:
@@ -143,9 +149,10 @@ class WorkerProcess:
         # The process is gone: what it held will not be answered (the host abandons those
         # messages, and they come back after their visibility timeout).
         with self._lock:
+            self._gone = True
             pending, self._pending = self._pending, {}
         for future in pending.values():
-            future.set_result(Outcome(False, "the worker process exited"))
+            future.set_exception(InvocationFailed("the worker process exited"))
 
 
 def _serve(conn: Any, app_ref: str, settings: dict[str, str], storage_connection: str,

@@ -104,3 +104,6 @@ def test_an_http_response_crosses_back_and_a_worker_that_dies_fails_what_it_held
         assert host.stats.failures == {"whoami": 1}
         with pytest.raises(InvocationFailed):
             worker.reset_counts()
+        # ... and what comes after fails at once, counted as the function's failure.
+        assert requests.get(url, timeout=30).status_code == 500
+        assert host.stats.failures == {"whoami": 2}
