@@ -55,6 +55,12 @@ def test_bench_smoke_writes_a_complete_report(tmp_path: Path) -> None:
     # and its meter's counts reached the run's (the host makes no table writes of its own).
     assert tp["worker_process"] and tp["cpu_cores"]["run"]["worker_process"] > 0
     assert tp["every_request_seconds_per_order"]["table_writes"] > 0
+    # ... so the bound takes the better of one and two client processes, kind by kind: never
+    # less than one process's.
+    for two in (tp["ceiling_two_processes"], tp["ceiling_after_two_processes"]):
+        assert set(two) == set(report["ceiling"]) and all(v > 0 for v in two.values())
+    assert tp["bound_every_request_orders_per_s"] >= tp["bound_one_process_orders_per_s"]
+    assert "two client processes at once" in (tmp_path / "report.md").read_text()
     # ... and the bench process's share by whose work its threads did: the host's, not the
     # functions' (their pool is the worker's).
     roles = tp["cpu_ms_per_order_by_role"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localrun.bench import BATCH, every_request_seconds
+from localrun.bench import BATCH, best_rates, every_request_seconds
 
 CEILING = {"conditional_writes_per_s": 500.0, "point_reads_per_s": 1000.0,
            "transactions_per_s": 250.0,
@@ -68,3 +68,14 @@ def test_the_service_bus_stand_in_s_requests_take_azurite_s_time_too() -> None:
     assert with_sb["queue_deletes"] - without["queue_deletes"] == pytest.approx(1 / 800)
     assert with_sb["queue_receives"] - without["queue_receives"] == pytest.approx(1 / 800)
     assert with_sb["queue_empty_polls"] - without["queue_empty_polls"] == pytest.approx(1 / 1000)
+
+
+def test_each_kind_is_priced_at_the_best_rate_one_or_two_client_processes_reached() -> None:
+    """The app is two processes (host and worker): a kind two client processes served faster
+    is priced at their rate, and one they served slower at one process's."""
+    two = {**{k: 1.4 * v for k, v in CEILING.items()}, "queue_deletes_per_s": 700.0}
+    best = best_rates(CEILING, two)
+    assert best["conditional_writes_per_s"] == pytest.approx(700.0)
+    assert best["queue_deletes_per_s"] == 800.0
+    assert sum(every_request_seconds(COSTS, NO_SIMULATORS, best).values()) < sum(
+        every_request_seconds(COSTS, NO_SIMULATORS, CEILING).values())
