@@ -298,7 +298,7 @@ class Bench:
             if worker is not None:
                 # The functions' requests and log records were the worker's to count.
                 counted = worker.counts()
-                meter.absorb(counted.requests, counted.per_function, counted.entities_read)
+                meter.absorb(counted.per_function, counted.entities_read)
                 logs.absorb(counted.log_records, counted.log_bytes,
                             counted.log_records_by_logger)
             states = list(watcher.query_entities("RowKey eq 'state'", select=WATCHED))
@@ -497,8 +497,6 @@ class Bench:
         of processes times the slowest one's rate (each makes the same requests). On two cores
         one client process cannot keep Azurite busy; the app, with its worker in a process of
         its own, is two."""
-        if processes < 2:
-            return self.ceiling()
         ctx = multiprocessing.get_context("spawn")
         barrier = ctx.Barrier(processes)
         results = ctx.Queue()
@@ -590,10 +588,10 @@ class Bench:
         # The first bound: writes and send+receive+delete cycles only.
         bound = 1 / (writes / mean["conditional_writes_per_s"]
                      + messages / mean["queue_cycles_per_s"])
-        every = every_request_seconds(costs, simulators_per_order(run), mean)
+        simulators = simulators_per_order(run)
+        every = every_request_seconds(costs, simulators, mean)
         every_request = sum(every.values())
-        one_process = sum(every_request_seconds(costs, simulators_per_order(run),
-                                                mean_one).values())
+        one_process = sum(every_request_seconds(costs, simulators, mean_one).values())
         achieved = run.orders / run.elapsed
         lat = run.latencies()
         steady = self.run_orders("lat", self.scale.latency_orders, rate=STEADY_RATE,

@@ -94,17 +94,14 @@ class StorageMeter:
             self.by_function[(fn, service, operation)] += 1
             self.entities_read += entities
 
-    def absorb(self, requests: dict[str, int], per_function: dict[str, dict[str, int]],
-               entities_read: int) -> None:
-        """Add what another meter counted (a worker process's, worker.py), as its snapshot()
-        and per_function() gave them."""
+    def absorb(self, per_function: dict[str, dict[str, int]], entities_read: int) -> None:
+        """Add what another meter counted (a worker process's, worker.py), as its
+        per_function() and snapshot() gave them."""
         with self._lock:
-            for key, n in requests.items():
-                service, _, operation = key.partition(".")
-                self.requests[(service, operation)] += n
             for fn, ops in per_function.items():
                 for key, n in ops.items():
                     service, _, operation = key.partition(".")
+                    self.requests[(service, operation)] += n
                     self.by_function[(fn, service, operation)] += n
             self.entities_read += entities_read
 

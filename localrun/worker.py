@@ -32,8 +32,6 @@ from typing import Any
 
 from localrun.triggers import TriggerData
 
-log = logging.getLogger("localrun.worker")
-
 
 class InvocationFailed(RuntimeError):
     """The function failed in the worker process (or the process went away)."""
@@ -57,9 +55,8 @@ class Outcome:
 class WorkerCounts:
     """What a metered worker counted since it started or was last reset."""
 
-    requests: dict[str, int] = field(default_factory=dict)
-    entities_read: int = 0
     per_function: dict[str, dict[str, int]] = field(default_factory=dict)
+    entities_read: int = 0
     log_records: int = 0
     log_bytes: int = 0
     log_records_by_logger: dict[str, int] = field(default_factory=dict)
@@ -202,8 +199,7 @@ def _serve(conn: Any, app_ref: str, settings: dict[str, str], storage_connection
     def counts() -> WorkerCounts:
         if meter is None or logs is None:
             return WorkerCounts()
-        snap = meter.snapshot()
-        return WorkerCounts(snap["requests"], snap["entities_read"], meter.per_function(),
+        return WorkerCounts(meter.per_function(), meter.snapshot()["entities_read"],
                             logs.records, logs.bytes, dict(logs.by_logger))
 
     while True:
