@@ -7,7 +7,9 @@ the real host reads) and drives it against Azurite the way the host would:
   messages in flight, each received for 10 minutes and renewed at half-time while its function
   runs, a failed message made visible again after ``visibilityTimeout``, and moved to
   ``<queue>-poison`` once its dequeue count reaches ``maxDequeueCount`` (all from host.json);
-- queue output bindings (``func.Out``), sent after the function returns;
+- queue output bindings (``func.Out``), sent by the host after the function returns; as the
+  host's shared queue watcher does, each send wakes this host's listener on that queue from its
+  back-off (an SDK send from inside a function does not: the host cannot see it);
 - timer triggers on six-field NCRONTAB schedules;
 - HTTP triggers on ``http://127.0.0.1:<port>/api/<route>``;
 - the Service Bus trigger, fed from the local channel (see servicebus.py), ``maxConcurrentCalls``
@@ -299,14 +301,18 @@ class ListenerBackoff:
 
 def poll_loop(receive: Callable[[int], list[Any]], handle: Callable[[Any], None],
               ask: Callable[[int], int], *, listener: ThreadPoolExecutor,
-              stop: threading.Event, max_delay: float) -> None:
+              stop: threading.Event, max_delay: float,
+              wake: threading.Event | None = None) -> None:
     """A listener's polling loop: one receive request when ``ask`` allows one, each message
     handled on ``listener``; after an empty receive, wait as the listener does
-    (ListenerBackoff, up to ``max_delay``)."""
+    (ListenerBackoff, up to ``max_delay``), or until ``wake`` is set (the shared queue
+    watcher's notice). A notice that comes while a receive is under way ends the wait that
+    follows it, as the listener's does; its owner sets ``wake`` when it sets ``stop``."""
     room = threading.Condition()
     in_flight = 0
-    backoff = ListenerBackoff(max_delay)
+    backoff = ListenerBackoff(max_delay, minimum=MIN_POLLING_INTERVAL)
     found = False
+    wait = (wake or stop).wait
 
     def run(m: Any) -> None:
         nonlocal in_flight
@@ -323,13 +329,15 @@ def poll_loop(receive: Callable[[int], list[Any]], handle: Callable[[Any], None]
             if n <= 0:
                 room.wait(timeout=0.2)
                 continue
+        if wake is not None:
+            wake.clear()
         try:
             messages = receive(n)
         except Exception:
             log.exception("receive failed")
             messages = []
         if not messages:
-            stop.wait(backoff.next_delay(found))
+            wait(backoff.next_delay(found))
             found = False
             continue
         found = True
@@ -380,6 +388,9 @@ class LocalFunctionHost:
         self._leases: dict[int, _Held] = {}
         self._leases_lock = threading.Lock()
         self._listeners: list[ThreadPoolExecutor] = []
+        # The shared queue watcher: each queue listener's wake-up, by queue name.
+        self._watchers: dict[str, list[threading.Event]] = {}
+        self._watchers_lock = threading.Lock()
         self._http: ThreadingHTTPServer | None = None
         self.stats = HostStats()
 
@@ -450,6 +461,10 @@ class LocalFunctionHost:
 
     def stop(self) -> None:
         self._stop.set()
+        with self._watchers_lock:
+            for wakes in self._watchers.values():
+                for wake in wakes:
+                    wake.set()
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
@@ -475,18 +490,31 @@ class LocalFunctionHost:
 
     def run(self, f: _Function, trigger: TriggerData) -> Any:
         """Invoke and wait, as the worker runs a synchronous function: on the shared pool of
-        this process, or, with a worker process, on that process's (worker.py)."""
+        this process, or, with a worker process, on that process's (worker.py). Then, as the
+        host does with the worker's answer, send what it set on its output bindings: if that
+        fails, the invocation has failed."""
         if self._worker is not None:
             outcome = self._worker.invoke(f.name, trigger)
             self.stats.count(f.name, ok=outcome.ok, cpu=outcome.cpu_seconds)
-            return outcome.result()
-        return self._pool.submit(self.invoke, f, trigger.build()).result()
+            result, outputs = outcome.result(), outcome.outputs
+        else:
+            result, outputs = self._pool.submit(self.call, f, trigger.build()).result()
+        self.send_outputs(f, outputs)
+        return result
 
     def submit(self, fn: Callable[..., None], *args: Any) -> None:
         """Run ``fn`` on the shared pool (a worker process's invocations, worker.py)."""
         self._pool.submit(fn, *args)
 
     def invoke(self, f: _Function, trigger_value: Any) -> Any:
+        """Run the function here and send its outputs; returns its return value."""
+        result, outputs = self.call(f, trigger_value)
+        self.send_outputs(f, outputs)
+        return result
+
+    def call(self, f: _Function, trigger_value: Any) -> tuple[Any, dict[str, Any]]:
+        """Run the function on this thread: its return value, and the value it set on each
+        queue output binding (by the binding's name), for the host to send."""
         outs = {b["name"]: _Out() for b in f.outputs if b["name"] != "$return"}
         _current.function = f.name
         started = time.thread_time()
@@ -502,29 +530,57 @@ class LocalFunctionHost:
         finally:
             _current.function = None
         self.stats.count(f.name, ok=True, cpu=time.thread_time() - started)
-        for b in f.outputs:
-            if b["type"] == "queue" and b["name"] in outs and outs[b["name"]].get() is not None:
-                self._send_output(b, outs[b["name"]].get())
-        return result
+        return result, {name: out.get() for name, out in outs.items() if out.get() is not None}
 
-    def _send_output(self, binding: dict[str, Any], value: Any) -> None:
+    def send_outputs(self, f: _Function, outputs: Mapping[str, Any]) -> None:
+        """Send each queue output binding's value, then wake this host's listener on that queue
+        (the shared queue watcher). The sends are the function's requests, as on the bill."""
+        _current.function = f.name
+        try:
+            for b in f.outputs:
+                if b["type"] == "queue" and b["name"] in outputs:
+                    queue = self.resolve(b["queueName"])
+                    self._send_output(queue, outputs[b["name"]])
+                    self._notify(queue)
+        except Exception:
+            log.exception("function %s: its output bindings could not be sent", f.name)
+            raise
+        finally:
+            _current.function = None
+
+    def _send_output(self, queue: str, value: Any) -> None:
         q = self._queues.get_queue_client(
-            self.resolve(binding["queueName"]),
+            queue,
             message_encode_policy=TextBase64EncodePolicy() if self.queue_options.base64 else None,
         )
         for item in value if isinstance(value, list) else [value]:
             q.send_message(item if isinstance(item, str) else json.dumps(item))
 
+    def _watch(self, queue: str) -> threading.Event:
+        wake = threading.Event()
+        with self._watchers_lock:
+            self._watchers.setdefault(queue, []).append(wake)
+            if self._stop.is_set():
+                wake.set()
+        return wake
+
+    def _notify(self, queue: str) -> None:
+        with self._watchers_lock:
+            wakes = list(self._watchers.get(queue, ()))
+        for wake in wakes:
+            wake.set()
+
     # -- queue trigger -----------------------------------------------------------------------
 
     def _poll(self, receive: Callable[[int], list[Any]], handle: Callable[[Any], None],
-              ask: Callable[[int], int], workers: int, max_delay: float | None = None) -> None:
+              ask: Callable[[int], int], workers: int, max_delay: float | None = None,
+              wake: threading.Event | None = None) -> None:
         # The host's side of each message (receive, renew, settle) is its own; only the
         # invocation itself takes a thread of the worker's shared pool (run()).
         listener = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="listener")
         self._listeners.append(listener)
         poll_loop(receive, handle, ask, listener=listener, stop=self._stop,
-                  max_delay=max_delay or self._poll_max)
+                  max_delay=max_delay or self._poll_max, wake=wake)
 
     # -- leases ------------------------------------------------------------------------------
 
@@ -607,7 +663,7 @@ class LocalFunctionHost:
             self._settle(held, None)
 
         self._poll(receive, handle, queue_batches(opts.batch_size, opts.new_batch_threshold),
-                   opts.batch_size + opts.new_batch_threshold)
+                   opts.batch_size + opts.new_batch_threshold, wake=self._watch(queue.queue_name))
 
     # -- Service Bus trigger -----------------------------------------------------------------
 

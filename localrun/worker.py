@@ -44,6 +44,9 @@ class Outcome:
     value: Any
     # The invoking thread's CPU seconds: building the value and running the function.
     cpu_seconds: float = 0.0
+    # What the function set on each queue output binding, by name: the host sends these, as
+    # the Functions host sends the output data of the worker's answer.
+    outputs: dict[str, Any] = field(default_factory=dict)
 
     def result(self) -> Any:
         if not self.ok:
@@ -189,9 +192,9 @@ def _serve(conn: Any, app_ref: str, settings: dict[str, str], storage_connection
     def invoke(i: int, function: str, trigger: TriggerData) -> None:
         started = time.thread_time()
         try:
-            value = host.invoke(functions[function], trigger.build())
-            outcome = Outcome(True, value, time.thread_time() - started)
-        except Exception as e:  # invoke() logged it
+            value, outputs = host.call(functions[function], trigger.build())
+            outcome = Outcome(True, value, time.thread_time() - started, outputs)
+        except Exception as e:  # call() logged it
             outcome = Outcome(False, f"{function}: {type(e).__name__}: {e}",
                               time.thread_time() - started)
         reply(i, outcome)

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import uuid
 from datetime import datetime
 from typing import Any
 
 import azure.functions as func
 import pytest
+import requests
 from azure.storage.queue import QueueServiceClient, TextBase64EncodePolicy
 
+from localrun import host as host_module
+from localrun.azurite import free_port
 from localrun.host import HostConfigError, LocalFunctionHost, QueueOptions, receiver
 from localrun.metering import StorageMeter, per_order_counts
 from localrun.servicebus import LocalServiceBusChannel
@@ -175,6 +179,42 @@ def test_queue_output_binding_is_sent_after_the_function_returns(app_env: Any) -
         msgs = wait_until(lambda: list(out.peek_messages()), timeout=10, message="output")
     assert [m.content for m in msgs] == [host_b64("HELLO")]  # type: ignore[attr-defined]
 
+
+
+def test_an_output_binding_wakes_the_listener_on_its_queue_as_the_shared_watcher_does(
+        app_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every wait after an empty poll 30 s long: a message taken within seconds of the send was
+    # taken because the output binding's send woke the listener on its queue.
+    monkeypatch.setattr(host_module, "MIN_POLLING_INTERVAL", 30.0)
+    env = app_env()
+    app = func.FunctionApp()
+    taken = threading.Event()
+
+    @app.function_name("kick")
+    @app.route(route="kick", methods=["POST"], auth_level=func.AuthLevel.ANONYMOUS)
+    @app.queue_output(arg_name="out", queue_name="%AgentResponsesQueueName%",
+                      connection="AzureWebJobsStorage")
+    def kick(req: func.HttpRequest, out: func.Out[str]) -> func.HttpResponse:
+        out.set("go")
+        return func.HttpResponse(status_code=202)
+
+    @app.function_name("woken")
+    @app.queue_trigger(arg_name="msg", queue_name="%AgentResponsesQueueName%",
+                       connection="AzureWebJobsStorage")
+    def woken(msg: func.QueueMessage) -> None:
+        taken.set()
+
+    meter = StorageMeter()
+    host = LocalFunctionHost(app, settings=env, storage_connection=env["AzureWebJobsStorage"],
+                             host_json=ROOT / "host.json", http_port=free_port(),
+                             poll_interval=60.0, queue_options=meter.queue_options)
+    with host:
+        wait_until(lambda: meter.count("queue", "receive.empty") >= 1, timeout=10,
+                   message="the listener's first empty poll: it now waits 30 s")
+        r = requests.post(f"http://127.0.0.1:{host.http_port}/api/kick", timeout=10)
+        assert r.status_code == 202
+        wait_until(taken.is_set, timeout=10, message="the message taken at once")
+    assert host.stats.invocations == {"kick": 1, "woken": 1}
 
 
 def test_a_binding_setting_missing_at_start_stops_the_host(app_env: Any) -> None:

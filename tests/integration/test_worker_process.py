@@ -4,6 +4,7 @@ does (fails, dies) ends in the host's known outcome for that trigger."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import threading
@@ -17,6 +18,7 @@ from azure.storage.queue import QueueClient, TextBase64EncodePolicy
 
 from localrun.azurite import free_port
 from localrun.host import LocalFunctionHost
+from localrun.metering import StorageMeter
 from localrun.worker import InvocationFailed, WorkerProcess
 from tests.conftest import wait_until
 from tests.integration import worker_app
@@ -107,3 +109,17 @@ def test_an_http_response_crosses_back_and_a_worker_that_dies_fails_what_it_held
         # ... and what comes after fails at once, counted as the function's failure.
         assert requests.get(url, timeout=30).status_code == 500
         assert host.stats.failures == {"whoami": 2}
+
+
+def test_what_the_worker_sets_on_an_output_binding_is_sent_by_the_host(
+        probe_env: dict[str, Any]) -> None:
+    port, meter = free_port(), StorageMeter()
+    host, worker = _host(probe_env, http_port=port, only={"relay"},
+                         queue_options=meter.queue_options)
+    with host:
+        r = requests.post(f"http://127.0.0.1:{port}/api/relay", data=b"hi", timeout=30)
+        assert r.status_code == 202
+    (m,) = probe_env["replies"].receive_messages()
+    # Set in the worker, sent from the host's process (its client), base64 as host.json says.
+    assert json.loads(base64.b64decode(m.content)) == {"pid": worker.pid, "body": "hi"}
+    assert meter.per_function() == {"relay": {"queue.send": 1}}

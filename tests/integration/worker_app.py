@@ -33,3 +33,12 @@ def whoami(req: func.HttpRequest) -> func.HttpResponse:
     return func.HttpResponse(json.dumps({"pid": os.getpid(), "name": req.params.get("name")}),
                              status_code=201, headers={"X-Probe": "yes"},
                              mimetype="application/json")
+
+
+@app.function_name("relay")
+@app.route(route="relay", methods=["POST"], auth_level=func.AuthLevel.ANONYMOUS)
+@app.queue_output(arg_name="out", queue_name="%ProbeRepliesQueueName%",
+                  connection="AzureWebJobsStorage")
+def relay(req: func.HttpRequest, out: func.Out[str]) -> func.HttpResponse:
+    out.set(json.dumps({"pid": os.getpid(), "body": req.get_body().decode()}))
+    return func.HttpResponse(status_code=202)

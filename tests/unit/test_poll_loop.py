@@ -1,12 +1,16 @@
 """The local host's listeners ask for messages as the Functions host's do: a queue listener asks
 for ``batchSize`` and asks again only once its invocations in flight are down to
-``newBatchThreshold``; the Service Bus stand-in asks for what ``maxConcurrentCalls`` leaves."""
+``newBatchThreshold``; the Service Bus stand-in asks for what ``maxConcurrentCalls`` leaves; an
+empty poll is followed by the listener's back-off, which the shared queue watcher's notice ends."""
 
 from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
+from localrun import host as host_module
 from localrun.host import ListenerBackoff, poll_loop, queue_batches, up_to
 from tests.conftest import wait_until
 
@@ -96,3 +100,38 @@ def test_the_listener_back_off_is_randomised_by_a_fifth_either_way() -> None:
     # A maximum below the host's minimum (tests poll fast) lowers the minimum with it.
     fast = ListenerBackoff(maximum=0.05)
     assert {fast.next_delay(False) for _ in range(5)} == {0.05}
+
+
+def test_a_notice_from_the_shared_queue_watcher_ends_the_listeners_wait(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every wait 30 s long: a receive that comes sooner was woken by the notice.
+    monkeypatch.setattr(host_module, "MIN_POLLING_INTERVAL", 30.0)
+    calls: list[int] = []
+    in_receive, finish_receive = threading.Event(), threading.Event()
+
+    def receive(n: int) -> list[int]:
+        calls.append(n)
+        if len(calls) == 2:  # the second receive is under way when the next notice comes
+            in_receive.set()
+            finish_receive.wait(timeout=30)
+        return []
+
+    stop, wake = threading.Event(), threading.Event()
+    listener = ThreadPoolExecutor(max_workers=1)
+    loop = threading.Thread(target=poll_loop, args=(receive, lambda m: None, up_to(1)),
+                            kwargs={"listener": listener, "stop": stop, "max_delay": 60.0,
+                                    "wake": wake})
+    loop.start()
+    try:
+        wait_until(lambda: len(calls) == 1, timeout=10, message="the first poll")
+        wake.set()  # waiting, or about to: either way the wait ends at once
+        wait_until(in_receive.is_set, timeout=10, message="a poll right after the notice")
+        wake.set()  # during a receive: the wait after it ends at once too
+        finish_receive.set()
+        wait_until(lambda: len(calls) == 3, timeout=10, message="a poll after that receive")
+    finally:
+        stop.set()
+        wake.set()  # the host sets both when it stops
+        loop.join(timeout=10)
+        listener.shutdown()
+    assert not loop.is_alive()  # stopped in the middle of a 30 s wait
