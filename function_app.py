@@ -36,22 +36,28 @@ def scheduler_replies(msg: func.QueueMessage) -> None:
 @app.function_name("inventory_agent")
 @app.queue_trigger(arg_name="msg", queue_name="%InventoryRequestsQueueName%",
                    connection="AzureWebJobsStorage")
-def inventory_agent(msg: func.QueueMessage) -> None:
-    entrypoints.agent("inventory", msg)
+@app.queue_output(arg_name="reply", queue_name="%AgentResponsesQueueName%",
+                  connection="AzureWebJobsStorage")
+def inventory_agent(msg: func.QueueMessage, reply: func.Out[str]) -> None:
+    entrypoints.agent("inventory", msg, reply)
 
 
 @app.function_name("payment_agent")
 @app.queue_trigger(arg_name="msg", queue_name="%PaymentRequestsQueueName%",
                    connection="AzureWebJobsStorage")
-def payment_agent(msg: func.QueueMessage) -> None:
-    entrypoints.agent("payment", msg)
+@app.queue_output(arg_name="reply", queue_name="%AgentResponsesQueueName%",
+                  connection="AzureWebJobsStorage")
+def payment_agent(msg: func.QueueMessage, reply: func.Out[str]) -> None:
+    entrypoints.agent("payment", msg, reply)
 
 
 @app.function_name("shipping_agent")
 @app.queue_trigger(arg_name="msg", queue_name="%ShippingRequestsQueueName%",
                    connection="AzureWebJobsStorage")
-def shipping_agent(msg: func.QueueMessage) -> None:
-    entrypoints.agent("shipping", msg)
+@app.queue_output(arg_name="reply", queue_name="%AgentResponsesQueueName%",
+                  connection="AzureWebJobsStorage")
+def shipping_agent(msg: func.QueueMessage, reply: func.Out[str]) -> None:
+    entrypoints.agent("shipping", msg, reply)
 
 
 @app.function_name("supervisor")

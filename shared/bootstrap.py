@@ -108,8 +108,7 @@ def build(settings: Settings, *, clock: Clock = utc_now,
            if settings.remote_service_key else None)
     agents = {
         name: Agent(
-            name=name, client=RemoteServiceClient(url, http, key), sender=sender,
-            responses_queue=settings.responses_queue, policy=retry,
+            name=name, client=RemoteServiceClient(url, http, key), policy=retry,
             breaker=new_breaker(name, settings.breaker_failures, settings.breaker_reset,
                                 settings.breaker_window),
             clock=clock,

@@ -64,8 +64,10 @@ def scheduler_reply(msg: func.QueueMessage) -> None:
     bootstrap.container().scheduler.handle_reply(msg.get_body().decode(), _redelivered(msg))
 
 
-def agent(name: str, msg: func.QueueMessage) -> None:
-    bootstrap.container().agents[name].handle(msg.get_body().decode())
+def agent(name: str, msg: func.QueueMessage, reply: func.Out[str]) -> None:
+    answer = bootstrap.container().agents[name].handle(msg.get_body().decode())
+    if answer is not None:
+        reply.set(answer.to_json())
 
 
 def supervisor(timer: func.TimerRequest) -> None:

@@ -5,6 +5,11 @@ breaker so a service that keeps failing is not hammered (while it is open the Ag
 within the budget, without calling). Replies ok, or with an error for a fault
 it knows is permanent. Once the complete-by time has passed it stops and sends nothing: the
 Supervisor may already have started another attempt.
+
+The reply goes out on the function's queue output binding: the host sends it after the function
+returns, or fails the invocation (and the request comes again) if it cannot, and it wakes the
+Scheduler's listener on that queue at once when both run on one instance (the host's shared queue
+watcher; a send from inside the function would wait for that listener's next poll).
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ from opentelemetry.trace import SpanKind
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
 from shared import tracing
-from shared.adapters.queues import MessageSender
 from shared.adapters.remote_service import (
     PermanentServiceError,
     RemoteServiceClient,
@@ -52,21 +56,18 @@ class _Expired(Exception):
 
 
 class Agent:
-    def __init__(self, *, name: str, client: RemoteServiceClient, sender: MessageSender,
-                 responses_queue: str, policy: AgentRetryPolicy,
+    def __init__(self, *, name: str, client: RemoteServiceClient, policy: AgentRetryPolicy,
                  breaker: CircuitBreaker, clock: Clock,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.name = name
         self._client = client
-        self._sender = sender
-        self._responses_queue = responses_queue
         self._policy = policy
         self._breaker = breaker
         self._clock = clock
         self._sleep = sleep
 
     def handle(self, body: str) -> AgentReply | None:
-        """Returns the reply sent, or None when nothing was sent."""
+        """The reply to send now, or None when there must be no reply."""
         req = AgentRequest.model_validate_json(body)
         with tracing.span(f"agent {self.name}", parent=req.traceparent,
                           attributes=tracing.order_attributes(
@@ -103,7 +104,6 @@ class Agent:
                         " started); no reply", self.name, where,
                         -self._remaining(req.complete_by), started_with)
             return None
-        self._sender.send(self._responses_queue, reply.to_json())
         return reply
 
     def _remaining(self, complete_by: datetime) -> float:

@@ -98,7 +98,7 @@ def drift(infra: Path) -> list[str]:
     """Every disagreement between the Bicep in ``infra`` and the code, as a sentence."""
     b = bicep_names(infra)
     problems: list[str] = []
-    bound: dict[str, str] = {}  # setting -> binding type
+    bound: dict[str, str] = {}  # setting -> binding type (a queue trigger's or output's)
     connections: set[str] = set()
     for f in functions_of(function_app.app):
         for binding in f.bindings:
@@ -113,7 +113,7 @@ def drift(infra: Path) -> list[str]:
     for name, kind in sorted(bound.items()):
         if name not in b.app_settings:
             problems.append(f"{name} is bound in function_app.py but not set in the Bicep")
-        elif kind == "queueTrigger" and b.app_settings[name] not in b.queues:
+        elif kind in ("queueTrigger", "queue") and b.app_settings[name] not in b.queues:
             problems.append(f"{name}={b.app_settings[name]!r} is not a queue the Bicep creates")
         elif kind == "serviceBusTrigger" and b.app_settings[name] != b.service_bus_queue:
             problems.append(f"{name}={b.app_settings[name]!r} is not the Service Bus queue "

@@ -9,7 +9,7 @@ from typing import Any
 
 from azure.functions.queue import QueueMessage
 from azure.functions.servicebus import ServiceBusMessage
-from azure.storage.queue import QueueServiceClient
+from azure.storage.queue import QueueClient, QueueServiceClient, TextBase64EncodePolicy
 
 import function_app
 from localrun.index import functions_of
@@ -38,11 +38,20 @@ def order(order_id: str = "o-1", **changes: Any) -> dict[str, Any]:
             "items": [{"sku": "A", "quantity": 2, "unit_price": "9.99"}], **changes}
 
 
+def _queue(name: str) -> QueueClient:
+    return QueueServiceClient.from_connection_string(
+        bootstrap.container().settings.effective_storage_connection or ""
+    ).get_queue_client(name, message_encode_policy=TextBase64EncodePolicy())
+
+
+def enqueue(queue: str, body: str) -> None:
+    """Send a message as the host expects it (base64), as another function or the host would."""
+    _queue(queue).send_message(body)
+
+
 def drain(queue: str) -> list[str]:
     """Receive and delete everything visible on a queue; decoded bodies."""
-    c = bootstrap.container()
-    q = QueueServiceClient.from_connection_string(
-        c.settings.effective_storage_connection or "").get_queue_client(queue)
+    q = _queue(queue)
     out = []
     for m in q.receive_messages(max_messages=32, messages_per_page=32):
         out.append(base64.b64decode(m.content).decode())

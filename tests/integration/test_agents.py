@@ -12,8 +12,9 @@ from shared.adapters.remote_service import RemoteServiceClient
 from shared.circuit_breaker import CircuitBreaker
 from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
 from shared.handlers.agent import Agent, AgentRetryPolicy
+from tests.conftest import wait_until
 from tests.integration.conftest import RunningHost
-from tests.integration.helpers import drain_json, entities
+from tests.integration.helpers import drain_json, enqueue, entities
 
 SIM_ONLY = {"simulated_service"}
 
@@ -43,8 +44,21 @@ def test_ok_call_replies_and_the_effect_is_recorded_once(run_host: Any) -> None:
     assert again is not None and again.outcome == "ok" and again.result["duplicate"] is True
     (effect,) = effects(h)
     assert (effect["RowKey"], effect["Status"]) == ("o-1.charge_payment.do", "applied")
-    replies = drain_json(h.env["AgentResponsesQueueName"])
-    assert [(r["attempt"], r["outcome"]) for r in replies] == [(1, "ok"), (2, "ok")]
+
+
+def test_the_agents_function_sends_its_reply_on_its_output_binding_and_none_when_late(
+        run_host: Any) -> None:
+    h: RunningHost = run_host(only=SIM_ONLY | {"payment_agent"})
+    requests = h.env["PaymentRequestsQueueName"]
+    enqueue(requests, request(order_id="o-late", seconds=-1))
+    enqueue(requests, request(order_id="o-ok"))
+    queue = h.container.queues.get_queue_client(requests)
+    # Both requests deleted: each invocation, with whatever it sent, is over.
+    wait_until(lambda: queue.get_queue_properties().approximate_message_count == 0,
+               timeout=20, message="both requests handled")
+    (reply,) = drain_json(h.env["AgentResponsesQueueName"])
+    assert (reply["order_id"], reply["outcome"], reply["attempt"]) == ("o-ok", "ok", 1)
+    assert h.host.stats.invocations["payment_agent"] == 2
 
 
 def test_transient_faults_are_retried_within_the_budget(run_host: Any) -> None:
@@ -61,24 +75,18 @@ def test_permanent_fault_replies_with_an_error(run_host: Any) -> None:
     r = h.container.agents["payment"].handle(request())
     assert r is not None and r.outcome == "permanent_error" and "422" in (r.error or "")
     assert effects(h) == []
-    (sent,) = drain_json(h.env["AgentResponsesQueueName"])
-    assert sent["outcome"] == "permanent_error"
 
 
 def test_expired_request_is_dropped_without_calling_the_service(run_host: Any) -> None:
     h: RunningHost = run_host(only=SIM_ONLY)
     assert h.container.agents["payment"].handle(request(seconds=-1)) is None
     assert effects(h) == []
-    assert drain_json(h.env["AgentResponsesQueueName"]) == []
     assert h.host.stats.invocations.get("simulated_service", 0) == 0
 
 
 def test_hung_service_gets_no_late_reply_but_its_late_work_can_be_undone(run_host: Any) -> None:
-    from tests.conftest import wait_until
-
     h: RunningHost = run_host(only=SIM_ONLY, SimHangRate="1", SimHangSeconds="1.5")
     assert h.container.agents["payment"].handle(request(seconds=0.5)) is None
-    assert drain_json(h.env["AgentResponsesQueueName"]) == []
     wait_until(lambda: effects(h), timeout=10, message="the hung charge to land")
     r = h.container.agents["payment"].handle(request(Action.UNDO, operation="refund"))
     assert r is not None and r.outcome == "ok"
@@ -117,21 +125,14 @@ class _Refusing:
 
 def test_circuit_breaker_stops_calling_a_service_that_keeps_failing() -> None:
     remote = _Refusing()
-    sent: list[str] = []
-
-    class Sender:
-        def send(self, queue: str, body: str, delay: timedelta = timedelta(0)) -> None:
-            sent.append(body)
-
     breaker = CircuitBreaker("payment", 3, 60)
-    agent = Agent(name="payment", client=remote, sender=Sender(),  # type: ignore[arg-type]
-                  responses_queue="r", policy=AgentRetryPolicy(0.001, 0.002, 1),
+    agent = Agent(name="payment", client=remote,  # type: ignore[arg-type]
+                  policy=AgentRetryPolicy(0.001, 0.002, 1),
                   breaker=breaker, clock=lambda: datetime.now(UTC))
     assert agent.handle(request(seconds=0.5)) is None
     assert remote.calls == 3 and breaker.state == "open"
     assert agent.handle(request(order_id="o-2", seconds=0.5)) is None
     assert remote.calls == 3  # open: the Agent waited out its budget without calling
-    assert sent == []
 
 
 @pytest.mark.parametrize(("status", "kind"), [(503, "Transient"), (429, "Transient"),

@@ -8,7 +8,14 @@ from typing import Any
 from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
 from tests.conftest import wait_until
 from tests.integration.conftest import RunningHost
-from tests.integration.helpers import entities, function, index_entries, order, sb_message
+from tests.integration.helpers import (
+    enqueue,
+    entities,
+    function,
+    index_entries,
+    order,
+    sb_message,
+)
 
 PIPELINE = {"scheduler_commands", "scheduler_replies", "inventory_agent", "payment_agent",
             "shipping_agent", "simulated_service"}
@@ -47,16 +54,21 @@ def test_refused_payment_undoes_the_reservation_exactly_once(run_host: Any) -> N
                for e in entities(h.env["SimulatorTableName"])}
     assert effects == {("inventory", "o-1.reserve_inventory.do"): "undone",
                        ("payment", "o-1.charge_payment.do"): "voided"}
-    # A duplicate of the release request is harmless: the service de-duplicates it.
-    again = h.container.agents["inventory"].handle(AgentRequest(
+    # A duplicate of the release request is harmless: the service de-duplicates it, and the
+    # reply the Agent's function sends for it changes nothing.
+    duplicate = AgentRequest(
         order_id="o-1", step="reserve_inventory", action=Action.UNDO, operation="release",
         attempt=2, complete_by=h.container.scheduler._clock().replace(year=2100),
         idempotency_key=undo_key(new_work_key("o-1", "reserve_inventory")),
         compensates=new_work_key("o-1", "reserve_inventory"),
-        order={}).to_json())
+        order={}).to_json()
+    again = h.container.agents["inventory"].handle(duplicate)
     assert again is not None and again.result and again.result["duplicate"] is True
     replies_before = h.host.stats.invocations["scheduler_replies"]
+    enqueue(h.env["InventoryRequestsQueueName"], duplicate)
     wait_until(lambda: h.host.stats.invocations["scheduler_replies"] > replies_before,
-               timeout=10, message="the duplicate reply to be handled")
+               timeout=10, message="the duplicate's reply to be handled")
     assert state(h, "o-1") == final  # a stale reply changes nothing
+    assert {(e["PartitionKey"], e["RowKey"]): e["Status"]
+            for e in entities(h.env["SimulatorTableName"])} == effects
     assert index_entries(h.env) == []

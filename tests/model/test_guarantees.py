@@ -185,7 +185,6 @@ class PipelineMachine(RuleBasedStateMachine):
         self.agents = {
             name: Agent(
                 name=name, client=ModelClient(name, self.model, self),  # type: ignore[arg-type]
-                sender=self.queues, responses_queue=RESPONSES_Q,
                 policy=AgentRetryPolicy(base_delay=2, max_delay=8, call_timeout=5),
                 breaker=CircuitBreaker(name, 10**6, 1),
                 clock=self.clock, sleep=lambda s: self.clock.advance(seconds=s))
@@ -230,7 +229,9 @@ class PipelineMachine(RuleBasedStateMachine):
             self.scheduler.handle_reply(m.body, m.dequeue_count > 1)
         else:
             agent = next(n for n, q in AGENT_QS.items() if q == queue)
-            self.agents[agent].handle(m.body)
+            reply = self.agents[agent].handle(m.body)
+            if reply is not None:  # the output binding: the host sends it after the return
+                self.queues.send(RESPONSES_Q, reply.to_json())
 
     def process(self, queue: str, index: int, fault: tuple[int, str] | None) -> None:
         visible = self.queues.visible(queue)
