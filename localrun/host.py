@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import azure.functions as func
-from azure.core.exceptions import ResourceExistsError
+from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueClient, QueueServiceClient, TextBase64EncodePolicy
 from croniter import croniter
 
@@ -218,6 +218,11 @@ class HostStats:
             self.cpu_seconds[name] = self.cpu_seconds.get(name, 0.0) + cpu
             if not ok:
                 self.failures[name] = self.failures.get(name, 0) + 1
+
+    def outputs_failed(self, name: str) -> None:
+        """An invocation counted as returned whose outputs could not be sent: it failed."""
+        with self._lock:
+            self.failures[name] = self.failures.get(name, 0) + 1
 
 
 class _Out(func.Out):  # type: ignore[type-arg]
@@ -543,6 +548,7 @@ class LocalFunctionHost:
                     self._send_output(queue, outputs[b["name"]])
                     self._notify(queue)
         except Exception:
+            self.stats.outputs_failed(f.name)
             log.exception("function %s: its output bindings could not be sent", f.name)
             raise
         finally:
@@ -554,7 +560,12 @@ class LocalFunctionHost:
             message_encode_policy=TextBase64EncodePolicy() if self.queue_options.base64 else None,
         )
         for item in value if isinstance(value, list) else [value]:
-            q.send_message(item if isinstance(item, str) else json.dumps(item))
+            body = item if isinstance(item, str) else json.dumps(item)
+            try:
+                q.send_message(body)
+            except ResourceNotFoundError:  # as the host's binding: create the queue, send again
+                _ensure(q)
+                q.send_message(body)
 
     def _watch(self, queue: str) -> threading.Event:
         wake = threading.Event()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -12,6 +13,7 @@ from typing import Any
 import azure.functions as func
 import pytest
 import requests
+from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueServiceClient, TextBase64EncodePolicy
 
 from localrun import host as host_module
@@ -179,6 +181,52 @@ def test_queue_output_binding_is_sent_after_the_function_returns(app_env: Any) -
         msgs = wait_until(lambda: list(out.peek_messages()), timeout=10, message="output")
     assert [m.content for m in msgs] == [host_b64("HELLO")]  # type: ignore[attr-defined]
 
+
+
+def test_an_output_binding_creates_its_queue_and_a_failed_send_fails_the_invocation(
+        app_env: Any) -> None:
+    tag = uuid.uuid4().hex[:8]
+    # A queue nobody created (the host's binding creates it), and a name Storage refuses.
+    env = app_env(NewQueueName=f"made-by-binding-{tag}", BadQueueName=f"Not_A_Queue_{tag}")
+    app = func.FunctionApp()
+
+    @app.function_name("fresh")
+    @app.queue_trigger(arg_name="msg", queue_name="%SchedulerQueueName%",
+                       connection="AzureWebJobsStorage")
+    @app.queue_output(arg_name="out", queue_name="%NewQueueName%",
+                      connection="AzureWebJobsStorage")
+    def fresh(msg: func.QueueMessage, out: func.Out[str]) -> None:
+        out.set(msg.get_body().decode())
+
+    @app.function_name("refused")
+    @app.queue_trigger(arg_name="msg", queue_name="%AgentResponsesQueueName%",
+                       connection="AzureWebJobsStorage")
+    @app.queue_output(arg_name="out", queue_name="%BadQueueName%",
+                      connection="AzureWebJobsStorage")
+    def refused(msg: func.QueueMessage, out: func.Out[str]) -> None:
+        out.set("never arrives")
+
+    qs = QueueServiceClient.from_connection_string(env["AzureWebJobsStorage"])
+    for name in ("SchedulerQueueName", "AgentResponsesQueueName"):
+        q = qs.get_queue_client(env[name], message_encode_policy=TextBase64EncodePolicy())
+        with contextlib.suppress(ResourceExistsError):
+            q.create_queue()
+        q.send_message("hello")
+    made = qs.get_queue_client(env["NewQueueName"])
+
+    def arrived() -> list[Any]:
+        try:
+            return list(made.peek_messages())
+        except ResourceNotFoundError:  # not yet created
+            return []
+
+    with LocalFunctionHost(app, settings=env, storage_connection=env["AzureWebJobsStorage"],
+                           host_json=FAST_RETRIES) as host:
+        msgs = wait_until(arrived, timeout=10, message="output")
+        wait_until(lambda: host.stats.poisoned == 1, timeout=20, message="the refused one")
+    assert [m.content for m in msgs] == [host_b64("hello")]  # type: ignore[attr-defined]
+    # Each of its three runs returned, and each failed when its output could not be sent.
+    assert host.stats.invocations["refused"] == 3 and host.stats.failures == {"refused": 3}
 
 
 def test_an_output_binding_wakes_the_listener_on_its_queue_as_the_shared_watcher_does(
