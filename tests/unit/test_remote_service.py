@@ -148,15 +148,25 @@ def test_a_burst_of_calls_keeps_its_connections_for_the_next() -> None:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    class Server(ThreadingHTTPServer):
+        # Forty connects at once: with socketserver's listen backlog of 5, a loaded machine
+        # drops SYNs, and a connect retried after seconds kept the round's barrier (and the
+        # calls already in) waiting past their read timeout.
+        request_queue_size = 2 * calls
+        daemon_threads = True
+
+    server = Server(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     remote = RemoteServiceClient(f"http://127.0.0.1:{server.server_address[1]}/api/pay",
                                  http_client())
+
+    def slow_call(_: int) -> dict[str, Any]:  # longer than the barrier may hold a call
+        return remote.call("charge", "o-1.charge_payment.do", {"order_id": "o-1"}, timeout=30)
+
     try:
         with ThreadPoolExecutor(calls) as pool:
             for _ in range(2):
-                assert list(pool.map(lambda _: call(remote), range(calls))) == \
+                assert list(pool.map(slow_call, range(calls))) == \
                     [{"status": "applied"}] * calls
     finally:
         server.shutdown()
