@@ -511,12 +511,6 @@ class LocalFunctionHost:
         """Run ``fn`` on the shared pool (a worker process's invocations, worker.py)."""
         self._pool.submit(fn, *args)
 
-    def invoke(self, f: _Function, trigger_value: Any) -> Any:
-        """Run the function here and send its outputs; returns its return value."""
-        result, outputs = self.call(f, trigger_value)
-        self.send_outputs(f, outputs)
-        return result
-
     def call(self, f: _Function, trigger_value: Any) -> tuple[Any, dict[str, Any]]:
         """Run the function on this thread: its return value, and the value it set on each
         queue output binding (by the binding's name), for the host to send."""
@@ -735,7 +729,7 @@ class LocalFunctionHost:
             request = TriggerData(triggers.timer_request, dict(
                 past_due=past_due, last=last,
                 next=croniter(schedule, due, second_at_beginning=True).get_next(datetime)))
-            # invoke() logs a failed run; like the host, wait for the next occurrence.
+            # A failed run is logged (call()); like the host, wait for the next occurrence.
             with contextlib.suppress(Exception):
                 self.run(f, request)
             last = due

@@ -177,7 +177,7 @@ def _serve(conn: Any, app_ref: str, settings: dict[str, str], storage_connection
     module, _, attribute = app_ref.partition(":")
     app = getattr(importlib.import_module(module), attribute)
     functions = {f.name: f for f in functions_of(app)}
-    # Only its invoke() and its pool: this host's listeners never start.
+    # Only its call() and its pool: this host's listeners never start.
     host = LocalFunctionHost(app, settings=settings, storage_connection=storage_connection,
                              host_json=Path(host_json))
     send_lock = threading.Lock()

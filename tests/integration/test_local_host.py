@@ -292,7 +292,7 @@ def test_a_value_returned_without_a_return_binding_fails_the_invocation(app_env:
                              host_json=FAST_RETRIES)
     (f,) = host._functions
     with pytest.raises(TypeError, match="no return binding"):
-        host.invoke(f, func.QueueMessage(body=b"x"))
+        host.call(f, func.QueueMessage(body=b"x"))
     assert host.stats.failures["returns"] == 1
 
 
