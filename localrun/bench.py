@@ -946,6 +946,8 @@ def log_volume(run: Run) -> dict[str, Any]:
 
 # Busy cores above which a process counts as the limit (cpu_limit).
 AZURITE_BUSY, PYTHON_BUSY = 0.9, 0.75
+# Busy cores, of all the processes the bench measures, past which the machine is the limit.
+MACHINE_BUSY = 0.8
 
 
 def _ceiling_rates(before: dict[str, float], after: dict[str, float]) -> str:
@@ -1006,16 +1008,25 @@ ROLE_NAMES = {"functions": "the functions' threads", "host": "the host's listene
               OTHER: "other threads"}
 
 
-def cpu_limit(cores: dict[str, float]) -> str:
+def cpu_limit(cores: dict[str, float], machine_cores: int | None = None) -> str:
     # Azurite serves from one Node.js event loop, and one GIL lets the Python process's threads
     # use about one core: near it, each is the limit.
     if cores["azurite"] >= AZURITE_BUSY:
         return "Azurite was busy near a whole core in the run: it was the limit."
     busiest = max(("worker_process", "bench_process"), key=lambda p: cores.get(p, 0.0))
+    machine = machine_cores or os.cpu_count() or 1
     if cores.get(busiest, 0.0) >= PYTHON_BUSY:
         name = "the worker process" if busiest == "worker_process" else "the Python process"
         return (f"Azurite was not the limit: {name}, near one core, and the "
-                f"{os.cpu_count()} cores it shares with Azurite were.")
+                f"{machine} cores it shares with Azurite were.")
+    # Three processes on two cores: none gets a whole one, and all of them are still the limit.
+    busy = sum(cores.values())
+    if busy >= MACHINE_BUSY * machine:
+        return (f"No one process was near a whole core, but together they kept {busy:.2f} of "
+                f"the machine's {machine} cores busy: the cores they share were the limit, so "
+                "every millisecond of CPU an order spends besides its requests (the functions' "
+                "own work, the hand-offs to the worker process, the simulated services' HTTP "
+                "server) is taken from the requests the bound counts.")
     return "Neither process was near a whole core in the run: the limit was elsewhere."
 
 
@@ -1257,10 +1268,14 @@ def _targets(r: dict[str, Any]) -> str:
             f"{lb['median_s']['total']:.2f} s, {lb['queue_waits_s']:.2f} s is waiting in "
             f"{len(waits)} queues (Service Bus and the Storage queues the host polls) and "
             f"{lb['functions_s']:.2f} s is the functions themselves: with no queue wait at all "
-            f"it would be about {lb['median_s']['total'] - lb['queue_waits_s']:.2f} s. Intake "
-            "now takes the order to its first step in its own invocation (one queue fewer); "
-            "the rest are the Agents' request and reply queues, which the pattern keeps, and "
-            "polling them faster would cost transactions while idle (README, Performance).")
+            f"it would be about {lb['median_s']['total'] - lb['queue_waits_s']:.2f} s. Tried: "
+            "intake takes the order to its first step in its own invocation (one queue fewer); "
+            "the Agents reply on an output binding, which wakes the Scheduler's listener as the "
+            "Functions host's shared queue watcher does. Left: each request to an Agent waits "
+            "for that Agent's listener to poll, because the relay sends it and then confirms "
+            "it (the Supervisor's proof that it was sent), which an output binding, sent after "
+            "the function returns, cannot give; polling faster would cost transactions while "
+            "idle (README, Performance).")
     lines += [f"- Missed: {why.get(name, name)}" for name, ok in checks if not ok]
     return "\n".join(lines)
 
