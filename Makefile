@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
-.PHONY: test lint unit install clean demo bench soak
+.PHONY: test lint unit install clean demo bench price soak
 
 ORDERS ?= 100
 PORT ?= 7071
@@ -63,6 +63,12 @@ demo: install
 # Transactions per order, throughput, latency, Supervisor cost, recovery: bench-report/.
 bench: install
 	$(PY) -m localrun bench --out bench-report
+
+# The last bench report priced again, running nothing (prices change, the counts do not):
+# make price PRICES=my-prices.json, a copy of docs/prices.template.json filled in.
+price: $(STAMP)
+	$(if $(PRICES),,$(error PRICES=FILE is needed: copy docs/prices.template.json and fill it in))
+	$(PY) -m localrun bench --out bench-report --prices $(PRICES) --price-only
 
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit

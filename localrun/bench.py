@@ -1183,32 +1183,39 @@ def markdown(r: dict[str, Any]) -> str:
                   f"{sec['on'] * 1000:.0f} ms traced ({tr['overhead']:+.0%}). Spans per order: "
                   + ", ".join(f"{k} {v:.1f}" for k, v in tr["spans_by_name_per_order"].items())
                   + ".", ""]
-    co = r.get("cost")
-    if co:
-        labels = list(co["quantities_per_order"])
-        q = co["quantities_per_order"]
-        lines += ["## What an order costs", "",
-                  "Per order, what Azure bills (execution time estimated for instances of "
-                  f"{co['instance_memory_mb']} MB busy at this run's throughput):", "",
-                  "| per order | " + " | ".join(labels) + " |",
-                  "|---|" + "---|" * len(labels),
-                  *[f"| {k.replace('_', ' ')} | " + " | ".join(f"{q[lb][k]:.4g}" for lb in labels)
-                    + " |" for k in q[labels[0]]], ""]
-        if co["per_million_orders_usd"]:
-            pr = co["prices"]
-            lines += [f"A million orders at the prices of {pr['source']} ({pr['region']}, "
-                      f"{pr['date']}): " + "; ".join(
-                          f"{lb} **${v:,.2f}**" for lb, v in co["per_million_orders_usd"].items())
-                      + ". Parts: " + "; ".join(
-                          f"{lb}: " + ", ".join(f"{k.replace('_', ' ')} ${v:,.2f}"
-                                                for k, v in parts.items())
-                          for lb, parts in co["parts"].items()) + ".", ""]
-        else:
-            lines += ["No prices given (`--prices FILE`, see localrun/cost.py): the quantities "
-                      "above times your region's unit prices are the bill.", ""]
+    lines += cost_markdown(r.get("cost"))
     if r.get("notes"):
         lines += ["## Notes", "", *[f"- {n}" for n in r["notes"]], ""]
     return "\n".join(lines)
+
+
+def cost_markdown(co: dict[str, Any] | None) -> list[str]:
+    """The report's section on what an order costs, and at the prices given, a million."""
+    if not co:
+        return []
+    labels = list(co["quantities_per_order"])
+    q = co["quantities_per_order"]
+    lines = ["## What an order costs", "",
+              "Per order, what Azure bills (execution time estimated for instances of "
+              f"{co['instance_memory_mb']} MB busy at this run's throughput):", "",
+              "| per order | " + " | ".join(labels) + " |",
+              "|---|" + "---|" * len(labels),
+              *[f"| {k.replace('_', ' ')} | " + " | ".join(f"{q[lb][k]:.4g}" for lb in labels)
+                + " |" for k in q[labels[0]]], ""]
+    if co["per_million_orders_usd"]:
+        pr = co["prices"]
+        lines += [f"A million orders at the prices of {pr['source']} ({pr['region']}, "
+                  f"{pr['date']}): " + "; ".join(
+                      f"{lb} **${v:,.2f}**" for lb, v in co["per_million_orders_usd"].items())
+                  + ". Parts: " + "; ".join(
+                      f"{lb}: " + ", ".join(f"{k.replace('_', ' ')} ${v:,.2f}"
+                                            for k, v in parts.items())
+                      for lb, parts in co["parts"].items()) + ".", ""]
+    else:
+        lines += ["No prices given (`--prices FILE`, see localrun/cost.py; with `--price-only` "
+                  "they price this report without running it again): the quantities above "
+                  "times your region's unit prices are the bill.", ""]
+    return lines
 
 
 def _targets(r: dict[str, Any]) -> str:
@@ -1335,6 +1342,26 @@ def cost_of(r: dict[str, Any], prices: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def reprice(out: Path, prices: dict[str, Any]) -> dict[str, Any]:
+    """Price the report a run left in ``out`` again, without running anything: the quantities
+    were measured once, and prices change. Rewrites report.json and report.md (not the chart)."""
+    path = out / "report.json"
+    try:
+        results = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"no report to price in {out}/: run `make bench` first") from None
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a report ({e})") from None
+    if not isinstance(results, dict):
+        raise ValueError(f"{path}: not a bench report")
+    missing = [k for k in ("transactions", "throughput", "machine", "scale") if k not in results]
+    if missing:
+        raise ValueError(f"{path}: not a full bench report (no {', '.join(missing)})")
+    results["cost"] = cost_of(results, prices)
+    write_report(out, results, None)
+    return results
+
+
 def run_bench(out: Path, scale: Scale, prices: dict[str, Any] | None = None) -> dict[str, Any]:
     import logging
 
@@ -1405,11 +1432,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true", help="a few orders: checks the bench runs")
     p.add_argument("--prices", type=Path, default=None, metavar="FILE",
                    help="unit prices (JSON; see localrun/cost.py) to price a million orders")
+    p.add_argument("--price-only", action="store_true",
+                   help="run nothing: price the report already in --out with --prices")
     args = p.parse_args(argv)
     from localrun import cost
 
+    if args.price_only and not args.prices:
+        p.error("--price-only needs --prices FILE")
     try:
         prices = cost.load_prices(args.prices) if args.prices else None
+        if args.price_only:
+            assert prices is not None
+            print("\n".join(cost_markdown(reprice(args.out, prices)["cost"])))
+            return 0
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from localrun.bench import Scale, run_bench
+from localrun.bench import main as bench_main
 
 # A fault-free 3-step order; the Supervisor's tick-log writes apart (time drives them). The demo
 # is held to the same figures (tests/e2e/test_demo.py).
@@ -88,6 +89,17 @@ def test_bench_smoke_writes_a_complete_report(tmp_path: Path) -> None:
     assert total == sum(cost["parts"]["3-step"].values()) > 0
     assert cost["parts"]["3-step"]["service_bus"] == 3.0  # 3 operations x $1 per million
     assert "What an order costs" in (tmp_path / "report.md").read_text()
+    # Prices change, the quantities do not: the same report priced again, running nothing.
+    doubled = {**SAMPLE_PRICES, "source": "twice the test's", **{
+        k: 2 * v for k, v in SAMPLE_PRICES.items() if isinstance(v, float)}}
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps(doubled))
+    assert bench_main(["--out", str(tmp_path), "--prices", str(prices), "--price-only"]) == 0
+    again = json.loads((tmp_path / "report.json").read_text())
+    assert again["cost"]["per_million_orders_usd"]["3-step"] == pytest.approx(2 * total)
+    assert again["cost"]["quantities_per_order"] == cost["quantities_per_order"]
+    assert again["throughput"] == report["throughput"]
+    assert "at the prices of twice the test's" in (tmp_path / "report.md").read_text()
 
     three = next(t for t in results["transactions"]
                  if t["workflow"] == "3-step" and t["transient_fault_rate"] == 0)

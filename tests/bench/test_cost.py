@@ -10,7 +10,9 @@ import pytest
 
 from localrun import cost
 from localrun.bench import instance_memory_mb
+from localrun.bench import main as bench_main
 from tests.bench.test_bench_smoke import SAMPLE_PRICES
+from tests.conftest import ROOT
 
 Q = {"storage_transactions": 35.0, "table_transactions": 15.0, "queue_transactions": 20.0,
      "service_bus_operations": 3, "executions": 9.0, "gb_seconds": 0.2, "log_records": 1.0,
@@ -57,3 +59,45 @@ def test_a_prices_file_names_what_is_wrong(tmp_path: Path, change: dict[str, obj
 
 def test_the_bench_reads_the_instance_size_the_bicep_deploys() -> None:
     assert instance_memory_mb() == 2048
+
+
+def _prices_file(tmp_path: Path) -> Path:
+    path = tmp_path / "prices.json"
+    path.write_text(json.dumps(SAMPLE_PRICES))
+    return path
+
+
+@pytest.mark.parametrize(("report", "named"), [
+    (None, "no report to price in"),
+    ("{not json", "not a report"),
+    (json.dumps({"transactions": [], "when": "x"}), "not a full bench report (no throughput"),
+    (json.dumps([1, 2]), "not a bench report"),
+])
+def test_pricing_a_report_again_names_what_is_wrong_with_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], report: str | None,
+        named: str) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    if report is not None:
+        (out / "report.json").write_text(report)
+    prices = _prices_file(tmp_path)
+    assert bench_main(["--out", str(out), "--prices", str(prices), "--price-only"]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "Traceback" not in err
+    if report is not None:
+        assert (out / "report.json").read_text() == report  # left as it was
+
+
+def test_pricing_only_needs_prices(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        bench_main(["--price-only"])
+    assert stopped.value.code == 2
+    assert "--price-only needs --prices FILE" in capsys.readouterr().err
+
+
+def test_the_prices_template_has_every_key_and_is_refused_until_filled_in() -> None:
+    template = ROOT / "docs" / "prices.template.json"
+    keys = set(json.loads(template.read_text()))
+    assert keys == {*cost.UNIT_PRICES, "source", "region", "date"}
+    with pytest.raises(ValueError, match="not a price: storage_transactions_per_10k"):
+        cost.load_prices(template)
