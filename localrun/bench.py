@@ -1357,7 +1357,11 @@ def reprice(out: Path, prices: dict[str, Any]) -> dict[str, Any]:
     missing = [k for k in ("transactions", "throughput", "machine", "scale") if k not in results]
     if missing:
         raise ValueError(f"{path}: not a full bench report (no {', '.join(missing)})")
-    results["cost"] = cost_of(results, prices)
+    try:
+        results["cost"] = cost_of(results, prices)
+    except (KeyError, TypeError) as e:  # a report from an older bench, or edited by hand
+        raise ValueError(f"{path}: cannot price this report (no {e}): run `make bench` "
+                         "again") from None
     write_report(out, results, None)
     return results
 
@@ -1441,8 +1445,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--price-only needs --prices FILE")
     try:
         prices = cost.load_prices(args.prices) if args.prices else None
-        if args.price_only:
-            assert prices is not None
+        if args.price_only and prices is not None:  # without prices, p.error above
             print("\n".join(cost_markdown(reprice(args.out, prices)["cost"])))
             return 0
     except ValueError as e:

@@ -72,6 +72,9 @@ def _prices_file(tmp_path: Path) -> Path:
     ("{not json", "not a report"),
     (json.dumps({"transactions": [], "when": "x"}), "not a full bench report (no throughput"),
     (json.dumps([1, 2]), "not a bench report"),
+    (json.dumps({"transactions": [{"workflow": "3-step", "transient_fault_rate": 0}],
+                 "throughput": {"orders_per_s": 1.0}, "machine": {}, "scale": {}}),
+     "cannot price this report (no 'transactions')"),
 ])
 def test_pricing_a_report_again_names_what_is_wrong_with_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], report: str | None,
