@@ -61,6 +61,11 @@ def test_bench_smoke_writes_a_complete_report(tmp_path: Path) -> None:
     for two in (tp["ceiling_two_processes"], tp["ceiling_after_two_processes"]):
         assert set(two) == set(report["ceiling"]) and all(v > 0 for v in two.values())
     assert tp["bound_every_request_orders_per_s"] >= tp["bound_one_process_orders_per_s"]
+    # ... and against the ceilings of each side of the run alone, to show how far drift moved it.
+    assert set(tp["ratio_to_every_request_bound_by_side"]) == {"before", "after"}
+    assert all(v > 0 for v in tp["ratio_to_every_request_bound_by_side"].values())
+    assert "against the ceilings measured before the run alone" in (
+        tmp_path / "report.md").read_text()
     assert "two client processes at once" in (tmp_path / "report.md").read_text()
     # ... and the bench process's share by whose work its threads did: the host's, not the
     # functions' (their pool is the worker's).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localrun.bench import BATCH, best_rates, every_request_seconds
+from localrun.bench import BATCH, best_rates, every_request_seconds, ratio_by_side
 
 CEILING = {"conditional_writes_per_s": 500.0, "point_reads_per_s": 1000.0,
            "transactions_per_s": 250.0,
@@ -79,3 +79,12 @@ def test_each_kind_is_priced_at_the_best_rate_one_or_two_client_processes_reache
     assert best["queue_deletes_per_s"] == 800.0
     assert sum(every_request_seconds(COSTS, NO_SIMULATORS, best).values()) < sum(
         every_request_seconds(COSTS, NO_SIMULATORS, CEILING).values())
+
+
+def test_the_report_gives_the_ratio_against_each_sides_ceilings_when_it_has_them() -> None:
+    sides = {"before": 0.51, "after": 0.69}
+    text = ratio_by_side({"ratio_to_every_request_bound_by_side": sides})
+    assert "51% against the ceilings measured before the run alone" in text
+    assert "69% against those after it" in text
+    # A report from before the two were kept (priced again with --price-only) says nothing.
+    assert ratio_by_side({}) == ""
