@@ -594,7 +594,7 @@ class Bench:
         one_process = sum(every_request_seconds(costs, simulators, mean_one).values())
         achieved = run.orders / run.elapsed
         # How far the machine's drift moves the ratio: the same bound from each side's ceilings
-        # alone. A wide range says the run, not the app, decided the figure.
+        # alone. A wide range says the machine's drift, not the app, moved the figure.
         sides = {side: achieved * sum(every_request_seconds(
                      costs, simulators, best_rates(one, two)).values())
                  for side, one, two in (("before", ceiling, ceiling_two),
@@ -970,7 +970,7 @@ def _ceiling_rates(before: dict[str, float], after: dict[str, float]) -> str:
 def ratio_by_side(tp: dict[str, Any]) -> str:
     """The ratio against the ceilings measured before and after the run, each alone."""
     sides = tp.get("ratio_to_every_request_bound_by_side")
-    if not sides:  # a report from before 2026-11-23, priced again
+    if not sides:  # a report from an earlier bench, priced again
         return ""
     return (f"{sides['before']:.0%} against the ceilings measured before the run alone and "
             f"{sides['after']:.0%} against those after it, so far did the machine's speed move "
