@@ -1379,6 +1379,9 @@ def reprice(out: Path, prices: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"{path}: not a full bench report (no {', '.join(missing)})")
     try:
         results["cost"] = cost_of(results, prices)
+        # Rendered once before anything is written: a report that cannot be shown again is
+        # left as it was, not half rewritten.
+        markdown(results)
     except (KeyError, TypeError) as e:  # a report from an older bench, or edited by hand
         raise ValueError(f"{path}: cannot price this report (no {e}): run `make bench` "
                          "again") from None

@@ -75,6 +75,12 @@ def _prices_file(tmp_path: Path) -> Path:
     (json.dumps({"transactions": [{"workflow": "3-step", "transient_fault_rate": 0}],
                  "throughput": {"orders_per_s": 1.0}, "machine": {}, "scale": {}}),
      "cannot price this report (no 'transactions')"),
+    # Priceable, but the report around the price cannot be written again: nothing is written.
+    (json.dumps({"transactions": [{"workflow": "3-step", "transient_fault_rate": 0,
+                                   "transactions": 30.0, "table_transactions": 14.0,
+                                   "queue_transactions": 16.0}],
+                 "throughput": {"orders_per_s": 1.0}, "machine": {}, "scale": {}}),
+     "cannot price this report (no 'when')"),
 ])
 def test_pricing_a_report_again_names_what_is_wrong_with_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], report: str | None,
