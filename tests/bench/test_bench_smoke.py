@@ -130,5 +130,10 @@ def test_bench_smoke_writes_a_complete_report(tmp_path: Path) -> None:
     assert s["idle_in_flight"] > 0
     assert (s["after"]["entities_read"] == s["before"]["entities_read"]
             == s["with_idle"]["entities_read"] == 2 * s["expired"] + 1)
+    # Each reported tick acted on every overdue order (none ran out of rescues on the way), and
+    # timed the control: as many reads of entities with row keys of their own.
+    for case in ("before", "after", "alone", "with_idle"):
+        assert s[case]["acted_on"] == s["expired"], case
+        assert s[case]["azurite_control_reads_s"] > 0, case
     assert results["throughput"]["orders_per_s"] > 0
     assert "Targets:" in (tmp_path / "report.md").read_text()
