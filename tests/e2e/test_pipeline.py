@@ -189,7 +189,7 @@ def failure_counts_past_first_attempt(tables: TableServiceClient, env: dict[str,
     """Each order's FailureCount once its first step's first attempt is over (the step done, or
     tried again, or the order settled); None while any is still in it."""
     t = tables.get_table_client(env["StateTableName"])
-    counts = {}
+    counts: dict[str, int] = {}
     for oid in order_ids:
         s = t.get_entity(oid, "state")
         first = json.loads(s["Steps"])[0]
