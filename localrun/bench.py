@@ -702,7 +702,7 @@ class Bench:
                     "azurite_due_queries_s": due_queries()}
 
         def median_tick() -> dict[str, Any]:
-            # The machine's speed drifts by the minute: the middle of three like-for-like ticks.
+            # The machine's speed drifts by the minute: the middle of TICKS like-for-like ticks.
             ticks = sorted((tick() for _ in range(TICKS)), key=lambda t: t["seconds"])
             return ticks[len(ticks) // 2]
 
