@@ -38,7 +38,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -210,7 +210,20 @@ class HostStats:
     poisoned: int = 0
     dead_lettered: int = 0
     listener_failures: list[str] = field(default_factory=list)
+    # Invocations under way and messages not yet settled: whoever counts the app's requests
+    # (the demo, the bench) waits for 0, when every request the work made has been metered.
+    busy: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @contextlib.contextmanager
+    def working(self) -> Iterator[None]:
+        with self._lock:
+            self.busy += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.busy -= 1
 
     def count(self, name: str, ok: bool, cpu: float = 0.0) -> None:
         with self._lock:
@@ -488,6 +501,11 @@ class LocalFunctionHost:
         self.stop()
 
     @property
+    def idle(self) -> bool:
+        """No invocation under way and no message held: all the work begun so far is done."""
+        return self.stats.busy == 0
+
+    @property
     def http_port(self) -> int | None:
         return self._http.server_address[1] if self._http else None  # type: ignore[return-value]
 
@@ -498,14 +516,15 @@ class LocalFunctionHost:
         this process, or, with a worker process, on that process's (worker.py). Then, as the
         host does with the worker's answer, send what it set on its output bindings: if that
         fails, the invocation has failed."""
-        if self._worker is not None:
-            outcome = self._worker.invoke(f.name, trigger)
-            self.stats.count(f.name, ok=outcome.ok, cpu=outcome.cpu_seconds)
-            result, outputs = outcome.result(), outcome.outputs
-        else:
-            result, outputs = self._pool.submit(self.call, f, trigger.build()).result()
-        self.send_outputs(f, outputs)
-        return result
+        with self.stats.working():
+            if self._worker is not None:
+                outcome = self._worker.invoke(f.name, trigger)
+                self.stats.count(f.name, ok=outcome.ok, cpu=outcome.cpu_seconds)
+                result, outputs = outcome.result(), outcome.outputs
+            else:
+                result, outputs = self._pool.submit(self.call, f, trigger.build()).result()
+            self.send_outputs(f, outputs)
+            return result
 
     def submit(self, fn: Callable[..., None], *args: Any) -> None:
         """Run ``fn`` on the shared pool (a worker process's invocations, worker.py)."""
@@ -584,7 +603,12 @@ class LocalFunctionHost:
         # invocation itself takes a thread of the worker's shared pool (run()).
         listener = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="listener")
         self._listeners.append(listener)
-        poll_loop(receive, handle, ask, listener=listener, stop=self._stop,
+
+        def handled(m: Any) -> None:  # the message's whole handling, its settle included
+            with self.stats.working():
+                handle(m)
+
+        poll_loop(receive, handled, ask, listener=listener, stop=self._stop,
                   max_delay=max_delay or self._poll_max, wake=wake)
 
     # -- leases ------------------------------------------------------------------------------

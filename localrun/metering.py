@@ -12,11 +12,18 @@ import json
 import re
 import threading
 from collections import Counter
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from azure.core.pipeline import PipelineResponse
 
 from localrun.servicebus import is_local_service_bus
+from shared.domain.due_index import IndexKey
+
+if TYPE_CHECKING:
+    from azure.data.tables import TableClient
+
+    from localrun.host import LocalFunctionHost
 
 # The prefix of the stand-in's requests in the counts: "local_service_bus.delete", ...
 SERVICE_BUS_STAND_IN = "local_service_bus"
@@ -172,3 +179,19 @@ def per_order_counts(orders: int, per_function: dict[str, dict[str, int]]) -> di
         SERVICE_BUS_STAND_IN: {k.partition(".")[2]: v / n for k, v in sorted(totals.items())
                                if k.startswith(SERVICE_BUS_STAND_IN + ".")},
     }
+
+
+def all_metered(states: Iterable[Mapping[str, Any]], inflight: TableClient,
+                host: LocalFunctionHost) -> bool:
+    """Whether the meter has counted all the work of these settled orders (state records as
+    read from the table, ``IndexKey`` among their columns).
+
+    A record shows its order settled before the outbox of that write has run: the status
+    message and, last of all, the removal of the index entry the record names (state.py,
+    ``_finish``). Once none of those entries is left, and after that the host is idle, the
+    invocation that removed the last one has returned, and the response hook has counted
+    each of its requests."""
+    named = {s["IndexKey"] for s in states if s.get("IndexKey")}
+    left = any(str(IndexKey(e["PartitionKey"], e["RowKey"])) in named
+               for e in inflight.list_entities(select=["PartitionKey", "RowKey"]))
+    return not left and host.idle

@@ -7,20 +7,23 @@ import json
 import os
 import threading
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import azure.functions as func
 import pytest
 import requests
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
+from azure.data.tables import TableServiceClient
 from azure.storage.queue import QueueServiceClient, TextBase64EncodePolicy
 
 from localrun import host as host_module
 from localrun.azurite import free_port
 from localrun.host import HostConfigError, LocalFunctionHost, QueueOptions, receiver
-from localrun.metering import StorageMeter, per_order_counts
+from localrun.metering import StorageMeter, all_metered, per_order_counts
 from localrun.servicebus import LocalServiceBusChannel
+from shared.domain.due_index import key_for
 from shared.settings import AZURITE_CONNECTION
 from tests.conftest import ROOT, wait_until
 from tests.integration.conftest import RunningHost
@@ -263,6 +266,63 @@ def test_an_output_binding_wakes_the_listener_on_its_queue_as_the_shared_watcher
         assert r.status_code == 202
         wait_until(taken.is_set, timeout=10, message="the message taken at once")
     assert host.stats.invocations == {"kick": 1, "woken": 1}
+
+
+def test_the_host_is_idle_only_once_each_message_is_settled(
+        app_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the demo and the bench wait for before they read the meter (all_metered): not idle
+    while a function runs, nor while the host settles its message after it returned."""
+    env = app_env()
+    app = func.FunctionApp()
+    running, finish = threading.Event(), threading.Event()
+
+    @app.function_name("slow")
+    @app.queue_trigger(arg_name="msg", queue_name="%SchedulerQueueName%",
+                       connection="AzureWebJobsStorage")
+    def slow(msg: func.QueueMessage) -> None:
+        running.set()
+        finish.wait(10)
+
+    host = LocalFunctionHost(app, settings=env, storage_connection=env["AzureWebJobsStorage"],
+                             host_json=FAST_RETRIES)
+    settling, settle = threading.Event(), threading.Event()
+    real_settle = host._settle
+
+    def held_settle(held: Any, visible_after: float | None) -> None:
+        settling.set()
+        settle.wait(10)
+        real_settle(held, visible_after)
+
+    monkeypatch.setattr(host, "_settle", held_settle)
+    queue = QueueServiceClient.from_connection_string(env["AzureWebJobsStorage"]) \
+        .get_queue_client(env["SchedulerQueueName"], message_encode_policy=TextBase64EncodePolicy())
+    queue.send_message("work")
+    with host:
+        wait_until(running.is_set, timeout=10, message="the function to start")
+        assert not host.idle
+        finish.set()
+        wait_until(settling.is_set, timeout=10, message="the host to settle the message")
+        assert host.stats.invocations == {"slow": 1}  # returned, and the host still busy
+        assert not host.idle
+        settle.set()
+        wait_until(lambda: host.idle, timeout=10, message="the host idle")
+        assert queue.get_queue_properties().approximate_message_count == 0
+
+
+def test_the_meter_waits_for_the_index_entries_that_settled_records_name(app_env: Any) -> None:
+    env = app_env()
+    inflight = TableServiceClient.from_connection_string(env["AzureWebJobsStorage"]) \
+        .get_table_client(env["InFlightTableName"])
+    named, stale = (key_for(order_id, 1, datetime.now(UTC)) for order_id in ("o-1", "o-0"))
+    for k in (named, stale):
+        inflight.create_entity({"PartitionKey": k.partition, "RowKey": k.row})
+    states = [{"OrderID": "o-1", "IndexKey": str(named)}, {"OrderID": "o-2", "IndexKey": None}]
+    idle, busy = SimpleNamespace(idle=True), SimpleNamespace(idle=False)
+    assert not all_metered(states, inflight, idle)  # type: ignore[arg-type]
+    inflight.delete_entity(named.partition, named.row)
+    # An entry no record names any more is the Supervisor's to drop, not this work's.
+    assert all_metered(states, inflight, idle)  # type: ignore[arg-type]
+    assert not all_metered(states, inflight, busy)  # type: ignore[arg-type]
 
 
 def test_a_binding_setting_missing_at_start_stops_the_host(app_env: Any) -> None:
