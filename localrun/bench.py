@@ -42,6 +42,7 @@ from localrun.metering import (
     NOT_THE_APPS,
     READS,
     SERVICE_BUS_STAND_IN,
+    all_metered,
     is_table_write,
     per_order_counts,
 )
@@ -159,7 +160,7 @@ def _envelope_bytes(spans: list[Any]) -> int:
     return sum(len(json.dumps(item.as_dict(), default=str)) for item in items)
 
 
-WATCHED = ["OrderID", "ProcessState", "Compensation", "FailureCount", "UpdatedAt"]
+WATCHED = ["OrderID", "ProcessState", "Compensation", "FailureCount", "UpdatedAt", "IndexKey"]
 
 
 def _settled(s: dict[str, Any]) -> bool:
@@ -250,8 +251,9 @@ class Bench:
                             base_workflow=workflow or ORDER_FULFILMENT)
         bootstrap.reset(c)
         c.ensure_resources()
-        watcher = TableServiceClient.from_connection_string(self.connection).get_table_client(
-            settings.state_table)
+        tables = TableServiceClient.from_connection_string(self.connection)
+        watcher = tables.get_table_client(settings.state_table)
+        inflight = tables.get_table_client(settings.inflight_table)
         sender = LocalSender(QueueServiceClient.from_connection_string(self.connection),
                              settings.orders_queue)
         if worker_process and workflow is not None:
@@ -297,17 +299,23 @@ class Bench:
                     break
                 time.sleep(2.0)
             cpu.stop()
+            states = list(watcher.query_entities("RowKey eq 'state'", select=WATCHED))
+            done_at = {s["OrderID"]: s["UpdatedAt"].timestamp() for s in states if _settled(s)}
+            elapsed = max(done_at.values(), default=time.time()) - started
+            if len(done_at) < n:
+                raise RuntimeError(f"{tag}: only {len(done_at)}/{n} orders settled")
+            # The counts, once the app has finished with these orders, not as the last one
+            # shows settled: its outbox is still being carried out then.
+            while not all_metered(states, inflight, host):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{tag}: the app was still at work on settled orders")
+                time.sleep(0.1)
             if worker is not None:
                 # The functions' requests and log records were the worker's to count.
                 counted = worker.counts()
                 meter.absorb(counted.per_function, counted.entities_read)
                 logs.absorb(counted.log_records, counted.log_bytes,
                             counted.log_records_by_logger)
-            states = list(watcher.query_entities("RowKey eq 'state'", select=WATCHED))
-            done_at = {s["OrderID"]: s["UpdatedAt"].timestamp() for s in states if _settled(s)}
-            elapsed = max(done_at.values(), default=time.time()) - started
-            if len(done_at) < n:
-                raise RuntimeError(f"{tag}: only {len(done_at)}/{n} orders settled")
             return Run(n, elapsed, states, sent_at, meter.snapshot(), meter.per_function(),
                        sorted(t - started for t in done_at.values()), logs,
                        dict(host.stats.invocations), cpu, dict(host.stats.cpu_seconds))

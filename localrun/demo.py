@@ -52,6 +52,9 @@ DEMO_SETTINGS = {
     "CircuitBreakerFailures": "8",
     "CircuitBreakerResetSeconds": "3",
 }
+# How long the summary waits, after the last order settled, for the app to finish with the
+# orders: a call to a hung service goes on for up to SimHangSeconds.
+METERING_WAIT_SECONDS = 60
 
 
 @dataclass
@@ -137,7 +140,7 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
 
         from localrun.appsettings import local_app_settings
         from localrun.host import LocalFunctionHost
-        from localrun.metering import StorageMeter, per_order_counts
+        from localrun.metering import StorageMeter, all_metered, per_order_counts
         from orderctl.samples import sample_orders
         from orderctl.senders import LocalSender
         from shared import bootstrap
@@ -155,8 +158,9 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
         bootstrap.reset(container)
         container.ensure_resources()
         # Unmetered clients for this screen and the sending, so they don't count as the app's.
-        watcher = TableServiceClient.from_connection_string(az.connection_string) \
-            .get_table_client(settings.state_table)
+        tables = TableServiceClient.from_connection_string(az.connection_string)
+        watcher = tables.get_table_client(settings.state_table)
+        inflight = tables.get_table_client(settings.inflight_table)
         host = LocalFunctionHost(function_app.app, settings=dict(os.environ),
                                  storage_connection=az.connection_string,
                                  host_json=ROOT / "host.json", http_port=port,
@@ -202,7 +206,19 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
                     console.print(f"progress: {len(snap.settled)}/{orders} settled; " + ", ".join(
                         f"{k} {v}" for k, v in sorted(snap.by_state().items()) if v))
         elapsed = time.monotonic() - started
+        # The counts, once the app has finished with these orders (all_metered), not as the
+        # last one shows settled: its outbox is still being carried out then.
+        metered = False
+        until = time.monotonic() + METERING_WAIT_SECONDS
+        while len(snap.settled) == orders and time.monotonic() < until:
+            if metered := all_metered(snap.states, inflight, host):
+                break
+            time.sleep(0.1)
         _summary(console, snap, elapsed, per_order_counts(orders, meter.per_function()))
+        if len(snap.settled) == orders and not metered:
+            console.print(f"[yellow]the app was still at work on these orders "
+                          f"{METERING_WAIT_SECONDS}s after the last one settled: the counts "
+                          "above may be short[/]")
         result = 0
         if len(snap.settled) < orders:
             console.print(f"[red]{orders - len(snap.settled)} orders not settled after "
