@@ -42,9 +42,9 @@ from localrun.metering import (
     NOT_THE_APPS,
     READS,
     SERVICE_BUS_STAND_IN,
-    all_metered,
     is_table_write,
     per_order_counts,
+    wait_metered,
 )
 from shared.domain.state import CompensationState, ProcessState, settled
 
@@ -306,10 +306,8 @@ class Bench:
                 raise RuntimeError(f"{tag}: only {len(done_at)}/{n} orders settled")
             # The counts, once the app has finished with these orders, not as the last one
             # shows settled: its outbox is still being carried out then.
-            while not all_metered(states, inflight, host):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{tag}: the app was still at work on settled orders")
-                time.sleep(0.1)
+            if not wait_metered(states, inflight, host, deadline):
+                raise RuntimeError(f"{tag}: the app was still at work on settled orders")
             if worker is not None:
                 # The functions' requests and log records were the worker's to count.
                 counted = worker.counts()

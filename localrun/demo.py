@@ -140,7 +140,7 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
 
         from localrun.appsettings import local_app_settings
         from localrun.host import LocalFunctionHost
-        from localrun.metering import StorageMeter, all_metered, per_order_counts
+        from localrun.metering import StorageMeter, per_order_counts, wait_metered
         from orderctl.samples import sample_orders
         from orderctl.senders import LocalSender
         from shared import bootstrap
@@ -206,14 +206,10 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
                     console.print(f"progress: {len(snap.settled)}/{orders} settled; " + ", ".join(
                         f"{k} {v}" for k, v in sorted(snap.by_state().items()) if v))
         elapsed = time.monotonic() - started
-        # The counts, once the app has finished with these orders (all_metered), not as the
-        # last one shows settled: its outbox is still being carried out then.
-        metered = False
-        until = time.monotonic() + METERING_WAIT_SECONDS
-        while len(snap.settled) == orders and time.monotonic() < until:
-            if metered := all_metered(snap.states, inflight, host):
-                break
-            time.sleep(0.1)
+        # The counts, once the app has finished with these orders, not as the last one shows
+        # settled: its outbox is still being carried out then.
+        metered = len(snap.settled) == orders and wait_metered(
+            snap.states, inflight, host, time.monotonic() + METERING_WAIT_SECONDS)
         _summary(console, snap, elapsed, per_order_counts(orders, meter.per_function()))
         if len(snap.settled) == orders and not metered:
             console.print(f"[yellow]the app was still at work on these orders "

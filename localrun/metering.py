@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -195,3 +196,13 @@ def all_metered(states: Iterable[Mapping[str, Any]], inflight: TableClient,
     left = any(str(IndexKey(e["PartitionKey"], e["RowKey"])) in named
                for e in inflight.list_entities(select=["PartitionKey", "RowKey"]))
     return not left and host.idle
+
+
+def wait_metered(states: list[Mapping[str, Any]], inflight: TableClient,
+                 host: LocalFunctionHost, deadline: float) -> bool:
+    """Wait until all_metered, or the ``time.monotonic()`` deadline: whether it came."""
+    while not all_metered(states, inflight, host):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
