@@ -208,18 +208,18 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
         elapsed = time.monotonic() - started
         # The counts, once the app has finished with these orders, not as the last one shows
         # settled: its outbox is still being carried out then.
-        metered = len(snap.settled) == orders and wait_metered(
+        unsettled = orders - len(snap.settled)
+        metered = not unsettled and wait_metered(
             snap.states, inflight, host, time.monotonic() + METERING_WAIT_SECONDS)
         _summary(console, snap, elapsed, per_order_counts(orders, meter.per_function()))
-        if len(snap.settled) == orders and not metered:
+        result = 0
+        if unsettled:
+            console.print(f"[red]{unsettled} orders not settled after {timeout:.0f}s[/]")
+            result = 1
+        elif not metered:
             console.print(f"[yellow]the app was still at work on these orders "
                           f"{METERING_WAIT_SECONDS}s after the last one settled: the counts "
                           "above may be short[/]")
-        result = 0
-        if len(snap.settled) < orders:
-            console.print(f"[red]{orders - len(snap.settled)} orders not settled after "
-                          f"{timeout:.0f}s[/]")
-            result = 1
         if serve:
             console.print(f"still serving the operator console: {console_url} "
                           "(Ctrl-C stops everything)", soft_wrap=True)
