@@ -167,10 +167,12 @@ class FakeOrderStore:
         self.fault("store.drop")
         self.index.pop(key, None)
 
-    def quarantine(self, entry: InFlightEntry, version: str) -> None:
+    def quarantine(self, entry: InFlightEntry, version: str, until: datetime) -> None:
         self.fault("store.quarantine")
-        if entry.key in self.index:
-            self.index[entry.key] = replace(self.index[entry.key], unreadable=version)
+        key = str(due_index.key_for(entry.order_id, entry.generation, until))
+        self.index[key] = replace(entry, key=key, base=version, unreadable=version)
+        if key != entry.key:
+            self.drop(entry.key)
 
     def list_states(self, process_state: str | None, limit: int,
                     continuation: str | None) -> tuple[list[OrderState], str | None]:

@@ -20,7 +20,7 @@ import dataclasses
 import json
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from azure.core import MatchConditions
@@ -81,8 +81,8 @@ class InFlightEntry:
     """An entry of the due-time index, as the Supervisor meets it."""
 
     key: str  # exact: what the record names and what dropping it deletes
-    order_id: str
-    generation: int
+    order_id: str  # "" when the entry names none (an entry no release could have written)
+    generation: int | None  # None: the first releases' entries, for whichever generation
     since: datetime  # when it was written
     # The record's version the entry was put in against ("" before the order's first record,
     # None for an entry from before the index): once the record is at another version, no
@@ -107,9 +107,31 @@ class OrderStore(Protocol):
     def confirm_outbox(self, state: OrderState) -> OrderState: ...
     def due(self, now: datetime, limit: int) -> list[InFlightEntry]: ...
     def drop(self, key: str) -> None: ...
-    def quarantine(self, entry: InFlightEntry, version: str) -> None: ...
+    def quarantine(self, entry: InFlightEntry, version: str, until: datetime) -> None: ...
     def list_states(self, process_state: str | None, limit: int,
                     continuation: str | None) -> tuple[list[OrderState], str | None]: ...
+
+
+# A time for an index entry that carries none (the first releases wrote only the key): old
+# enough that whatever can follow it has.
+_LONG_AGO = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def entry_from_index(e: Any) -> InFlightEntry:
+    """An index entry as the Supervisor meets it, from any release's shape (due_index.names).
+    One that names no order reads with an empty order id: the Supervisor drops it."""
+    key = IndexKey(str(e["PartitionKey"]), str(e["RowKey"]))
+    named = key.names()
+    order_id, generation = named if named is not None else ("", None)
+    if e.get("OrderID") is not None:
+        order_id = str(e["OrderID"])
+    if e.get("Generation") is not None:
+        with contextlib.suppress(TypeError, ValueError):
+            generation = int(e["Generation"])
+    since = e.get("Since")
+    return InFlightEntry(str(key), order_id, generation,
+                         since if isinstance(since, datetime) else _LONG_AGO,
+                         e.get("Base"), e.get("Unreadable"))
 
 
 def state_to_entity(state: OrderState) -> dict[str, Any]:
@@ -338,11 +360,7 @@ class TableOrderStore:
                 query, parameters=params, results_per_page=limit,
                 select=["PartitionKey", "RowKey", "OrderID", "Generation", "Since", "Base",
                         "Unreadable"]).by_page()
-            found.extend(
-                InFlightEntry(f"{e['PartitionKey']}/{e['RowKey']}", e["OrderID"],
-                              int(e["Generation"]), e["Since"], e.get("Base"),
-                              e.get("Unreadable"))
-                for e in next(pages, []))
+            found.extend(entry_from_index(e) for e in next(pages, []))
         return found
 
     def drop(self, key: str) -> None:
@@ -350,14 +368,20 @@ class TableOrderStore:
         k = IndexKey.parse(key)
         self._inflight.delete_entity(k.partition, k.row)
 
-    def quarantine(self, entry: InFlightEntry, version: str) -> None:
-        """Remember that this version of the record was reported unreadable."""
-        k = IndexKey.parse(entry.key)
-        with contextlib.suppress(ResourceNotFoundError):  # settled and dropped meanwhile
-            self._inflight.update_entity(
-                {"PartitionKey": k.partition, "RowKey": k.row, "Unreadable": version},
-                mode=UpdateMode.MERGE,
-            )
+    def quarantine(self, entry: InFlightEntry, version: str, until: datetime) -> None:
+        """File this unreadable version of the record out of the way, to be looked at again at
+        ``until``: a new entry that remembers the version, then this one dropped. Entries at the
+        front of a partition are what a tick reads, so one left there would hold up every order
+        filed behind it."""
+        key = due_index.key_for(entry.order_id, entry.generation, until)
+        props: dict[str, Any] = {"PartitionKey": key.partition, "RowKey": key.row,
+                                 "OrderID": entry.order_id, "Since": entry.since,
+                                 "Base": version, "Unreadable": version}
+        if entry.generation is not None:
+            props["Generation"] = entry.generation
+        self._inflight.upsert_entity(props, mode=UpdateMode.REPLACE)
+        if str(key) != entry.key:
+            self.drop(entry.key)
 
     def _get(self, pk: str, rk: str) -> Any:
         try:

@@ -79,8 +79,25 @@ class IndexKey:
         return datetime.strptime(self.row.split(_SEP, 1)[0], _TIME).replace(tzinfo=UTC)
 
 
-def key_for(order_id: str, generation: int, due: datetime) -> IndexKey:
-    return IndexKey(shard(order_id), f"{_text(due)}{_SEP}{order_id}@{generation}")
+    def names(self) -> tuple[str, int | None] | None:
+        """The order id and generation the key names, read from the key alone, or None when it
+        names nothing this code knows. Entries of the first releases carried no properties but
+        the key (``inflight / <OrderID>``: no generation, which then means "whichever the record
+        is at"); later ones ``inflight / <OrderID>@<generation>``; today's put the time first.
+        """
+        named = self.row.split(_SEP, 1)[1] if _SEP in self.row else self.row
+        order_id, at, generation = named.rpartition("@")
+        if not at:
+            return (named, None) if named else None
+        if not order_id or not generation.isdigit():
+            return None
+        return order_id, int(generation)
+
+
+def key_for(order_id: str, generation: int | None, due: datetime) -> IndexKey:
+    """``generation`` None: an entry for whichever generation the record is at (see names)."""
+    named = order_id if generation is None else f"{order_id}@{generation}"
+    return IndexKey(shard(order_id), f"{_text(due)}{_SEP}{named}")
 
 
 def legacy_key(order_id: str, generation: int) -> IndexKey:

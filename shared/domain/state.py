@@ -226,6 +226,8 @@ class RetryPolicy:
     # Recoveries one tick carries out; the rest wait for the next, so that after an outage the
     # recovery does not itself overload the store.
     max_recoveries_per_tick: int = 200
+    # How long a record the Supervisor cannot read is filed aside before it is read again.
+    unreadable_recheck: timedelta = timedelta(minutes=15)
 
 
 def exponential_backoff(base: timedelta, cap: timedelta) -> Callable[[int], timedelta]:

@@ -142,7 +142,9 @@ class Supervisor:
 
     @staticmethod
     def _recoveries(r: TickReport) -> int:
-        return r.retried + r.failed + r.rescued + r.redispatched + r.excused
+        # Unreadable records count: however many there are, a tick's writes stay bounded.
+        return (r.retried + r.failed + r.rescued + r.redispatched + r.excused + r.unreadable
+                + r.skipped)
 
     def _record(self, ticks: TickLog, version: str | None) -> None:
         for _ in range(RECORD_TRIES):
@@ -158,20 +160,29 @@ class Supervisor:
 
     def _supervise(self, entry: InFlightEntry, report: TickReport, tick: _Tick) -> None:
         grace = self._policy.pending_grace
+        if not entry.order_id:  # names no order: nothing any release wrote, nothing to follow
+            log.warning("supervisor: index entry %s names no order; dropped", entry.key)
+            self._store.drop(entry.key)
+            report.dropped += 1
+            return
         report.entities_read += 1
         state = self._store.get_state(entry.order_id)
         now = self._clock()  # when the record was read: decisions are about this moment
         tick.storage_answered(now, self._policy.outage_gap)
-        if state is None or entry.generation != state.generation:
+        if state is None or entry.generation not in (None, state.generation):
             # Written before an order (or a resubmission) that never followed, or left by a
             # generation that has settled: drop it once nothing can still be on its way.
-            older = state is not None and entry.generation < state.generation
+            older = (state is not None and entry.generation is not None
+                     and entry.generation < state.generation)
             if older or entry.since + grace < now:
                 self._store.drop(entry.key)
                 report.forgotten += 1
             return
-        legacy = entry.base is None  # filed before the due-time index, which its record predates
-        if entry.key != state.index_key and not (legacy and state.index_key is None):
+        # An entry filed before the due-time index (its record predates it), or one this
+        # Supervisor filed aside for a record it could not read: the record may name no entry,
+        # or one that is gone, so this one stands for it until the order is filed anew.
+        adopted = entry.base is None or entry.unreadable is not None
+        if entry.key != state.index_key and not adopted:
             # Superseded, or put in by a write that failed. Dropped, unless a write against the
             # version still stored may yet land and name it.
             if entry.base != state.version or entry.since + grace < now:
@@ -198,7 +209,8 @@ class Supervisor:
                                   state.current_step.attempt if state.current_step else None,
                                   state.generation, **{"order.reason": decision.reason})):
                 self._act(decision, state, report)
-        if legacy:  # the order is filed by its due time now (by this tick or its last writer)
+        if adopted and entry.key != state.index_key:
+            # The order is filed by its due time now (by this tick or its last writer).
             self._store.drop(entry.key)
 
     def _act(self, decision: SupervisorDecision, state: OrderState, report: TickReport) -> None:
@@ -243,16 +255,20 @@ class Supervisor:
             log.exception("supervisor: could not report order %s", entry.order_id)
 
     def _unreadable(self, entry: InFlightEntry, e: CorruptRecord, report: TickReport) -> None:
-        if entry.unreadable == e.version:
-            report.skipped += 1
-            return
+        # Filed aside, to be read again later: never at the front of its partition, where it
+        # would keep the orders behind it from being read at all.
+        until = self._clock() + self._policy.unreadable_recheck
         try:
+            if entry.unreadable == e.version:  # reported already, and unchanged since
+                self._store.quarantine(entry, e.version, until)
+                report.skipped += 1
+                return
             self._alerts.raise_alert(OperatorAlert(
                 AlertKind.RECORD_UNREADABLE, entry.order_id,
-                f"the Supervisor cannot read this order's state record and skips it until it "
-                f"changes: {e.reason}", self._clock(), key=f"{entry.order_id}.unreadable."
-                f"{e.version}"))
-            self._store.quarantine(entry, e.version)
+                f"the Supervisor cannot read this order's state record; it looks again every "
+                f"{self._policy.unreadable_recheck} until the record is repaired: {e.reason}",
+                self._clock(), key=f"{entry.order_id}.unreadable.{e.version}"))
+            self._store.quarantine(entry, e.version, until)
             report.unreadable += 1
         except Exception:
             report.errors += 1

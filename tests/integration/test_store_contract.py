@@ -181,7 +181,6 @@ def test_a_settled_write_keeps_the_entry_for_its_forget_to_drop(store: OrderStor
     assert entry.key == s.index_key
     store.drop(entry.key)
     store.drop(entry.key)  # idempotent
-    store.quarantine(entry, "v-bad")  # gone meanwhile: nothing to mark, no error
     assert store.due(T0 + timedelta(days=1), 100) == []
 
 
@@ -192,12 +191,18 @@ def test_a_second_create_takes_its_entry_back(store: OrderStore) -> None:
     assert [e.key for e in store.due(T0 + timedelta(days=1), 100)] == [saved.index_key]
 
 
-def test_an_unreadable_record_is_marked_on_its_entry(store: OrderStore) -> None:
-    create(store)
+def test_an_unreadable_record_is_filed_aside_and_marked(store: OrderStore) -> None:
+    _, saved = create(store)
     (entry,) = store.due(T0 + timedelta(days=1), 100)
-    store.quarantine(entry, "v-bad")
-    (entry,) = store.due(T0 + timedelta(days=1), 100)
-    assert entry.unreadable == "v-bad"
+    aside = T0 + timedelta(days=2)
+    store.quarantine(entry, "v-bad", aside)
+    assert store.due(T0 + timedelta(days=1), 100) == []  # out of the way of what is behind it
+    (moved,) = store.due(aside, 100)
+    assert (moved.order_id, moved.generation, moved.unreadable, moved.base) == (
+        "o-1", saved.generation, "v-bad", "v-bad")
+    assert moved.key != entry.key
+    store.quarantine(moved, "v-bad", aside)  # again at the same time: the same one entry
+    assert store.due(aside, 100) == [moved]
 
 
 @pytest.fixture(params=["fake", "table"])

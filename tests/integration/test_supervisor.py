@@ -187,6 +187,7 @@ def test_an_unreadable_record_is_reported_once_and_the_tick_goes_on(pipeline: Pi
     claimed_and_lost(pipeline, "b-good")
     table = c.tables.get_table_client(env["StateTableName"])
     bad = table.get_entity("a-bad", "state")
+    good_steps = bad["Steps"]
     bad["ProcessState"] = "Exploded"
     table.update_entity(bad)
     pipeline.clock.advance(seconds=31)
@@ -196,14 +197,30 @@ def test_an_unreadable_record_is_reported_once_and_the_tick_goes_on(pipeline: Pi
     (alert,) = entities(env["OperatorAlertsTableName"])
     assert (alert["Kind"], alert["OrderID"]) == ("RecordUnreadable", "a-bad")
     assert "Exploded" in alert["Reason"]
-    # Reported once: the next tick skips it quietly, until the record changes.
+    # Reported once and filed aside: the next tick does not read it at all ...
+    assert c.supervisor.tick().due == 0
+    # ... and when it comes round again unchanged, it is filed aside again, quietly.
+    recheck = c.supervisor._policy.unreadable_recheck.total_seconds()
+    pipeline.clock.advance(seconds=recheck + 1)
     assert c.supervisor.tick().skipped == 1
     assert len(entities(env["OperatorAlertsTableName"])) == 1
     bad = table.get_entity("a-bad", "state")
     bad["Steps"] = "{not json"
     table.update_entity(bad)
-    assert c.supervisor.tick().unreadable == 1
+    pipeline.clock.advance(seconds=recheck + 1)
+    assert c.supervisor.tick().unreadable == 1  # a new version: reported again
     assert len(entities(env["OperatorAlertsTableName"])) == 2
+    # Repaired: the entry filed aside stands for the record, which is recovered and filed anew.
+    bad = table.get_entity("a-bad", "state")
+    bad["Steps"] = good_steps
+    bad["ProcessState"] = "Processing"
+    table.update_entity(bad)
+    pipeline.clock.advance(seconds=recheck + 1)
+    report = c.supervisor.tick()
+    assert (report.unreadable, report.skipped, report.retried) == (0, 0, 1)
+    assert state(pipeline, "a-bad")["FailureCount"] == 1
+    (entry,) = [e for e in entities(env["InFlightTableName"]) if e.get("OrderID") == "a-bad"]
+    assert "Unreadable" not in entry
 
 
 def test_a_fault_on_one_order_leaves_the_rest_of_the_tick_to_run(pipeline: Pipeline) -> None:
@@ -247,7 +264,15 @@ def test_an_order_no_scheduler_can_take_is_failed_with_an_alert(pipeline: Pipeli
     assert (alert["Kind"], alert["OrderID"]) == ("OrderFailed", "o-1")
 
 
-def _as_before_the_due_index(p: Pipeline, order_id: str) -> None:
+# The in-flight entries of the releases before the due-time index, by the commit that wrote them.
+LEGACY_ENTRIES = {
+    "d227dda": lambda oid, now: {"RowKey": oid, "Since": now},
+    "75e3701": lambda oid, now: {"RowKey": f"{oid}@0", "OrderID": oid, "Generation": 0,
+                                 "Since": now},
+}
+
+
+def _as_before_the_due_index(p: Pipeline, order_id: str, shape: str = "75e3701") -> None:
     """Turn an order's record and index entry into what the app wrote before the due-time
     index: no IndexKey on the record, one entry in the old ``inflight`` partition."""
     c = p.container
@@ -256,18 +281,18 @@ def _as_before_the_due_index(p: Pipeline, order_id: str) -> None:
     c.store.drop(e.pop("IndexKey"))
     states.update_entity(e, mode=UpdateMode.REPLACE)
     c.tables.get_table_client(p.env["InFlightTableName"]).create_entity(
-        {"PartitionKey": "inflight", "RowKey": f"{order_id}@0", "OrderID": order_id,
-         "Generation": 0, "Since": p.clock.now})
+        {"PartitionKey": "inflight", **LEGACY_ENTRIES[shape](order_id, p.clock.now)})
 
 
+@pytest.mark.parametrize("shape", sorted(LEGACY_ENTRIES))
 def test_entries_from_before_the_due_index_are_filed_by_their_due_time(
-        pipeline: Pipeline) -> None:
+        pipeline: Pipeline, shape: str) -> None:
     c, env = pipeline.container, pipeline.env
     claimed_and_lost(pipeline, "old-overdue")
     pipeline.clock.advance(seconds=20)
     claimed_and_lost(pipeline, "old-waiting")
     for oid in ("old-overdue", "old-waiting"):
-        _as_before_the_due_index(pipeline, oid)
+        _as_before_the_due_index(pipeline, oid, shape)
     assert index_entries(env) == []
     pipeline.clock.advance(seconds=11)  # the first one's step is overdue, the second's is not
     report = c.supervisor.tick()

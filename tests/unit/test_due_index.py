@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shared.adapters.state_store import entry_from_index
 from shared.domain import due_index
 from shared.domain.due_index import IndexKey
 
@@ -23,6 +24,7 @@ def test_an_entry_is_in_range_exactly_when_its_time_has_come(
     assert (key.row <= due_index.due_by(now)) == (due <= now)
     assert key.partition == due_index.shard(order_id) in due_index.partitions()
     assert IndexKey.parse(str(key)) == key and key.due == due
+    assert key.names() == (order_id, generation)
 
 
 @given(a=TIMES, b=TIMES, ids=st.tuples(ORDER_IDS, ORDER_IDS))
@@ -53,3 +55,30 @@ def test_a_new_entry_is_needed_only_when_the_order_falls_due_before_its_own() ->
     legacy = str(due_index.legacy_key("o-1", 0))
     assert IndexKey.parse(legacy).due is None
     assert due_index.new_key_needed(legacy, t, move=False)
+
+
+def test_index_entries_of_every_earlier_shape_are_read() -> None:
+    """The entries earlier releases wrote read as entries of the order they name (the first
+    releases' key alone: any generation); one that names no order reads with none, so the
+    Supervisor drops it instead of failing its tick on it."""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    shapes: dict[str, dict[str, object]] = {
+        "inflight/o-a": {"Since": t0},  # d227dda..dff45f2: the order id alone
+        "inflight/o-b@2": {"OrderID": "o-b", "Generation": 2, "Since": t0},  # 75e3701
+        "inflight/o-c@1": {},  # nothing but the key
+        f"{due_index.shard('o-d')}/20260101T000000.000000Z|o-d@0": {"Generation": "x"},
+        "inflight/": {},
+        "due-03/20260101T000000.000000Z|@": {},
+    }
+    read = {}
+    for key, props in shapes.items():
+        partition, _, row = key.partition("/")
+        read[key] = entry_from_index({"PartitionKey": partition, "RowKey": row, **props})
+    names = {k: (e.order_id, e.generation) for k, e in read.items()}
+    assert names == {
+        "inflight/o-a": ("o-a", None), "inflight/o-b@2": ("o-b", 2),
+        "inflight/o-c@1": ("o-c", 1),
+        f"{due_index.shard('o-d')}/20260101T000000.000000Z|o-d@0": ("o-d", 0),
+        "inflight/": ("", None), "due-03/20260101T000000.000000Z|@": ("", None)}
+    assert read["inflight/o-a"].since == t0
+    assert read["inflight/o-c@1"].since < t0  # no time: old enough to drop once unnamed
