@@ -101,5 +101,19 @@ def new_work_key(order_id: str, step: str, generation: int = 0) -> str:
 
 
 def undo_key(work_key: str) -> str:
-    """The Idempotency-Key of the undo of the work done under ``work_key``."""
-    return f"{work_key}.undo"
+    """The Idempotency-Key of the undo of the work done under ``work_key``.
+
+    ``<order>.<step>[.g<n>].undo``: what the releases before recorded work keys used, so that
+    an Agent of such a release, which reads the work an undo names off its key
+    (``legacy_compensates``), names the right work during a rolling deployment.
+    """
+    return f"{work_key.removesuffix('.do')}.undo"
+
+
+def legacy_compensates(undo_idempotency_key: str) -> str | None:
+    """The work an undo request names when it does not say (``compensates`` came with commit
+    75e3701; a request sent by an earlier release reads its work off its own key), or None
+    when the key is not an undo key of that shape."""
+    if not undo_idempotency_key.endswith(".undo"):
+        return None
+    return f"{undo_idempotency_key.removesuffix('.undo')}.do"

@@ -556,16 +556,27 @@ def _to_undo(state: OrderState, workflow: Workflow) -> StepState | None:
     that no other attempt (a timed-out one, a duplicate request) did the work, and its undo
     is cheap insurance: the service voids the key, so no late copy can do it afterwards."""
     for s in reversed(state.steps):
-        if workflow.step(s.name).compensation is None or s.work_key is None:
+        if workflow.step(s.name).compensation is None:
             continue
         if s.status in (StepStatus.COMPLETED, StepStatus.COMPENSATING, StepStatus.FAILED):
             return s
     return None
 
 
+UNKNOWN_WORK_KEY = (
+    "the key its work was done under was never recorded (a record of a release before work "
+    "keys, completed in an earlier generation): check the service for this order's work, undo "
+    "it by hand, then resubmit with force")
+
+
 def _next_compensation(new: OrderState, scheduler_id: str, now: datetime, workflow: Workflow,
                        events: list[Event]) -> list[Event]:
     step = _to_undo(new, workflow)
+    if step is not None and step.work_key is None:
+        # Nothing can name the work to undo: an operator must, and the order says so.
+        step.status = StepStatus.COMPENSATION_FAILED
+        step.last_error = UNKNOWN_WORK_KEY
+        return [*events, *_give_up_compensation(new, step.name, UNKNOWN_WORK_KEY)]
     if step is None:
         new.compensation = CompensationState.DONE
         new.locked_by = None

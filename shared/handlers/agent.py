@@ -32,7 +32,13 @@ from shared.adapters.remote_service import (
 )
 from shared.circuit_breaker import CircuitBreaker, CircuitOpen
 from shared.clock import Clock
-from shared.domain.messages import Action, AgentReply, AgentRequest, ReplyOutcome
+from shared.domain.messages import (
+    Action,
+    AgentReply,
+    AgentRequest,
+    ReplyOutcome,
+    legacy_compensates,
+)
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +118,10 @@ class Agent:
     def _call_with_retries(self, req: AgentRequest) -> dict[str, Any]:
         body: dict[str, Any] = {"order_id": req.order_id, "step": req.step, "order": req.order}
         if req.action is Action.UNDO:
-            if not req.compensates:
+            compensates = req.compensates or legacy_compensates(req.idempotency_key)
+            if not compensates:
                 raise PermanentServiceError("an undo request must name the work it undoes")
-            body["compensates"] = req.compensates
+            body["compensates"] = compensates
 
         def stop(rs: RetryCallState) -> bool:
             # Stop when the next wait would end past complete-by: a reply then is worthless.

@@ -224,7 +224,7 @@ def test_permanent_error_fails_alerts_and_starts_compensation(pipeline: Pipeline
     s.handle_reply(reply(void))
     (undo,) = drain_json(env["InventoryRequestsQueueName"])
     assert (undo["action"], undo["operation"], undo["idempotency_key"], undo["compensates"]) == (
-        "undo", "release", "o-1.reserve_inventory.do.undo", "o-1.reserve_inventory.do")
+        "undo", "release", "o-1.reserve_inventory.undo", "o-1.reserve_inventory.do")
     s.handle_reply(reply(undo))
     st = state(pipeline)
     assert st["Compensation"] == "Done"

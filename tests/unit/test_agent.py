@@ -3,6 +3,7 @@ real time. The Azurite and HTTP version is tests/integration/test_agents.py."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -69,5 +70,29 @@ def test_an_undo_names_the_recorded_work_key_and_nothing_else() -> None:
     script = Script(clock, {"status": "undone"})
     agent(clock, script).handle(request(clock, action=Action.UNDO))
     ((_, key, body),) = script.calls
-    assert key == "o-1.charge_payment.do.undo"
+    assert key == "o-1.charge_payment.undo"
     assert body["compensates"] == "o-1.charge_payment.do"
+
+
+def test_an_undo_sent_by_a_release_before_work_keys_names_the_work_its_key_implies() -> None:
+    """Before 75e3701 an undo request had no ``compensates``: the Agent read the work off the
+    undo's key. Such a request, met during a rolling deployment, must undo that work, not fail
+    the compensation ("an undo request must name the work it undoes")."""
+    clock = FakeClock()
+    script = Script(clock, {"status": "undone"})
+    old = {"schema_version": 1, "order_id": "o-1", "step": "charge_payment", "action": "undo",
+           "operation": "refund", "attempt": 1,
+           "complete_by": (clock.now + timedelta(seconds=30)).isoformat(),
+           "idempotency_key": "o-1.charge_payment.g2.undo", "order": {}}
+    reply = agent(clock, script).handle(json.dumps(old))
+    assert reply is not None and reply.outcome == "ok"
+    ((_, key, body),) = script.calls
+    assert (key, body["compensates"]) == ("o-1.charge_payment.g2.undo",
+                                          "o-1.charge_payment.g2.do")
+
+
+def test_the_undo_key_names_its_work_to_an_agent_of_a_release_before_work_keys() -> None:
+    """Such an Agent derived the work from the undo's key (key.removesuffix('.undo') + '.do');
+    with today's undo key it must arrive at the recorded work key, never '<key>.do.do'."""
+    for work in (new_work_key("o-1", "charge_payment"), new_work_key("o-1", "ship", 3)):
+        assert undo_key(work).removesuffix(".undo") + ".do" == work
