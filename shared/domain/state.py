@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from shared.domain import budget
 from shared.domain.alerts import AlertKind
 from shared.domain.effects import (
     Dispatch,
@@ -317,9 +318,10 @@ def apply_reply(
         events = _next_compensation(new, scheduler_id, now, workflow,
                                     [Event("step_compensated", step.name)])
     else:
+        error = budget.clip_error(reply.error) or "permanent error"
         step.status = StepStatus.COMPENSATION_FAILED
-        step.last_error = reply.error
-        events = _give_up_compensation(new, step.name, reply.error or "permanent error")
+        step.last_error = error
+        events = _give_up_compensation(new, step.name, error)
     _emit(new, reply_cause(reply), now, events, proven=reply.outbox_seq == state.outbox_seq)
     return Transition(new)
 
@@ -367,12 +369,15 @@ def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
             "is kept under its key, not redone)"
         )
     new = state._copy(now)
-    new.history = [*new.history, {
-        "at": now.isoformat(), "event": "resubmitted", "reason": reason, "forced": force,
-        "previous_error": state.last_error, "failure_count": state.failure_count,
+    # Held to its budget by size, not only by count: an operator's reason can be any length.
+    new.history = budget.newest_within([*new.history, {
+        "at": now.isoformat(), "event": "resubmitted",
+        "reason": budget.clip(reason, budget.REASON_TEXT), "forced": force,
+        "previous_error": budget.clip_error(state.last_error),
+        "failure_count": state.failure_count,
         "compensation": state.compensation.value if state.compensation else None,
         "steps": {s.name: f"{s.status.value} after {s.attempt} attempt(s)" for s in state.steps},
-    }][-MAX_HISTORY:]
+    }][-MAX_HISTORY:], budget.HISTORY)
     new.generation += 1
     new.index_key = None  # the store files the new generation when it writes it
     new.process_state = ProcessState.PENDING
@@ -542,13 +547,14 @@ def _after_do(new: OrderState, step: StepState, reply: AgentReply, scheduler_id:
         new.complete_by = None
         return [*events, Event("completed")]
     # A permanent fault: this attempt was refused. It is undone all the same (see _to_undo).
+    error = budget.clip_error(reply.error)
     step.status = StepStatus.FAILED
-    step.last_error = reply.error
+    step.last_error = error
     new.process_state = ProcessState.ERROR
     new.failed_step = step.name
-    new.last_error = f"{step.name}: {reply.error}"
+    new.last_error = f"{step.name}: {error}"
     return _next_compensation(new, scheduler_id, now, workflow,
-                              [Event("failed", step.name, reply.error)])
+                              [Event("failed", step.name, error)])
 
 
 def _to_undo(state: OrderState, workflow: Workflow) -> StepState | None:

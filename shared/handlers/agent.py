@@ -32,6 +32,7 @@ from shared.adapters.remote_service import (
 )
 from shared.circuit_breaker import CircuitBreaker, CircuitOpen
 from shared.clock import Clock
+from shared.domain import budget
 from shared.domain.messages import (
     Action,
     AgentReply,
@@ -100,7 +101,9 @@ class Agent:
         except PermanentServiceError as e:
             reply = AgentReply(order_id=req.order_id, step=req.step, action=req.action,
                                attempt=req.attempt, outcome=ReplyOutcome.PERMANENT_ERROR,
-                               error=str(e), outbox_seq=req.outbox_seq,
+                               # A service's error body can be any size; a reply cannot.
+                               error=budget.clip(str(e), budget.ERROR_TEXT),
+                               outbox_seq=req.outbox_seq,
                                traceparent=tracing.current_traceparent() or req.traceparent)
         except (TransientServiceError, CircuitOpen, _Expired) as e:
             log.warning("agent %s: %s gave up, no reply: %s", self.name, where, e)

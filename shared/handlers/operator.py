@@ -19,6 +19,7 @@ from shared.adapters.paging import decode_token, encode_token
 from shared.adapters.rejections import REJECTED_PARTITION
 from shared.adapters.state_store import ConcurrencyConflict, OrderStore
 from shared.clock import Clock
+from shared.domain import budget
 from shared.domain.order import ORDER_ID_PATTERN
 from shared.domain.state import (
     CompensationState,
@@ -46,7 +47,7 @@ MAX_PAGE = 1000
 OVERVIEW_SCAN = 5000
 OVERVIEW_ROWS = 50
 # A resubmit reason is kept in the order's history: a sentence, not a document.
-MAX_REASON = 1000
+MAX_REASON = budget.REASON_TEXT
 _ORDER_ID = re.compile(ORDER_ID_PATTERN)
 
 

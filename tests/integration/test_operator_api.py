@@ -8,6 +8,9 @@ from typing import Any
 import httpx
 import pytest
 
+from shared.domain import budget
+from shared.domain.state import CompensationState, ProcessState
+from shared.handlers.operator import MAX_REASON
 from tests.integration.conftest import RunningHost
 from tests.integration.helpers import (
     drain_json,
@@ -124,6 +127,29 @@ def test_resubmit_a_failed_order(run_host: Any) -> None:
         # Now it is Processing: a second resubmit is refused.
         r = c.post("/orders/f-1/resubmit")
         assert r.status_code == 409 and "Processing" in r.json()["error"]
+
+
+def test_resubmits_with_the_longest_reason_in_any_script_never_outgrow_the_record(
+        run_host: Any) -> None:
+    """Bug: history capped by count, not size: a few resubmits with a long non-ASCII reason
+    made the next one an empty 500 (PropertyValueTooLarge)."""
+    h: RunningHost = run_host(only=API)
+    failed_and_compensated(h, "f-9")
+    reason = "\U0001d11e\u0301" * (MAX_REASON // 2)  # non-BMP, each with a combining mark
+    store = h.container.store
+    with api(h) as c:
+        for i in range(25):
+            r = c.post("/orders/f-9/resubmit", json={"reason": reason})
+            assert r.status_code == 202, (i, r.status_code, r.text[:200])
+            # It fails again (as a service would make it) before the next resubmit.
+            s = store.get_state("f-9")
+            assert s is not None
+            s.process_state, s.compensation = ProcessState.ERROR, CompensationState.DONE
+            s.last_error = "\u00e9" * 5000
+            store.save(s)
+        history = r.json()["History"]
+    assert 1 <= len(history) < 25 and history[-1]["reason"].startswith(reason[:100])
+    assert budget.json_units(history) <= budget.HISTORY
 
 
 def compensation_failed(h: RunningHost, order_id: str) -> None:
