@@ -5,11 +5,16 @@ operator resubmit) over the in-memory adapters, with the things that happen in p
 rules: deliveries and duplicate deliveries, messages handled in any order, Agent calls that
 succeed, are refused, fail transiently or succeed with the reply lost, Supervisor ticks at any
 time, the process dying at any point between a write and its effects, the store failing, and
-operator resubmits (forced or not). A model of the remote services records every effect.
+operator resubmits (forced or not). A model of the remote services records every effect. The
+world also holds what earlier releases left behind and what no release should have: unreadable
+state records crowding the orders' own index partitions, index entries of the shapes written
+before the due-time index, and undo requests of the shape sent before work keys.
 
-After every step: no business effect stands twice. At the end, time runs on without faults, and
-then: every order is settled, a Processed order's work stands once per step, a failed and
-compensated order has nothing left standing, and every failure reached an operator.
+After every step: no business effect stands twice, and no readable order stays overdue for more
+than a bounded number of completed Supervisor ticks, however many unreadable records there are.
+At the end, time runs on without faults, and then: every order is settled, a Processed order's
+work stands once per step, a failed and compensated order has nothing left standing, and every
+failure reached an operator.
 
 ``HYPOTHESIS_PROFILE=soak`` runs many more examples (``make soak``).
 """
@@ -30,15 +35,19 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from shared.adapters.remote_service import PermanentServiceError, TransientServiceError
+from shared.adapters.state_store import entry_from_index
 from shared.circuit_breaker import CircuitBreaker
+from shared.domain import due_index
 from shared.domain.alerts import AlertKind
 from shared.domain.due_index import IndexKey
+from shared.domain.order import parse_order
 from shared.domain.state import (
     CompensationState,
     ProcessState,
     RetryPolicy,
     due_at,
     exponential_backoff,
+    receive,
 )
 from shared.domain.workflow import ORDER_FULFILMENT
 from shared.handlers.agent import Agent, AgentRetryPolicy
@@ -67,6 +76,13 @@ AGENT_QS = {"inventory": "inventory-requests", "payment": "payment-requests",
 SERVICE_OF_STEP = {s.name: s.agent for s in ORDER_FULFILMENT.steps}
 WORK_QUEUES = [SCHEDULER_Q, RESPONSES_Q, *AGENT_QS.values()]
 ORDER_IDS = ["o-1", "o-2"]
+# Records no code can read, filed in the same index partitions as the orders above (chosen by
+# due_index.shard), so that they can sit in front of them.
+BAD_IDS = [f"bad-{n}" for n in range(200)
+           if due_index.shard(f"bad-{n}") in {due_index.shard(o) for o in ORDER_IDS}][:6]
+# Recoveries a tick may carry out: small, so that a tick's budget is something bad records
+# could use up.
+MAX_RECOVERIES = 2
 
 OUTCOMES = st.sampled_from(["ok", "ok", "ok", "transient", "refuse", "lost"])
 FAULTS = st.one_of(st.none(), st.tuples(st.integers(1, 8), st.sampled_from(["crash", "down"])))
@@ -163,6 +179,7 @@ class PipelineMachine(RuleBasedStateMachine):
             rescue_threshold=3,
             # Shorter than the shortest outage below, so that every outage is seen.
             outage_gap=timedelta(seconds=15),
+            max_recoveries_per_tick=MAX_RECOVERIES,
         )
         self.store = FakeOrderStore(self.fault, self.policy.pending_grace)
         relay = EffectRelay(store=self.store, sender=self.queues, alerts=self.alerts,
@@ -191,6 +208,9 @@ class PipelineMachine(RuleBasedStateMachine):
             for name in AGENT_QS
         }
         self.orders: dict[str, bytes] = {}
+        self.bad: set[str] = set()
+        # Completed ticks in a row that found a readable order overdue and left it as it was.
+        self.overdue_ticks: dict[str, int] = {}
         self.storage_down = False
         self.outages: list[tuple[datetime, datetime]] = []
 
@@ -290,8 +310,11 @@ class PipelineMachine(RuleBasedStateMachine):
         overlaps an outage, the tick may send it again but not count a failure, unless the
         order has used up its rescues (RescueThreshold bounds the free retries).
         """
-        before = {oid: copy.deepcopy(s) for oid, s in self.store.states.items()}
+        before = {oid: copy.deepcopy(s) for oid, s in self.store.states.items()
+                  if oid not in self.bad}
+        started = self.clock.now
         self.supervisor.tick()
+        self.no_readable_order_stays_overdue(before, started)
         for oid, old in before.items():
             new = self.store.states.get(oid)
             step = old.current_step
@@ -308,6 +331,70 @@ class PipelineMachine(RuleBasedStateMachine):
                 f"{oid}: a failure was counted for {step.name} attempt {step.attempt} "
                 f"({window[0]:%H:%M:%S} to {window[1]:%H:%M:%S}), whose time fell in the "
                 f"outage {during[0][0]:%H:%M:%S} to {during[0][1]:%H:%M:%S}\n" + self.story(oid))
+
+    def no_readable_order_stays_overdue(self, before: dict[str, Any], started: datetime) -> None:
+        """Each tick carries out at most MAX_RECOVERIES recoveries, and an unreadable record
+        counts against them only once (then it is filed aside), so an overdue order waits at
+        most one tick per MAX_RECOVERIES records in its way, and a tick for the orders ahead."""
+        bound = len(self.bad) // MAX_RECOVERIES + len(ORDER_IDS) + 1
+        for oid, old in before.items():
+            new = self.store.states.get(oid)
+            overdue = (not old.is_settled
+                       and due_at(old, self.policy.pending_grace) <= started)
+            if not overdue or new is None or new.version != old.version:
+                self.overdue_ticks.pop(oid, None)
+                continue
+            n = self.overdue_ticks[oid] = self.overdue_ticks.get(oid, 0) + 1
+            assert n <= bound, (
+                f"{oid} was overdue (due {due_at(old, self.policy.pending_grace):%H:%M:%S}) and "
+                f"left as it was by {n} ticks in a row, with {len(self.bad)} unreadable "
+                f"records about\n" + self.story(oid))
+
+    @precondition(lambda self: len(self.bad) < len(BAD_IDS))
+    @rule(data=st.data())
+    def a_record_no_release_can_read(self, data: st.DataObject) -> None:
+        """A state record that cannot be read (corrupted, or of a shape from the future) sits
+        in the index in front of, or among, the orders'."""
+        oid = data.draw(st.sampled_from([b for b in BAD_IDS if b not in self.bad]))
+        order = parse_order(json.dumps({
+            "order_id": oid, "customer_id": "c",
+            "items": [{"sku": "A", "quantity": 1, "unit_price": "1.00"}]}).encode())
+        self.store.create(order, receive(oid, self.workflow, self.clock.now
+                                         - timedelta(seconds=data.draw(st.integers(0, 120)))))
+        self.store.corrupt[oid] = "ProcessState: 'Exploded' is not a valid ProcessState"
+        self.bad.add(oid)
+
+    @precondition(lambda self: any(not s.is_settled and s.index_key
+                                   for o, s in self.store.states.items() if o not in self.bad))
+    @rule(i=st.integers(0, len(ORDER_IDS) - 1), named=st.booleans())
+    def filed_as_before_the_due_index(self, i: int, named: bool) -> None:
+        """The order's index entry is one an earlier release wrote: in the old ``inflight``
+        partition, with (75e3701) or without (d227dda) OrderID and Generation, and the record
+        naming none, as those releases' records did."""
+        state = self.store.states.get(ORDER_IDS[i])
+        if state is None or state.is_settled or state.index_key is None:
+            return
+        row = f"{state.order_id}@{state.generation}" if named else state.order_id
+        props = {"OrderID": state.order_id, "Generation": state.generation} if named else {}
+        legacy = entry_from_index({"PartitionKey": due_index.LEGACY_PARTITION, "RowKey": row,
+                                   **props})
+        self.store.index.pop(state.index_key, None)
+        self.store.index[legacy.key] = legacy
+        state.index_key = None
+
+    @precondition(lambda self: any(self.queues.visible(q) for q in AGENT_QS.values()))
+    @rule(q=st.sampled_from(list(AGENT_QS.values())), index=st.integers(0, 3))
+    def sent_by_a_release_before_work_keys(self, q: str, index: int) -> None:
+        """An Agent request as releases before 75e3701 sent it: an undo named its work only by
+        its own key, and no request carried an outbox sequence number."""
+        visible = self.queues.visible(q)
+        if not visible:
+            return
+        m = visible[index % len(visible)]
+        body = json.loads(m.body)
+        body.pop("compensates", None)
+        body.pop("outbox_seq", None)
+        m.body = json.dumps(body)
 
     @rule(seconds=st.sampled_from([1, 10, 60]))
     def time_passes(self, seconds: int) -> None:
@@ -349,9 +436,13 @@ class PipelineMachine(RuleBasedStateMachine):
     def every_order_in_flight_is_filed_by_its_due_time(self) -> None:
         """The Supervisor reads only the index entries whose time has come: an order it could
         not find there by its due time would never be recovered."""
+        legacy = {e.order_id for e in self.store.index.values()
+                  if IndexKey.parse(e.key).partition == due_index.LEGACY_PARTITION}
         for oid, state in self.store.states.items():
-            if state.is_settled:
+            if state.is_settled or oid in self.bad:
                 continue
+            if state.index_key is None and oid in legacy:
+                continue  # the old partition is read whole at every tick
             assert state.index_key in self.store.index, (
                 f"{oid}: its record names index entry {state.index_key}, which is gone\n"
                 + self.story(oid))
@@ -372,8 +463,13 @@ class PipelineMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.time_runs_on()
-        assert not self.store.index, f"index entries left behind: {sorted(self.store.index)}"
+        left = sorted(k for k, e in self.store.index.items() if e.order_id not in self.bad)
+        assert not left, f"index entries left behind: {left}"
+        for oid in self.bad:  # reported at most once each, however many ticks met it
+            assert len(self.alerts.of(oid, AlertKind.RECORD_UNREADABLE)) <= 1, oid
         for oid, state in self.store.states.items():
+            if oid in self.bad:
+                continue
             event(f"{state.process_state.value}, compensation {state.compensation}, "
                   f"generation {state.generation}")
             assert state.is_settled, (
@@ -408,8 +504,9 @@ class PipelineMachine(RuleBasedStateMachine):
                     self.process(q, 0, None)
             # Quiet: every order settled, nothing left to handle, and every settled order's
             # effects carried out (it leaves the in-flight index last).
-            if all(s.is_settled for s in self.store.states.values()) and not any(
-                    self.queues.queues.get(q) for q in WORK_QUEUES) and not self.store.index:
+            if all(s.is_settled for o, s in self.store.states.items() if o not in self.bad) and (
+                    not any(self.queues.queues.get(q) for q in WORK_QUEUES)) and all(
+                    e.order_id in self.bad for e in self.store.index.values()):
                 return
             self.clock.advance(seconds=5)
             self.tick()
