@@ -122,7 +122,7 @@ def build(settings: Settings, *, clock: Clock = utc_now,
         pending_grace=timedelta(seconds=settings.pending_grace),
         compensation_threshold=settings.compensation_threshold,
         rescue_threshold=settings.rescue_threshold,
-        outage_gap=timedelta(seconds=settings.outage_gap),
+        outage_gap=timedelta(seconds=settings.outage_gap_seconds),
         max_recoveries_per_tick=settings.max_recoveries_per_tick,
     )
     scheduler = Scheduler(instance_id=settings.scheduler_instance_id, store=store, relay=relay,

@@ -71,9 +71,10 @@ class Settings(BaseModel):
     retry_backoff: Seconds = Field(5, alias="RetryBackoffSeconds")
     retry_backoff_max: Seconds = Field(300, alias="RetryBackoffMaxSeconds")
     pending_grace: Seconds = Field(60, alias="PendingGraceSeconds")
-    # Longer than this between two completed Supervisor ticks is an outage: about 2.5 times the
-    # schedule's interval, so one missed tick is not one.
-    outage_gap: Seconds = Field(75, alias="OutageGapSeconds")
+    # Longer than this between two completed Supervisor ticks is an outage. Unset: one and a
+    # half times the schedule's interval (outage_gap_seconds), so that an outage that costs a
+    # single tick is seen at any schedule.
+    outage_gap: Seconds | None = Field(None, alias="OutageGapSeconds")
     max_recoveries_per_tick: int = Field(200, alias="SupervisorMaxRecoveriesPerTick", ge=1)
     step_budgets: str = Field("", alias="StepBudgetSeconds")
     reply_allow_list: str = Field("order-status-*", alias="ReplyQueueAllowList")
@@ -114,6 +115,11 @@ class Settings(BaseModel):
             raise ValueError("needs six NCRONTAB fields: second minute hour day month weekday")
         return v
 
+    @field_validator("outage_gap", mode="before")
+    @classmethod
+    def _unset_when_empty(cls, v: object) -> object:
+        return None if v == "" else v
+
     @field_validator("step_budgets")
     @classmethod
     def _budget_pairs(cls, v: str) -> str:
@@ -127,6 +133,12 @@ class Settings(BaseModel):
             "payment": self.payment_queue,
             "shipping": self.shipping_queue,
         }
+
+    @property
+    def outage_gap_seconds(self) -> float:
+        if self.outage_gap is not None:
+            return self.outage_gap
+        return OUTAGE_GAP_TICKS * schedule_interval(self.supervisor_schedule)
 
     @property
     def service_urls(self) -> dict[str, str]:
@@ -155,6 +167,33 @@ class Settings(BaseModel):
             return base.with_budgets(_parse_budgets(self.step_budgets))
         except ValueError as e:
             raise SettingsError(f"StepBudgetSeconds={self.step_budgets!r}: {e}") from None
+
+
+# Completed ticks this many intervals apart mean that at least one tick did not complete.
+OUTAGE_GAP_TICKS = 1.5
+
+
+def schedule_interval(schedule: str) -> float:
+    """Seconds between two runs of a six-field NCRONTAB schedule, for the regular forms a
+    Supervisor is given (every N seconds, minutes or hours; or at a fixed second each minute, a
+    fixed minute each hour); raises ValueError for the rest, whose outage gap must be set."""
+    fields = schedule.split()
+    if len(fields) != 6:
+        raise ValueError("needs six NCRONTAB fields: second minute hour day month weekday")
+    if fields[3:] != ["*", "*", "*"]:
+        raise ValueError("not every day: set OutageGapSeconds")
+    units = (1, 60, 3600)
+    for i, field in enumerate(fields[:3]):
+        rest = fields[i + 1:3]
+        if field.startswith("*/") and field[2:].isdigit() and all(f == "*" for f in rest):
+            return int(field[2:]) * units[i]
+        if field == "*" and all(f == "*" for f in rest):
+            return units[i]
+        if not field.isdigit():
+            break
+        if all(f == "*" for f in rest):
+            return units[i + 1] if i < 2 else 86400
+    raise ValueError("not a regular interval: set OutageGapSeconds")
 
 
 def _parse_budgets(v: str) -> dict[str, timedelta]:
@@ -188,6 +227,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
             "no storage configured: set AzureWebJobsStorage (a connection string) or "
             "AzureWebJobsStorage__accountName (managed identity)"
         )
+    if settings.outage_gap is None:
+        try:
+            schedule_interval(settings.supervisor_schedule)
+        except ValueError as e:
+            raise SettingsError(f"SupervisorSchedule={settings.supervisor_schedule!r}: {e}"
+                                ) from None
     if settings.retry_backoff_max < settings.retry_backoff:
         raise SettingsError("RetryBackoffMaxSeconds must not be below RetryBackoffSeconds")
     if settings.breaker_window < settings.agent_call_timeout:

@@ -289,7 +289,7 @@ class PipelineMachine(RuleBasedStateMachine):
         self.clock.advance(seconds=seconds)
         self.run(fault, self.tick)
 
-    @rule(seconds=st.sampled_from([20, 45, 120]), tries=st.integers(0, 3))
+    @rule(seconds=st.sampled_from([16, 20, 45, 120]), tries=st.integers(0, 3))
     def storage_outage(self, seconds: int, tries: int) -> None:
         """Storage stops answering for a while; the Supervisor keeps trying, and failing."""
         start = self.clock.now

@@ -116,3 +116,23 @@ def test_a_deployment_without_service_urls_fails_fast_naming_them() -> None:
     with pytest.raises(SettingsError, match="InventoryServiceUrl=''"):
         load_settings({"AzureWebJobsStorage": "UseDevelopmentStorage=true",
                        "InventoryServiceUrl": "", "PaymentServiceUrl": "https://pay"})
+
+
+@pytest.mark.parametrize(("schedule", "gap"), [
+    ("*/30 * * * * *", 45), ("*/10 * * * * *", 15), ("0 */5 * * * *", 450),
+    ("0 * * * * *", 90), ("0 0 */2 * * *", 10800)])
+def test_the_outage_gap_follows_the_supervisor_schedule(schedule: str, gap: float) -> None:
+    """A tick missed is an outage at any schedule: a 20 s outage under */10 was never seen
+    with the fixed 25 s gap (three failed ticks' worth, not one)."""
+    s = load_settings({"AzureWebJobsStorage": "UseDevelopmentStorage=true",
+                       "SupervisorSchedule": schedule})
+    assert s.outage_gap_seconds == gap
+    assert load_settings({"AzureWebJobsStorage": "UseDevelopmentStorage=true",
+                          "SupervisorSchedule": schedule,
+                          "OutageGapSeconds": "7"}).outage_gap_seconds == 7
+
+
+def test_an_irregular_schedule_needs_its_outage_gap_named() -> None:
+    with pytest.raises(SettingsError, match="SupervisorSchedule=.*OutageGapSeconds"):
+        load_settings({"AzureWebJobsStorage": "UseDevelopmentStorage=true",
+                       "SupervisorSchedule": "*/5 1 * * * *"})
