@@ -133,6 +133,6 @@ def test_the_outage_gap_follows_the_supervisor_schedule(schedule: str, gap: floa
 
 
 def test_an_irregular_schedule_needs_its_outage_gap_named() -> None:
-    with pytest.raises(SettingsError, match="SupervisorSchedule=.*OutageGapSeconds"):
+    with pytest.raises(SettingsError, match=r"SupervisorSchedule=.*OutageGapSeconds"):
         load_settings({"AzureWebJobsStorage": "UseDevelopmentStorage=true",
                        "SupervisorSchedule": "*/5 1 * * * *"})
