@@ -18,6 +18,8 @@ ERROR_TEXT = 2_000
 REASON_TEXT = 1_000
 # A record's whole history (its JSON): the oldest entries go first.
 HISTORY = 16_000
+# A record's event timeline (its JSON), likewise.
+TIMELINE = 24_000
 
 _MARK = " [cut]"
 

@@ -155,6 +155,9 @@ class OrderState:
     # How often an operator resubmitted the order, and what happened before each time.
     generation: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
+    # What happened to the order, oldest first, held to budget.TIMELINE (newest kept): each
+    # transition's cause, events, dispatch and the reason the Supervisor or an operator gave.
+    timeline: list[dict[str, Any]] = field(default_factory=list)
     # The effects of the last transition not yet known to be carried out (see effects.py).
     outbox: list[Effect] = field(default_factory=list)
     outbox_seq: int = 0
@@ -313,8 +316,7 @@ def apply_reply(
     step = new.step(step.name)
     step.complete_by = None
     if reply.outcome is ReplyOutcome.OK:
-        step.status = StepStatus.COMPENSATED
-        step.last_error = None
+        step.status = StepStatus.COMPENSATED  # its last error stays: why it was undone
         events = _next_compensation(new, scheduler_id, now, workflow,
                                     [Event("step_compensated", step.name)])
     else:
@@ -347,7 +349,7 @@ MAX_HISTORY = 20
 
 
 def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
-             reason: str = "", force: bool = False) -> Transition:
+             reason: str = "", force: bool = False, by: str | None = None) -> Transition:
     """An operator sends a failed order round again, once its compensation has settled.
 
     Nothing is applied twice: a step keeps the key its work was done under unless that work was
@@ -371,7 +373,7 @@ def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
     new = state._copy(now)
     # Held to its budget by size, not only by count: an operator's reason can be any length.
     new.history = budget.newest_within([*new.history, {
-        "at": now.isoformat(), "event": "resubmitted",
+        "at": now.isoformat(), "event": "resubmitted", "by": by,
         "reason": budget.clip(reason, budget.REASON_TEXT), "forced": force,
         "previous_error": budget.clip_error(state.last_error),
         "failure_count": state.failure_count,
@@ -403,7 +405,9 @@ def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
         # fails again, even after a refusal).
         s.in_doubt = s.work_key is not None
     _emit(new, Cause.OPERATOR, now, [], SendCommand(command=CommandKind.START,
-                                                     reason="resubmitted"))
+                                                     reason="resubmitted"),
+          note=f"resubmitted{' with force' if force else ''}: {reason or 'no reason given'}",
+          by=by)
     return Transition(new)
 
 
@@ -456,7 +460,8 @@ def supervise(state: OrderState, now: datetime, policy: RetryPolicy,
             return _give_up_waiting(new, now, policy)
         new.complete_by = now + policy.pending_grace
         why = f"not taken by a Scheduler (rescue {new.rescues} of {policy.rescue_threshold})"
-        _emit(new, Cause.SUPERVISOR, now, [], SendCommand(command=waiting_for, reason=why))
+        _emit(new, Cause.SUPERVISOR, now, [], SendCommand(command=waiting_for, reason=why),
+              note=why)
         return SupervisorDecision(DecisionKind.RESCUE, new, why)
     step = new.current_step
     if step is not None and new.rescues < policy.rescue_threshold:
@@ -473,7 +478,7 @@ def supervise(state: OrderState, now: datetime, policy: RetryPolicy,
             why += f"; sent again (rescue {new.rescues} of {policy.rescue_threshold})"
             step.complete_by = now + budget
             new.complete_by = step.complete_by
-            _emit(new, Cause.SUPERVISOR, now, [])
+            _emit(new, Cause.SUPERVISOR, now, [], note=why)
             return SupervisorDecision(kind, new, why)
     if state.process_state is ProcessState.PROCESSING:
         return _expire_step(new, now, policy)
@@ -492,7 +497,8 @@ def _run(state: OrderState, step: StepState, now: datetime, workflow: Workflow) 
 
 
 def _emit(new: OrderState, cause: str, now: datetime, events: list[Event],
-          command: SendCommand | None = None, *, proven: bool = False) -> None:
+          command: SendCommand | None = None, *, proven: bool = False,
+          note: str | None = None, by: str | None = None) -> None:
     """Write the transition's outbox: alerts, status, command, dispatch, forget, in that order.
 
     The outbox it replaces may not have been carried out. Only a message that outbox sent
@@ -516,6 +522,25 @@ def _emit(new: OrderState, cause: str, now: datetime, events: list[Event],
     if command is not None:
         effects.append(command)
     _finish(new, cause, effects)
+    _record(new, cause, now, events, note, by)
+
+
+def _record(new: OrderState, cause: str, now: datetime, events: list[Event],
+            note: str | None, by: str | None) -> None:
+    """Add the transition to the order's timeline."""
+    at = now.isoformat()
+    entries: list[dict[str, Any]] = []
+    if note is not None:
+        entries.append({"at": at, "cause": cause, "event": "note",
+                        "detail": budget.clip(note, budget.ERROR_TEXT), "by": by})
+    entries += [{"at": at, "cause": cause, "event": e.kind, "step": e.step,
+                 "detail": e.detail} for e in events]
+    entries += [{"at": at, "cause": cause, "event": f"{d.action.value} sent", "step": d.step,
+                 "attempt": d.attempt} for d in new.outbox if isinstance(d, Dispatch)]
+    if not entries:  # a claim with nothing else to say, say
+        entries.append({"at": at, "cause": cause, "event": new.process_state.value})
+    compact = [{k: v for k, v in e.items() if v is not None} for e in entries]
+    new.timeline = budget.newest_within([*new.timeline, *compact], budget.TIMELINE)
 
 
 def _finish(new: OrderState, cause: str, effects: list[Effect]) -> None:
@@ -660,7 +685,7 @@ def _expire_step(new: OrderState, now: datetime, policy: RetryPolicy) -> Supervi
         new.process_state = ProcessState.PENDING
         new.complete_by = now + delay + policy.pending_grace
         _emit(new, Cause.SUPERVISOR, now, [], SendCommand(
-            command=CommandKind.START, reason=why, not_before=now + delay))
+            command=CommandKind.START, reason=why, not_before=now + delay), note=why)
         return SupervisorDecision(DecisionKind.RETRY, new, why)
     return _fail(new, now, policy, step, f"gave up after {new.failure_count} failures: {why}")
 
@@ -679,7 +704,7 @@ def _expire_compensation(new: OrderState, now: datetime, policy: RetryPolicy) ->
         new.compensation = CompensationState.PENDING
         new.complete_by = now + delay + policy.pending_grace
         _emit(new, Cause.SUPERVISOR, now, [], SendCommand(
-            command=CommandKind.COMPENSATE, reason=why, not_before=now + delay))
+            command=CommandKind.COMPENSATE, reason=why, not_before=now + delay), note=why)
         return SupervisorDecision(DecisionKind.RETRY, new, why)
     if step is not None:
         step.status = StepStatus.COMPENSATION_FAILED

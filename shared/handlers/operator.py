@@ -145,7 +145,10 @@ class Operator:
         states, token = self._store.list_states(process_state, limit, continuation)
         return Page([state_view(s).model_dump(mode="json") for s in states], token)
 
-    def resubmit(self, order_id: str, reason: str = "", force: bool = False) -> dict[str, Any]:
+    def resubmit(self, order_id: str, reason: str = "", force: bool = False,
+                 by: str | None = None) -> dict[str, Any]:
+        """``by``: who asks, as the platform authenticated them; kept in the order's history
+        and timeline."""
         check_order_id(order_id)
         if len(reason) > MAX_REASON:
             raise ValueError(f"the reason is {len(reason)} characters; at most {MAX_REASON}")
@@ -156,12 +159,13 @@ class Operator:
                           attributes=tracing.order_attributes(
                               order_id, generation=state.generation + 1,
                               **{"order.forced": force})):
-            return self._resubmit(state, reason, force)
+            return self._resubmit(state, reason, force, by)
 
-    def _resubmit(self, state: OrderState, reason: str, force: bool) -> dict[str, Any]:
+    def _resubmit(self, state: OrderState, reason: str, force: bool,
+                  by: str | None) -> dict[str, Any]:
         order_id = state.order_id
         try:
-            t = resubmit(state, self._clock(), self._pending_grace, reason, force)
+            t = resubmit(state, self._clock(), self._pending_grace, reason, force, by)
         except IllegalTransition as e:
             raise ResubmitRefused(str(e)) from None
         try:

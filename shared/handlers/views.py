@@ -31,6 +31,20 @@ class StepView(_View):
                                              "undo names it.")
 
 
+class TimelineEntry(_View):
+    at: datetime
+    event: str = Field(description="received, a status event (step_completed, failed, ...), "
+                                   "'do sent' / 'undo sent' (an attempt dispatched), a "
+                                   "process state (a claim), or 'note' (a reason given)")
+    cause: str | None = Field(None, description="What made the transition: intake, start, "
+                                                "compensate, supervisor, operator, or "
+                                                "reply:<step>:<do|undo>:<attempt>")
+    step: str | None = None
+    attempt: int | None = None
+    detail: str | None = None
+    by: str | None = Field(None, description="Who, for an operator's action")
+
+
 class OrderView(_View):
     OrderID: str
     ProcessState: domain.ProcessState
@@ -49,6 +63,9 @@ class OrderView(_View):
     History: list[dict[str, Any]] = Field(description="What happened before each resubmission.")
     Outbox: list[dict[str, Any]] = Field(
         description="What the last transition still has to carry out (empty once known done).")
+    Timeline: list[TimelineEntry] | None = Field(
+        None, description="What happened to the order, oldest first, the oldest entries "
+                          "dropped past a size budget (GET of one order).")
     TraceId: str | None = Field(None, description="The order's trace: look it up in "
                                                   "Application Insights or any OpenTelemetry "
                                                   "backend (README, Tracing).")
@@ -66,6 +83,8 @@ def state_view(s: domain.OrderState, order: dict[str, Any] | None = None) -> Ord
         Steps=[StepView.model_validate(st.to_dict()) for st in s.steps],
         History=s.history, Outbox=[e.model_dump(mode="json") for e in s.outbox],
         TraceId=tracing.trace_id(s.trace),
+        Timeline=([TimelineEntry.model_validate(e) for e in s.timeline]
+                  if order is not None else None),
         Order=orders.Order.model_validate(order) if order is not None else None,
     )
 

@@ -73,6 +73,29 @@ def test_get_order(run_host: Any) -> None:
         assert "Exploded" in r.json()["error"]
 
 
+def test_an_order_shows_what_happened_to_it_after_its_compensation(run_host: Any) -> None:
+    """The step history keeps its errors through the undo, and the timeline holds every
+    attempt sent, its outcome, the failure and each undo, oldest first."""
+    h: RunningHost = run_host(only=API)
+    failed_and_compensated(h, "t-1")
+    with api(h) as c:
+        body = c.get("/orders/t-1").json()
+        assert c.get("/orders").json()["orders"][0]["Timeline"] is None  # one order's only
+    steps = {s["name"]: s for s in body["Steps"]}
+    assert steps["charge_payment"]["status"] == "compensated"
+    assert steps["charge_payment"]["last_error"] == "HTTP 422 card declined"
+    seen = [(e["event"], e.get("step")) for e in body["Timeline"]]
+    assert seen == [
+        ("received", None), ("do sent", "reserve_inventory"),
+        ("step_completed", "reserve_inventory"), ("do sent", "charge_payment"),
+        ("failed", "charge_payment"), ("undo sent", "charge_payment"),
+        ("step_compensated", "charge_payment"), ("undo sent", "reserve_inventory"),
+        ("step_compensated", "reserve_inventory"), ("compensated", None)]
+    failed = next(e for e in body["Timeline"] if e["event"] == "failed")
+    assert failed["detail"] == "HTTP 422 card declined"
+    assert failed["cause"] == "reply:charge_payment:do:1"
+
+
 def test_list_orders_by_state_with_paging(run_host: Any) -> None:
     h: RunningHost = run_host(only=API)
     for i in range(5):
