@@ -5,11 +5,15 @@ Names of queues, tables and connections come from app settings (see README, Sett
 
 import azure.functions as func
 
-from shared import entrypoints
+from shared import blueprints, bootstrap, entrypoints
+from shared.workflows import REGISTRY
 
+bootstrap.configure(REGISTRY)
 entrypoints.check_settings()
 
 app = func.FunctionApp()
+# One Agent per service the workflows call (shared/blueprints.py).
+app.register_functions(blueprints.agents(REGISTRY.services))
 
 
 @app.function_name("intake")
@@ -31,33 +35,6 @@ def scheduler_commands(msg: func.QueueMessage) -> None:
                    connection="AzureWebJobsStorage")
 def scheduler_replies(msg: func.QueueMessage) -> None:
     entrypoints.scheduler_reply(msg)
-
-
-@app.function_name("inventory_agent")
-@app.queue_trigger(arg_name="msg", queue_name="%InventoryRequestsQueueName%",
-                   connection="AzureWebJobsStorage")
-@app.queue_output(arg_name="reply", queue_name="%AgentResponsesQueueName%",
-                  connection="AzureWebJobsStorage")
-def inventory_agent(msg: func.QueueMessage, reply: func.Out[str]) -> None:
-    entrypoints.agent("inventory", msg, reply)
-
-
-@app.function_name("payment_agent")
-@app.queue_trigger(arg_name="msg", queue_name="%PaymentRequestsQueueName%",
-                   connection="AzureWebJobsStorage")
-@app.queue_output(arg_name="reply", queue_name="%AgentResponsesQueueName%",
-                  connection="AzureWebJobsStorage")
-def payment_agent(msg: func.QueueMessage, reply: func.Out[str]) -> None:
-    entrypoints.agent("payment", msg, reply)
-
-
-@app.function_name("shipping_agent")
-@app.queue_trigger(arg_name="msg", queue_name="%ShippingRequestsQueueName%",
-                   connection="AzureWebJobsStorage")
-@app.queue_output(arg_name="reply", queue_name="%AgentResponsesQueueName%",
-                  connection="AzureWebJobsStorage")
-def shipping_agent(msg: func.QueueMessage, reply: func.Out[str]) -> None:
-    entrypoints.agent("shipping", msg, reply)
 
 
 @app.function_name("supervisor")

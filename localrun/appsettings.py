@@ -6,16 +6,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from shared.settings import service_setting_names
+from shared.workflows import REGISTRY
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def isolated_names(token: str) -> dict[str, str]:
-    """Queue and table names no other run uses (tests, bench scenarios)."""
+    """Queue and table names no other run uses (tests, bench scenarios): every registered
+    service's request queue among them."""
     t = token
     return {
         "OrdersQueueName": f"orders-{t}", "SchedulerQueueName": f"sched-{t}",
-        "AgentResponsesQueueName": f"replies-{t}", "InventoryRequestsQueueName": f"inventory-{t}",
-        "PaymentRequestsQueueName": f"payment-{t}", "ShippingRequestsQueueName": f"shipping-{t}",
+        "AgentResponsesQueueName": f"replies-{t}",
+        **{service_setting_names(s)[1]: f"{s}-{t}" for s in REGISTRY.services},
         "StateTableName": f"State{t}", "InFlightTableName": f"InFlight{t}",
         "RejectedOrdersTableName": f"Rejected{t}", "OperatorAlertsTableName": f"Alerts{t}",
         "SimulatorTableName": f"Effects{t}",
@@ -26,6 +30,6 @@ def local_app_settings(connection: str, http_port: int, **overrides: str) -> dic
     template = json.loads((ROOT / "local.settings.template.json").read_text())["Values"]
     sim = f"http://127.0.0.1:{http_port}/api/sim"
     return {**template, "AzureWebJobsStorage": connection, "ServiceBusConnection": "local",
-            "SimulatorsEnabled": "true", "InventoryServiceUrl": f"{sim}/inventory",
-            "PaymentServiceUrl": f"{sim}/payment", "ShippingServiceUrl": f"{sim}/shipping",
+            "SimulatorsEnabled": "true",
+            **{service_setting_names(s)[0]: f"{sim}/{s}" for s in REGISTRY.services},
             **overrides}

@@ -240,15 +240,16 @@ class Bench:
         from orderctl.samples import sample_orders
         from orderctl.senders import LocalSender
         from shared import bootstrap
-        from shared.domain.workflow import ORDER_FULFILMENT
+        from shared.domain.workflow import Registry
         from shared.settings import load_settings
+        from shared.workflows.orders import ORDER_FULFILMENT
 
         env = self.base_env(tag, **overrides)
         meter = StorageMeter()
         settings = load_settings(env)
         c = bootstrap.build(settings, table_options=meter.table_options,
                             queue_options=meter.queue_options,
-                            base_workflow=workflow or ORDER_FULFILMENT)
+                            workflows=Registry.of([workflow or ORDER_FULFILMENT]))
         bootstrap.reset(c)
         c.ensure_resources()
         tables = TableServiceClient.from_connection_string(self.connection)

@@ -163,6 +163,9 @@ def _serve(conn: Any, app_ref: str, settings: dict[str, str], storage_connection
     from localrun.host import LocalFunctionHost
     from localrun.index import functions_of
 
+    module, _, attribute = app_ref.partition(":")
+    # The app first: importing it hands the workflows to bootstrap, as the host's indexing does.
+    app = getattr(importlib.import_module(module), attribute)
     meter = logs = None
     if metered:
         from localrun.bench import LogCounter
@@ -174,8 +177,6 @@ def _serve(conn: Any, app_ref: str, settings: dict[str, str], storage_connection
         bootstrap.reset(bootstrap.build(load_settings(settings),
                                         table_options=meter.table_options,
                                         queue_options=meter.queue_options))
-    module, _, attribute = app_ref.partition(":")
-    app = getattr(importlib.import_module(module), attribute)
     functions = {f.name: f for f in functions_of(app)}
     # Only its call() and its pool: this host's listeners never start.
     host = LocalFunctionHost(app, settings=settings, storage_connection=storage_connection,

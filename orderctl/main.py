@@ -29,6 +29,7 @@ from shared import bootstrap, tracing
 from shared.domain.state import OrderState
 from shared.handlers.operator import OrderNotFound, ResubmitRefused
 from shared.settings import SettingsError, load_settings
+from shared.workflows import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False,
@@ -71,7 +72,8 @@ class _Options:
                 # One quick retry: a CLI should say "unreachable" in seconds, not minutes.
                 # (The queue client's own retry policy waits 15 s before its first retry.)
                 self._container = bootstrap.build(
-                    settings, table_options={"retry_total": 1, "retry_backoff_factor": 0.2},
+                    settings, workflows=REGISTRY,
+                    table_options={"retry_total": 1, "retry_backoff_factor": 0.2},
                     queue_options={"retry_total": 1, "initial_backoff": 0.5,
                                    "increment_base": 2})
             except ValueError as e:

@@ -23,7 +23,7 @@ from shared.adapters.storage import probe_options, queue_service, table_service
 from shared.adapters.tick_log import TableTickLog
 from shared.clock import Clock, utc_now
 from shared.domain.state import RetryPolicy, exponential_backoff
-from shared.domain.workflow import ORDER_FULFILMENT, Workflow
+from shared.domain.workflow import Registry, Workflow
 from shared.handlers.agent import Agent, AgentRetryPolicy, new_breaker
 from shared.handlers.health import HealthProbe
 from shared.handlers.intake import IntakeHandler
@@ -41,7 +41,7 @@ PROBE_TIMEOUT_SECONDS = 2.0
 @dataclass
 class Container:
     settings: Settings
-    workflow: Workflow
+    workflows: Registry
     tables: TableServiceClient
     queues: QueueServiceClient
     store: TableOrderStore
@@ -53,6 +53,11 @@ class Container:
     simulator: SimulatedService
     http: httpx.Client = field(repr=False)
 
+    @property
+    def workflow(self) -> Workflow:
+        """The default workflow, at its latest version."""
+        return self.workflows.get()
+
     def ensure_resources(self) -> None:
         """Create the tables and queues (local runs; in Azure the Bicep creates them)."""
         s = self.settings
@@ -60,7 +65,8 @@ class Container:
                      s.simulator_table):
             with contextlib.suppress(ResourceExistsError):
                 self.tables.create_table(name)
-        for name in (s.scheduler_queue, s.responses_queue, *s.agent_queues.values()):
+        for name in (s.scheduler_queue, s.responses_queue,
+                     *(v.queue for v in s.services(self.workflows.services).values())):
             with contextlib.suppress(ResourceExistsError):
                 self.queues.create_queue(name)
 
@@ -68,7 +74,7 @@ class Container:
         self.http.close()
 
 
-def health_probe(settings: Settings) -> HealthProbe:
+def health_probe(settings: Settings, services: list[str]) -> HealthProbe:
     """The state table and every work queue, each read once with short timeouts."""
     tables = table_service(settings, **probe_options(PROBE_TIMEOUT_SECONDS))
     queues = queue_service(settings, **probe_options(PROBE_TIMEOUT_SECONDS))
@@ -77,7 +83,7 @@ def health_probe(settings: Settings) -> HealthProbe:
         "state_table": lambda: next(iter(state.query_entities(
             "RowKey eq 'state'", results_per_page=1, select=["PartitionKey"]).by_page()), None)}
     for q in [settings.scheduler_queue, settings.responses_queue,
-              *settings.agent_queues.values()]:
+              *(v.queue for v in settings.services(services).values())]:
         checks[f"queue:{q}"] = queues.get_queue_client(q).get_queue_properties
     return HealthProbe(checks)
 
@@ -85,9 +91,11 @@ def health_probe(settings: Settings) -> HealthProbe:
 def build(settings: Settings, *, clock: Clock = utc_now,
           table_options: Mapping[str, Any] | None = None,
           queue_options: Mapping[str, Any] | None = None,
-          base_workflow: Workflow = ORDER_FULFILMENT) -> Container:
-    """Wire the app. The options go to the storage clients (local metering hooks)."""
-    workflow = settings.workflow(base_workflow)
+          workflows: Registry | None = None) -> Container:
+    """Wire the app to run ``workflows`` (the registry configure() was given, when None). The
+    options go to the storage clients (local metering hooks)."""
+    registry = settings.registry(workflows or configured())
+    services = settings.services(registry.services)
     tables = table_service(settings, **(table_options or {}))
     queues = queue_service(settings, **(queue_options or {}))
     grace = timedelta(seconds=settings.pending_grace)
@@ -95,11 +103,11 @@ def build(settings: Settings, *, clock: Clock = utc_now,
     # so an order's later writes need no new one (due_index.py).
     store = TableOrderStore(tables.get_table_client(settings.state_table),
                             tables.get_table_client(settings.inflight_table), grace,
-                            horizon=min([grace, *(s.budget for s in workflow.steps)]))
+                            horizon=min([grace, *registry.budgets]))
     sender = StorageQueueSender(queues)
     alerts = TableAlertSink(tables.get_table_client(settings.alerts_table))
-    relay = EffectRelay(store=store, sender=sender, alerts=alerts, workflow=workflow,
-                        agent_queues=settings.agent_queues,
+    relay = EffectRelay(store=store, sender=sender, alerts=alerts, workflows=registry,
+                        agent_queues={name: v.queue for name, v in services.items()},
                         scheduler_queue=settings.scheduler_queue, clock=clock)
     http = http_client()
     retry = AgentRetryPolicy(settings.agent_retry_base, settings.agent_retry_max,
@@ -108,12 +116,12 @@ def build(settings: Settings, *, clock: Clock = utc_now,
            if settings.remote_service_key else None)
     agents = {
         name: Agent(
-            name=name, client=RemoteServiceClient(url, http, key), policy=retry,
+            name=name, client=RemoteServiceClient(v.url, http, key), policy=retry,
             breaker=new_breaker(name, settings.breaker_failures, settings.breaker_reset,
                                 settings.breaker_window),
             clock=clock,
         )
-        for name, url in settings.service_urls.items()
+        for name, v in services.items()
     }
     policy = RetryPolicy(
         failure_threshold=settings.failure_threshold,
@@ -126,25 +134,26 @@ def build(settings: Settings, *, clock: Clock = utc_now,
         max_recoveries_per_tick=settings.max_recoveries_per_tick,
     )
     scheduler = Scheduler(instance_id=settings.scheduler_instance_id, store=store, relay=relay,
-                          workflow=workflow, clock=clock)
+                          workflows=registry, clock=clock)
     return Container(
-        settings=settings, workflow=workflow, tables=tables, queues=queues, store=store,
+        settings=settings, workflows=registry, tables=tables, queues=queues, store=store,
         # Intake's start command goes to the Scheduler in the same invocation: the Service Bus
         # message, redelivered until intake returns, is what makes it durable (relay.py).
         intake=IntakeHandler(
             store=store, rejections=TableRejectionStore(
                 tables.get_table_client(settings.rejected_table)),
-            alerts=alerts, relay=relay.handing_commands_to(scheduler), workflow=workflow,
+            alerts=alerts, relay=relay.handing_commands_to(scheduler), workflows=registry,
             reply_allowed=settings.reply_queue_allowed, clock=clock),
         scheduler=scheduler,
         supervisor=Supervisor(
             store=store, ticks=TableTickLog(tables.get_table_client(settings.inflight_table)),
-            relay=relay, alerts=alerts, policy=policy, workflow=workflow, clock=clock),
+            relay=relay, alerts=alerts, policy=policy, workflows=registry, clock=clock),
         agents=agents,
         operator=Operator(
             store=store, relay=relay, alerts=tables.get_table_client(settings.alerts_table),
             rejected=tables.get_table_client(settings.rejected_table),
-            health=health_probe(settings), pending_grace=policy.pending_grace, clock=clock),
+            health=health_probe(settings, registry.services),
+            pending_grace=policy.pending_grace, clock=clock),
         simulator=SimulatedService(
             tables.get_table_client(settings.simulator_table),
             Faults(settings.sim_latency_ms, settings.sim_transient_rate,
@@ -157,6 +166,20 @@ def build(settings: Settings, *, clock: Clock = utc_now,
 
 _container: Container | None = None
 _lock = threading.Lock()
+_registry: Registry | None = None
+
+
+def configure(workflows: Registry) -> None:
+    """Hand the app its workflows (function_app.py does, before any function runs)."""
+    global _registry
+    _registry = workflows
+
+
+def configured() -> Registry:
+    if _registry is None:
+        raise RuntimeError("no workflows: function_app.py hands its registry to "
+                           "bootstrap.configure before anything runs")
+    return _registry
 
 
 def container() -> Container:

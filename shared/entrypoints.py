@@ -34,7 +34,7 @@ for _sdk in ("azure", "httpx", "httpcore"):
 def check_settings() -> None:
     """Fail at start-up, naming the setting, rather than on the first message; and set up
     tracing from the standard OpenTelemetry variables (nothing when none is set)."""
-    load_settings()
+    load_settings().registry(bootstrap.configured())
     tracing.configure()
 
 

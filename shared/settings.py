@@ -16,7 +16,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from shared.domain.workflow import Workflow
+from shared.domain.workflow import Registry
 
 # The well-known Azurite account; Core Tools users write UseDevelopmentStorage=true.
 AZURITE_CONNECTION = (
@@ -54,9 +54,6 @@ class Settings(BaseModel):
     orders_queue: str = Field("orders", alias="OrdersQueueName", min_length=1)
     scheduler_queue: QueueName = Field("scheduler-commands", alias="SchedulerQueueName")
     responses_queue: QueueName = Field("agent-responses", alias="AgentResponsesQueueName")
-    inventory_queue: QueueName = Field("inventory-requests", alias="InventoryRequestsQueueName")
-    payment_queue: QueueName = Field("payment-requests", alias="PaymentRequestsQueueName")
-    shipping_queue: QueueName = Field("shipping-requests", alias="ShippingRequestsQueueName")
 
     state_table: TableName = Field("OrderState", alias="StateTableName")
     inflight_table: TableName = Field("OrdersInFlight", alias="InFlightTableName")
@@ -82,15 +79,6 @@ class Settings(BaseModel):
         default_factory=_default_instance_id, alias="SchedulerInstanceId", min_length=1
     )
 
-    inventory_url: str = Field(
-        "http://localhost:7071/api/sim/inventory", alias="InventoryServiceUrl", pattern="^https?://"
-    )
-    payment_url: str = Field(
-        "http://localhost:7071/api/sim/payment", alias="PaymentServiceUrl", pattern="^https?://"
-    )
-    shipping_url: str = Field(
-        "http://localhost:7071/api/sim/shipping", alias="ShippingServiceUrl", pattern="^https?://"
-    )
     # Sent as x-functions-key on every remote call: the simulated services are function-level
     # HTTP functions (a demo deployment sets it to a key the Bicep makes for them).
     remote_service_key: SecretStr | None = Field(None, alias="RemoteServiceKey")
@@ -126,13 +114,26 @@ class Settings(BaseModel):
         _parse_budgets(v)
         return v
 
-    @property
-    def agent_queues(self) -> dict[str, str]:
-        return {
-            "inventory": self.inventory_queue,
-            "payment": self.payment_queue,
-            "shipping": self.shipping_queue,
-        }
+    # The settings as given, for the per-service ones (services()), whose names come from the
+    # registered workflows.
+    environ: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
+
+    def services(self, names: list[str]) -> dict[str, ServiceSettings]:
+        """Each service's settings, by convention (service_setting_names); a wrong one stops
+        the app with an error that names it."""
+        out: dict[str, ServiceSettings] = {}
+        for name in names:
+            url_key, queue_key = service_setting_names(name)
+            given = {"url": self.environ.get(url_key, f"{LOCAL_SIMULATORS}/{name}"),
+                     "queue": self.environ.get(queue_key, f"{name}-requests")}
+            try:
+                out[name] = ServiceSettings.model_validate(given)
+            except ValidationError as e:
+                keys = {"url": url_key, "queue": queue_key}
+                raise SettingsError("invalid app settings: " + "; ".join(
+                    f"{keys[str(err['loc'][0])]}={given[str(err['loc'][0])]!r}: {err['msg']}"
+                    for err in e.errors())) from None
+        return out
 
     @property
     def outage_gap_seconds(self) -> float:
@@ -140,13 +141,6 @@ class Settings(BaseModel):
             return self.outage_gap
         return OUTAGE_GAP_TICKS * schedule_interval(self.supervisor_schedule)
 
-    @property
-    def service_urls(self) -> dict[str, str]:
-        return {
-            "inventory": self.inventory_url,
-            "payment": self.payment_url,
-            "shipping": self.shipping_url,
-        }
 
     @property
     def effective_storage_connection(self) -> str | None:
@@ -158,15 +152,31 @@ class Settings(BaseModel):
         patterns = [p.strip() for p in self.reply_allow_list.split(",") if p.strip()]
         return any(fnmatch.fnmatchcase(queue, p) for p in patterns)
 
-    def workflow(self, base: Workflow) -> Workflow:
-        """The workflow with budgets from settings; every Agent it names must have a queue."""
-        missing = base.agents - set(self.agent_queues)
-        if missing:
-            raise SettingsError(f"no request queue setting for agents {sorted(missing)}")
+    def registry(self, base: Registry) -> Registry:
+        """The workflows with step budgets from settings; every service they call must have its
+        settings (services())."""
+        self.services(base.services)
         try:
             return base.with_budgets(_parse_budgets(self.step_budgets))
         except ValueError as e:
             raise SettingsError(f"StepBudgetSeconds={self.step_budgets!r}: {e}") from None
+
+
+# Where the Agents find the simulated services when no <Service>ServiceUrl is set: this app's
+# own, under the local host's default port.
+LOCAL_SIMULATORS = "http://localhost:7071/api/sim"
+
+
+def service_setting_names(service: str) -> tuple[str, str]:
+    """The app settings of one service: <Service>ServiceUrl and <Service>RequestsQueueName."""
+    stem = service[:1].upper() + service[1:]
+    return f"{stem}ServiceUrl", f"{stem}RequestsQueueName"
+
+
+class ServiceSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    url: str = Field(pattern="^https?://")
+    queue: QueueName
 
 
 # Completed ticks this many intervals apart mean that at least one tick did not complete.
@@ -213,7 +223,7 @@ def _parse_budgets(v: str) -> dict[str, timedelta]:
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     env = dict(os.environ if environ is None else environ)
     try:
-        settings = Settings.model_validate(env)
+        settings = Settings.model_validate({**env, "environ": env})
     except ValidationError as e:
         problems = "; ".join(
             f"{err['loc'][0] if err['loc'] else '?'}={env.get(str(err['loc'][0]), '<missing>')!r}: "

@@ -12,6 +12,11 @@ import pytest
 
 from localrun.appsettings import isolated_names
 from localrun.azurite import Azurite
+from shared import bootstrap
+from shared.workflows import REGISTRY
+
+# As function_app.py does for the app: the tests that wire the app themselves run its workflows.
+bootstrap.configure(REGISTRY)
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -257,7 +257,7 @@ def accepted(store: FakeOrderStore, order_id: str, at: datetime,
     """An order as intake leaves it in the fake store: indexed, stored, Pending."""
     from shared.domain.order import parse_order
     from shared.domain.state import receive
-    from shared.domain.workflow import ORDER_FULFILMENT
+    from shared.workflows.orders import ORDER_FULFILMENT
 
     o = parse_order(json.dumps({"order_id": order_id, "customer_id": "c",
                                 "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
@@ -268,14 +268,16 @@ def supervisor_over_fakes(store: FakeOrderStore, clock: Any, policy: Any, *,
                           ticks: FakeTickLog | None = None,
                           alerts: FakeAlertSink | None = None) -> Any:
     """A Supervisor wired to the fakes as bootstrap wires it to the adapters."""
-    from shared.domain.workflow import ORDER_FULFILMENT
+    from shared.domain.workflow import Registry
     from shared.handlers.relay import EffectRelay
     from shared.handlers.supervisor import Supervisor
+    from shared.workflows.orders import ORDER_FULFILMENT
 
     alerts = alerts or FakeAlertSink()
     relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=alerts,
-                        workflow=ORDER_FULFILMENT,
+                        workflows=Registry.of([ORDER_FULFILMENT]),
                         agent_queues={"inventory": "inv", "payment": "pay", "shipping": "ship"},
                         scheduler_queue="cmds", clock=clock)
     return Supervisor(store=store, ticks=ticks or FakeTickLog(), relay=relay, alerts=alerts,
-                      policy=policy, workflow=ORDER_FULFILMENT, clock=clock)
+                      policy=policy, workflows=Registry.of([ORDER_FULFILMENT]),
+                      clock=clock)

@@ -142,6 +142,8 @@ def state_to_entity(state: OrderState) -> dict[str, Any]:
         "RowKey": STATE_ROW,
         "SchemaVersion": SCHEMA_VERSION,
         "OrderID": state.order_id,
+        "Workflow": state.workflow,
+        "WorkflowVersion": state.workflow_version,
         "LockedBy": state.locked_by,
         "CompleteBy": state.complete_by,
         "ProcessState": state.process_state.value,
@@ -203,6 +205,8 @@ def _state_from_entity(e: Any) -> OrderState:
         rescues=int(e.get("Rescues", 0)),
         trace=e.get("TraceParent"),
         index_key=e.get("IndexKey"),
+        workflow=e.get("Workflow"),
+        workflow_version=int(e.get("WorkflowVersion", 1)),
         version=e.metadata["etag"],
     )
     # A record of any release reads as today's (shared/domain/legacy.py). The schema version is

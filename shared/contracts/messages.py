@@ -15,7 +15,7 @@ from pydantic.json_schema import models_json_schema
 from shared.contracts.openapi import VERSION
 from shared.domain.messages import AgentReply, AgentRequest, SchedulerCommand, StatusUpdate
 from shared.domain.order import Order
-from shared.domain.workflow import ORDER_FULFILMENT
+from shared.workflows.orders import ORDER_FULFILMENT
 
 ORDER_SCHEMA_ID = "https://github.com/order-pipeline/order-pipeline/schemas/order.schema.json"
 _REF = "#/components/schemas/{model}"

@@ -169,6 +169,10 @@ class OrderState:
     # The due-time index entry this record names (due_index.py); the store's, except that a new
     # generation has none yet.
     index_key: str | None = None
+    # The workflow the order follows, and the version of it the order started with (kept for
+    # the order's life). None: a record from before workflows were named, of the default one.
+    workflow: str | None = None
+    workflow_version: int = 1
     # The store's concurrency token (an ETag); opaque to the domain.
     version: str | None = field(default=None, compare=False)
 
@@ -255,6 +259,8 @@ def receive(order_id: str, workflow: Workflow, now: datetime,
         created_at=now,
         updated_at=now,
         reply_to=reply_to,
+        workflow=workflow.name,
+        workflow_version=workflow.version,
     )
     _emit(state, Cause.INTAKE, now, [Event("received")], SendCommand(
         command=CommandKind.START, reason="received"))

@@ -1,12 +1,17 @@
-"""The order-fulfilment workflow, declared as data.
+"""A workflow is a declaration: its steps in order, each step's service, the operation it asks
+for, the operation that undoes it (``None`` when nothing can be undone) and how long one attempt
+may take. The engine only walks it; it never imports one (the shipped ones live in
+``shared/workflows``, and the composition root is handed a ``Registry`` of them).
 
-Add, remove or reorder steps here; the Scheduler only walks this list. Each step names the Agent
-that performs it (one Agent per remote service), the operation it asks for, the operation that
-undoes it (``None`` when nothing can be undone) and how long one attempt may take.
+A declaration has a version. An order keeps the version it started with (on its record), so
+inserting, removing or reordering a step never changes the path of an order already under way:
+register the new version beside the old one, and drop the old one only once no order uses it.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
@@ -27,10 +32,16 @@ class Step:
         return self.operation
 
 
+# A service's name is the stem of its settings and functions (<Service>ServiceUrl,
+# <service>_agent): a lower-case identifier.
+SERVICE_NAME = re.compile(r"^[a-z][a-z0-9]{1,30}$")
+
+
 @dataclass(frozen=True)
 class Workflow:
     name: str
     steps: tuple[Step, ...]
+    version: int = 1
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.steps]
@@ -38,6 +49,11 @@ class Workflow:
             raise ValueError("a workflow needs at least one step")
         if len(set(names)) != len(names):
             raise ValueError(f"step names must be unique: {names}")
+        bad = sorted({s.agent for s in self.steps if not SERVICE_NAME.match(s.agent)})
+        if bad:
+            raise ValueError(f"service names must match {SERVICE_NAME.pattern}: {bad}")
+        if self.version < 1:
+            raise ValueError("a workflow's version starts at 1")
 
     def step(self, name: str) -> Step:
         for s in self.steps:
@@ -49,6 +65,10 @@ class Workflow:
     def agents(self) -> frozenset[str]:
         return frozenset(s.agent for s in self.steps)
 
+    @property
+    def label(self) -> str:
+        return f"{self.name} v{self.version}"
+
     def with_budgets(self, budgets: dict[str, timedelta]) -> Workflow:
         unknown = set(budgets) - {s.name for s in self.steps}
         if unknown:
@@ -58,16 +78,69 @@ class Workflow:
         )
 
 
-ORDER_FULFILMENT = Workflow(
-    name="order-fulfilment",
-    steps=(
-        Step("reserve_inventory", agent="inventory", operation="reserve",
-             compensation="release", budget=timedelta(seconds=30)),
-        Step("charge_payment", agent="payment", operation="charge",
-             compensation="refund", budget=timedelta(seconds=30)),
-        # A shipment booked by an attempt we gave up on must be cancellable too, or an order
-        # that fails on a hung shipping call would leave a parcel behind.
-        Step("arrange_shipping", agent="shipping", operation="ship",
-             compensation="cancel", budget=timedelta(seconds=60)),
-    ),
-)
+class UnknownWorkflow(LookupError):
+    """An order names a workflow, or a version of one, that this release does not have: a
+    newer release's order during a rolling deployment (``newer``), or a workflow no release has
+    any more."""
+
+    def __init__(self, message: str, *, newer: bool = False) -> None:
+        super().__init__(message)
+        self.newer = newer
+
+
+@dataclass(frozen=True)
+class Registry:
+    """Every workflow the app runs, each in every version an order may still use."""
+
+    workflows: tuple[Workflow, ...]
+    default: str
+
+    def __post_init__(self) -> None:
+        keys = [(w.name, w.version) for w in self.workflows]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"a workflow version is registered twice: {sorted(keys)}")
+        if self.default not in {w.name for w in self.workflows}:
+            raise ValueError(f"the default workflow {self.default!r} is not registered")
+
+    @classmethod
+    def of(cls, workflows: Iterable[Workflow], default: str | None = None) -> Registry:
+        ws = tuple(workflows)
+        return cls(ws, default if default is not None else ws[0].name)
+
+    def get(self, name: str | None = None, version: int | None = None) -> Workflow:
+        """The named workflow (the default when None) at ``version`` (the latest when None)."""
+        name = name or self.default
+        versions = [w for w in self.workflows if w.name == name]
+        if not versions:
+            raise UnknownWorkflow(f"no workflow {name!r} (this app runs {self.names})")
+        if version is None:
+            return max(versions, key=lambda w: w.version)
+        for w in versions:
+            if w.version == version:
+                return w
+        known = sorted(w.version for w in versions)
+        raise UnknownWorkflow(f"workflow {name!r} has no version {version} here (it has "
+                              f"{known})", newer=version > known[-1])
+
+    @property
+    def names(self) -> list[str]:
+        return sorted({w.name for w in self.workflows})
+
+    @property
+    def services(self) -> list[str]:
+        """Every service a registered workflow calls, in the order first named."""
+        return list(dict.fromkeys(s.agent for w in self.workflows for s in w.steps))
+
+    @property
+    def budgets(self) -> list[timedelta]:
+        return [s.budget for w in self.workflows for s in w.steps]
+
+    def with_budgets(self, budgets: dict[str, timedelta]) -> Registry:
+        """Budgets by step name, for every workflow (and version) that has the step."""
+        known = {s.name for w in self.workflows for s in w.steps}
+        unknown = set(budgets) - known
+        if unknown:
+            raise ValueError(f"budget given for unknown steps: {sorted(unknown)}")
+        return replace(self, workflows=tuple(
+            w.with_budgets({k: v for k, v in budgets.items() if k in {s.name for s in w.steps}})
+            for w in self.workflows))

@@ -16,7 +16,7 @@ from shared.clock import Clock
 from shared.domain.alerts import AlertKind, OperatorAlert
 from shared.domain.order import InvalidOrder, Order, parse_order
 from shared.domain.state import Cause, receive
-from shared.domain.workflow import Workflow
+from shared.domain.workflow import Registry
 from shared.handlers.relay import EffectRelay
 
 log = logging.getLogger(__name__)
@@ -38,13 +38,13 @@ class IntakeResult:
 
 class IntakeHandler:
     def __init__(self, *, store: OrderStore, rejections: RejectionStore, alerts: AlertSink,
-                 relay: EffectRelay, workflow: Workflow,
+                 relay: EffectRelay, workflows: Registry,
                  reply_allowed: Callable[[str], bool], clock: Clock) -> None:
         self._store = store
         self._rejections = rejections
         self._alerts = alerts
         self._relay = relay
-        self._workflow = workflow
+        self._workflows = workflows
         self._reply_allowed = reply_allowed
         self._clock = clock
 
@@ -77,7 +77,7 @@ class IntakeHandler:
             log.warning("order message %s rejected: %s", message_id, reason)
             return IntakeResult(IntakeOutcome.INVALID, None, reason)
 
-        state = receive(order.order_id, self._workflow, now, order.reply_to)
+        state = receive(order.order_id, self._workflows.get(), now, order.reply_to)
         state.trace = tracing.current_traceparent()  # what the order's later work continues
         try:
             saved = self._store.create(order, state)  # indexed first: never lost to the Supervisor

@@ -41,7 +41,7 @@ from shared.domain.messages import (
     undo_key,
 )
 from shared.domain.state import OrderState
-from shared.domain.workflow import Workflow
+from shared.domain.workflow import Registry
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +66,12 @@ class CommandTaker(Protocol):
 
 class EffectRelay:
     def __init__(self, *, store: OrderStore, sender: MessageSender, alerts: AlertSink,
-                 workflow: Workflow, agent_queues: dict[str, str], scheduler_queue: str,
+                 workflows: Registry, agent_queues: dict[str, str], scheduler_queue: str,
                  clock: Clock) -> None:
         self._store = store
         self._sender = sender
         self._alerts = alerts
-        self._workflow = workflow
+        self._workflows = workflows
         self._agent_queues = agent_queues
         self._scheduler_queue = scheduler_queue
         self._clock = clock
@@ -156,7 +156,7 @@ class EffectRelay:
         if step.work_key is None or step.complete_by is None or step.attempt != effect.attempt:
             raise ValueError(f"order {state.order_id}: outbox names {effect} but the step reads "
                              f"{step}")  # a transition wrote an outbox that contradicts it
-        definition = self._workflow.step(step.name)
+        definition = self._workflows.get(state.workflow, state.workflow_version).step(step.name)
         undo = effect.action is Action.UNDO
         request = AgentRequest(
             order_id=state.order_id, step=step.name, action=effect.action,

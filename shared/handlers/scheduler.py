@@ -27,7 +27,7 @@ from shared.domain.state import (
     claim,
     reply_cause,
 )
-from shared.domain.workflow import Workflow
+from shared.domain.workflow import Registry, Workflow
 from shared.handlers.relay import EffectRelay, Known
 
 log = logging.getLogger(__name__)
@@ -51,12 +51,18 @@ class SchedulerResult:
 
 class Scheduler:
     def __init__(self, *, instance_id: str, store: OrderStore, relay: EffectRelay,
-                 workflow: Workflow, clock: Clock) -> None:
+                 workflows: Registry, clock: Clock) -> None:
         self.instance_id = instance_id
         self._store = store
         self._relay = relay
-        self._workflow = workflow
+        self._workflows = workflows
         self._clock = clock
+
+    def _of(self, state: OrderState) -> Workflow:
+        # A version this release does not have (a newer release's order, in a rolling
+        # deployment) raises UnknownWorkflow before anything is written: the message comes
+        # back, for an instance that knows it.
+        return self._workflows.get(state.workflow, state.workflow_version)
 
     def handle_command(self, body: str, redelivered: bool = False) -> SchedulerResult:
         """``redelivered``: an earlier delivery of this message failed or died."""
@@ -74,10 +80,10 @@ class Scheduler:
                                                               redelivered=redelivered)):
             if cmd.kind is CommandKind.START:
                 return self._transact(cmd.order_id, Cause.START, redelivered, lambda s: claim(
-                    s, self.instance_id, self._clock(), self._workflow, cmd.outbox_seq), known)
+                    s, self.instance_id, self._clock(), self._of(s), cmd.outbox_seq), known)
             return self._transact(cmd.order_id, Cause.COMPENSATE, redelivered,
                                   lambda s: begin_compensation(s, self.instance_id, self._clock(),
-                                                               self._workflow, cmd.outbox_seq),
+                                                               self._of(s), cmd.outbox_seq),
                                   known)
 
     def handle_reply(self, body: str, redelivered: bool = False) -> SchedulerResult:
@@ -90,7 +96,7 @@ class Scheduler:
                                  "redelivered": redelivered})):
             return self._transact(reply.order_id, reply_cause(reply), redelivered,
                                   lambda s: apply_reply(s, reply, self.instance_id, self._clock(),
-                                                        self._workflow))
+                                                        self._of(s)))
 
     def _transact(self, order_id: str, cause: str, redelivered: bool,
                   transition: Callable[[OrderState], Transition],

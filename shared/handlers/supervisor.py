@@ -45,7 +45,7 @@ from shared.domain.state import (
     due_at,
     supervise,
 )
-from shared.domain.workflow import Workflow
+from shared.domain.workflow import Registry, UnknownWorkflow
 from shared.handlers.relay import EffectRelay
 
 log = logging.getLogger(__name__)
@@ -93,14 +93,14 @@ class TickReport:
 
 class Supervisor:
     def __init__(self, *, store: OrderStore, ticks: TickLogStore, relay: EffectRelay,
-                 alerts: AlertSink, policy: RetryPolicy, workflow: Workflow,
+                 alerts: AlertSink, policy: RetryPolicy, workflows: Registry,
                  clock: Clock) -> None:
         self._store = store
         self._ticks = ticks
         self._relay = relay
         self._alerts = alerts
         self._policy = policy
-        self._workflow = workflow
+        self._workflows = workflows
         self._clock = clock
         self._failing: dict[str, int] = {}  # order id -> ticks in a row it could not be handled
 
@@ -189,7 +189,17 @@ class Supervisor:
                 self._store.drop(entry.key)
                 report.dropped += 1
             return
-        decision = supervise(state, now, self._policy, self._workflow, tick.log)
+        try:
+            workflow = self._workflows.get(state.workflow, state.workflow_version)
+        except UnknownWorkflow as e:
+            if not e.newer:  # removed from the app while orders still follow it: an operator's
+                raise CorruptRecord(entry.order_id, state.version, str(e)) from e
+            # A newer release's order, met while both run in a rolling deployment: its own
+            # Supervisor follows it; this one leaves it, and the record, as they are.
+            log.info("supervisor: order %s left to a newer release (%s)", entry.order_id, e)
+            report.skipped += 1
+            return
+        decision = supervise(state, now, self._policy, workflow, tick.log)
         if decision is None:
             if state.is_settled or due_at(state, grace) <= now:
                 return  # settled: its writer is finishing it (if not, FORGET after the grace)

@@ -15,7 +15,8 @@ from pycep import BicepParser
 
 import function_app
 from localrun.index import functions_of
-from shared.settings import Settings
+from shared.settings import Settings, service_setting_names
+from shared.workflows import REGISTRY
 
 # Read by the code, but never set in Azure, each for a reason.
 NOT_IN_AZURE = {
@@ -109,6 +110,7 @@ def drift(infra: Path) -> list[str]:
             if binding.get("connection"):
                 connections.add(binding["connection"])
     code = {f.alias for f in Settings.model_fields.values() if f.alias}
+    code |= {name for svc in REGISTRY.services for name in service_setting_names(svc)}
 
     for name, kind in sorted(bound.items()):
         if name not in b.app_settings:

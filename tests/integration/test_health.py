@@ -12,6 +12,7 @@ from localrun.azurite import Azurite, free_port
 from shared.bootstrap import health_probe
 from shared.handlers.health import HealthProbe
 from shared.settings import AZURITE_CONNECTION, load_settings
+from shared.workflows import REGISTRY
 from tests.conftest import unique_settings
 
 
@@ -42,7 +43,7 @@ def test_a_check_that_never_answers_is_reported_at_the_deadline() -> None:
 
 def test_storage_that_refuses_connections_is_reported_within_five_seconds() -> None:
     settings = load_settings(unique_settings(_dead(free_port())))
-    report, took = _timed(health_probe(settings))
+    report, took = _timed(health_probe(settings, REGISTRY.services))
     assert report["status"] == "unhealthy" and took < 5, (took, report)
     assert all(v != "ok" for v in report["checks"].values())
 
@@ -51,7 +52,7 @@ def test_storage_that_hangs_is_reported_within_five_seconds() -> None:
     az = Azurite.start()
     try:
         settings = load_settings(unique_settings(az.connection_string))
-        probe = health_probe(settings)
+        probe = health_probe(settings, REGISTRY.services)
         os.killpg(az.process.pid, signal.SIGSTOP)
         try:
             report, took = _timed(probe)

@@ -21,7 +21,7 @@ from shared.domain.due_index import IndexKey
 from shared.domain.order import parse_order
 from shared.domain.outages import TickLog
 from shared.domain.state import ProcessState, receive
-from shared.domain.workflow import ORDER_FULFILMENT
+from shared.workflows.orders import ORDER_FULFILMENT
 from tests.fakes import FakeOrderStore, FakeTickLog
 from tests.integration.helpers import order
 

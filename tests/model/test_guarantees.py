@@ -49,7 +49,7 @@ from shared.domain.state import (
     exponential_backoff,
     receive,
 )
-from shared.domain.workflow import ORDER_FULFILMENT
+from shared.domain.workflow import Registry
 from shared.handlers.agent import Agent, AgentRetryPolicy
 from shared.handlers.health import HealthProbe
 from shared.handlers.intake import IntakeHandler
@@ -57,6 +57,7 @@ from shared.handlers.operator import Operator, ResubmitRefused
 from shared.handlers.relay import EffectRelay
 from shared.handlers.scheduler import Scheduler
 from shared.handlers.supervisor import Supervisor
+from shared.workflows.orders import ORDER_FULFILMENT
 from tests.conftest import FakeClock
 from tests.fakes import (
     Crash,
@@ -181,21 +182,23 @@ class PipelineMachine(RuleBasedStateMachine):
             outage_gap=timedelta(seconds=15),
             max_recoveries_per_tick=MAX_RECOVERIES,
         )
+        self.workflows = Registry.of([workflow])
         self.store = FakeOrderStore(self.fault, self.policy.pending_grace)
         relay = EffectRelay(store=self.store, sender=self.queues, alerts=self.alerts,
-                            workflow=workflow, agent_queues=AGENT_QS,
+                            workflows=self.workflows, agent_queues=AGENT_QS,
                             scheduler_queue=SCHEDULER_Q, clock=self.clock)
         self.scheduler = Scheduler(instance_id="s1", store=self.store, relay=relay,
-                                   workflow=workflow, clock=self.clock)
+                                   workflows=self.workflows, clock=self.clock)
         # As bootstrap wires it: intake hands its start to the Scheduler in-process.
         self.intake = IntakeHandler(
             store=self.store, rejections=FakeRejections(self.fault), alerts=self.alerts,
-            relay=relay.handing_commands_to(self.scheduler), workflow=workflow,
+            relay=relay.handing_commands_to(self.scheduler), workflows=self.workflows,
             reply_allowed=lambda q: True, clock=self.clock)
         self.ticks = FakeTickLog(self.fault)
         self.supervisor = Supervisor(store=self.store, ticks=self.ticks, relay=relay,
                                      alerts=self.alerts,
-                                     policy=self.policy, workflow=workflow, clock=self.clock)
+                                     policy=self.policy, workflows=self.workflows,
+                                     clock=self.clock)
         self.operator = Operator(
             store=self.store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
             health=HealthProbe({}), pending_grace=self.policy.pending_grace, clock=self.clock)

@@ -21,7 +21,7 @@ from shared.domain.state import (
     receive,
     resubmit,
 )
-from shared.domain.workflow import ORDER_FULFILMENT as WF
+from shared.workflows.orders import ORDER_FULFILMENT as WF
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 # Any code point a JSON string can carry, non-BMP and combining marks included.

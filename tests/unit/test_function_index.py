@@ -46,7 +46,7 @@ def test_supervisor_is_a_timer_on_a_setting() -> None:
 
 
 def test_every_agent_of_the_workflow_has_a_function() -> None:
-    from shared.domain.workflow import ORDER_FULFILMENT
+    from shared.workflows.orders import ORDER_FULFILMENT
 
     assert {f"{a}_agent" for a in ORDER_FULFILMENT.agents} <= set(index())
 

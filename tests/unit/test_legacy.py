@@ -29,7 +29,7 @@ from shared.domain.state import (
     resubmit,
     supervise,
 )
-from shared.domain.workflow import ORDER_FULFILMENT as WF
+from shared.workflows.orders import ORDER_FULFILMENT as WF
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 POLICY = RetryPolicy(failure_threshold=1, backoff=exponential_backoff(

@@ -15,10 +15,11 @@ from shared.domain.state import (
     exponential_backoff,
     receive,
 )
-from shared.domain.workflow import ORDER_FULFILMENT as WF
+from shared.domain.workflow import Registry
 from shared.handlers.health import HealthProbe
 from shared.handlers.operator import Operator, ResubmitRequest
 from shared.handlers.relay import EffectRelay
+from shared.workflows.orders import ORDER_FULFILMENT as WF
 from tests.conftest import FakeClock
 from tests.fakes import (
     FakeAlertSink,
@@ -50,7 +51,8 @@ def test_a_resubmit_whose_save_fails_leaves_only_an_entry_the_supervisor_drops()
     assert settled.index_key
     store.drop(settled.index_key)  # as its Forget effect does
     relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=FakeAlertSink(),
-                        workflow=WF, agent_queues={}, scheduler_queue="cmds", clock=clock)
+                        workflows=Registry.of([WF]), agent_queues={}, scheduler_queue="cmds",
+                        clock=clock)
     op = Operator(store=store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
                   health=HealthProbe({}), pending_grace=timedelta(seconds=30), clock=clock)
     failing = True

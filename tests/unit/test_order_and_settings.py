@@ -7,8 +7,9 @@ import json
 import pytest
 
 from shared.domain.order import InvalidOrder, parse_order
-from shared.domain.workflow import ORDER_FULFILMENT
 from shared.settings import SettingsError, load_settings
+from shared.workflows import REGISTRY
+from shared.workflows.orders import ORDER_FULFILMENT
 
 GOOD = {"order_id": "o-1", "customer_id": "c-1",
         "items": [{"sku": "A", "quantity": 2, "unit_price": "9.99"}]}
@@ -59,7 +60,8 @@ def test_defaults_are_sensible() -> None:
     s = load_settings(BASE)
     assert s.failure_threshold == 3
     assert s.effective_storage_connection and "127.0.0.1:10002" in s.effective_storage_connection
-    assert s.workflow(ORDER_FULFILMENT) == ORDER_FULFILMENT
+    assert s.registry(REGISTRY) == REGISTRY
+    assert s.services(["inventory"])["inventory"].queue == "inventory-requests"
     assert s.reply_queue_allowed("order-status-42") and not s.reply_queue_allowed("orders")
 
 
@@ -72,11 +74,13 @@ def test_defaults_are_sensible() -> None:
     ("RetryBackoffSeconds", "-1"),
     ("SimTransientErrorRate", "1.5"),
     ("InventoryServiceUrl", "ftp://x"),
+    ("PaymentRequestsQueueName", "Has_Upper"),
     ("StepBudgetSeconds", "charge_payment=soon"),
 ])
 def test_a_wrong_setting_fails_fast_and_is_named(name: str, value: str) -> None:
+    """Per-service settings (named by convention from the registered services) included."""
     with pytest.raises(SettingsError, match=name):
-        load_settings({**BASE, name: value})
+        load_settings({**BASE, name: value}).registry(REGISTRY)
 
 
 def test_missing_storage_is_named() -> None:
@@ -92,11 +96,11 @@ def test_identity_based_storage_is_accepted() -> None:
 
 def test_step_budgets_override_the_workflow() -> None:
     s = load_settings({**BASE, "StepBudgetSeconds": "charge_payment=7, arrange_shipping=9"})
-    wf = s.workflow(ORDER_FULFILMENT)
+    wf = s.registry(REGISTRY).get(ORDER_FULFILMENT.name)
     assert wf.step("charge_payment").budget.total_seconds() == 7
     assert wf.step("arrange_shipping").budget.total_seconds() == 9
     with pytest.raises(SettingsError, match="StepBudgetSeconds"):
-        load_settings({**BASE, "StepBudgetSeconds": "nope=3"}).workflow(ORDER_FULFILMENT)
+        load_settings({**BASE, "StepBudgetSeconds": "nope=3"}).registry(REGISTRY)
 
 
 def test_backoff_cap_below_base_is_refused() -> None:
@@ -115,7 +119,8 @@ def test_a_deployment_without_service_urls_fails_fast_naming_them() -> None:
 
     with pytest.raises(SettingsError, match="InventoryServiceUrl=''"):
         load_settings({"AzureWebJobsStorage": "UseDevelopmentStorage=true",
-                       "InventoryServiceUrl": "", "PaymentServiceUrl": "https://pay"})
+                       "InventoryServiceUrl": "", "PaymentServiceUrl": "https://pay"}
+                      ).registry(REGISTRY)
 
 
 @pytest.mark.parametrize(("schedule", "gap"), [

@@ -12,7 +12,7 @@ from shared.domain.state import (
     exponential_backoff,
     supervise,
 )
-from shared.domain.workflow import ORDER_FULFILMENT as WF
+from shared.workflows.orders import ORDER_FULFILMENT as WF
 from tests.conftest import FakeClock
 from tests.fakes import FakeOrderStore, FakeTickLog, accepted, supervisor_over_fakes
 

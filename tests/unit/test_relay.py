@@ -6,8 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 from shared.domain.effects import SendCommand
 from shared.domain.messages import CommandKind, SchedulerCommand
-from shared.domain.workflow import ORDER_FULFILMENT
+from shared.domain.workflow import Registry
 from shared.handlers.relay import EffectRelay, Known
+from shared.workflows.orders import ORDER_FULFILMENT
 from tests.conftest import FakeClock
 from tests.fakes import FakeAlertSink, FakeOrderStore, FakeQueues, accepted
 
@@ -28,7 +29,8 @@ def relays() -> tuple[EffectRelay, EffectRelay, FakeQueues, Taker, FakeOrderStor
     clock = FakeClock(NOW)
     queues, taker, store = FakeQueues(clock), Taker(), FakeOrderStore()
     relay = EffectRelay(store=store, sender=queues, alerts=FakeAlertSink(),
-                        workflow=ORDER_FULFILMENT, agent_queues={}, scheduler_queue="cmds",
+                        workflows=Registry.of([ORDER_FULFILMENT]), agent_queues={},
+                        scheduler_queue="cmds",
                         clock=clock)
     return relay, relay.handing_commands_to(taker), queues, taker, store
 

@@ -26,7 +26,8 @@ from shared.domain.state import (
     resubmit,
     supervise,
 )
-from shared.domain.workflow import ORDER_FULFILMENT, Step, Workflow
+from shared.domain.workflow import Step, Workflow
+from shared.workflows.orders import ORDER_FULFILMENT
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 WF = ORDER_FULFILMENT

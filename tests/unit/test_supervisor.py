@@ -105,3 +105,24 @@ def test_an_entry_a_write_may_still_name_is_kept_and_one_whose_writer_died_is_dr
     assert filed["dead"] not in store.index
     assert store.states["dead"].index_key in store.index  # the record's own entry stays
     assert store.states["slow"].index_key in store.index
+
+
+def test_a_newer_releases_workflow_is_left_alone_and_a_removed_one_goes_to_an_operator() -> None:
+    """In a rolling deployment this release may meet an order of a workflow version only the
+    next release has: its Supervisor follows it. A workflow no release has is an operator's."""
+    import dataclasses
+
+    clock, store, alerts, sup = setup()
+    pending(store, clock, "a-newer")
+    pending(store, clock, "b-removed")
+    store.states["a-newer"] = dataclasses.replace(store.states["a-newer"], workflow_version=99)
+    store.states["b-removed"] = dataclasses.replace(store.states["b-removed"],
+                                                    workflow="gone-workflow")
+    before = store.states["a-newer"]
+    clock.advance(seconds=61)
+    report = sup.tick()
+    assert (report.skipped, report.unreadable, report.errors) == (1, 1, 0)
+    assert store.states["a-newer"] == before
+    assert alerts.of("a-newer") == []
+    [alert] = alerts.of("b-removed", AlertKind.RECORD_UNREADABLE)
+    assert "gone-workflow" in alert.reason

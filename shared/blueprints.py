@@ -1,0 +1,32 @@
+"""Functions built from the registered workflows rather than written out one by one.
+
+One queue-triggered Agent per service the workflows call: a static name (``<service>_agent``)
+and its queue from an app setting (``%<Service>RequestsQueueName%``), so the host indexes each
+as it would a function written by hand. Adding a service to a workflow adds its Agent here.
+"""
+
+from __future__ import annotations
+
+import azure.functions as func
+
+from shared import entrypoints
+from shared.settings import service_setting_names
+
+
+def agents(services: list[str]) -> func.Blueprint:
+    bp = func.Blueprint()
+    for service in services:
+        _agent(bp, service)
+    return bp
+
+
+def _agent(bp: func.Blueprint, service: str) -> None:
+    _, queue_setting = service_setting_names(service)
+
+    @bp.function_name(f"{service}_agent")
+    @bp.queue_trigger(arg_name="msg", queue_name=f"%{queue_setting}%",
+                      connection="AzureWebJobsStorage")
+    @bp.queue_output(arg_name="reply", queue_name="%AgentResponsesQueueName%",
+                     connection="AzureWebJobsStorage")
+    def agent(msg: func.QueueMessage, reply: func.Out[str]) -> None:
+        entrypoints.agent(service, msg, reply)

@@ -1,0 +1,13 @@
+"""The workflows this app runs: the registry handed to the composition root (function_app.py).
+
+Add a workflow (or a new version of one) here; the engine never imports this package. Every
+service a registered workflow calls gets its Agent function, queue, settings and Bicep
+resources from this list (docs/adapting.md).
+"""
+
+from __future__ import annotations
+
+from shared.domain.workflow import Registry
+from shared.workflows.orders import ORDER_FULFILMENT
+
+REGISTRY = Registry.of([ORDER_FULFILMENT], default=ORDER_FULFILMENT.name)
