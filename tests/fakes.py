@@ -23,9 +23,10 @@ from shared.adapters.state_store import (
     CorruptRecord,
     InFlightEntry,
     OrderAlreadyExists,
+    OrderNotStorable,
     StoredOrder,
 )
-from shared.domain import due_index
+from shared.domain import budget, due_index
 from shared.domain.alerts import OperatorAlert
 from shared.domain.due_index import IndexKey
 from shared.domain.order import Order
@@ -108,6 +109,10 @@ class FakeOrderStore:
         key, added = self._file(state, base="", exact=False)
         state = dataclasses.replace(state, index_key=key)
         self.fault("store.create")
+        if budget.json_units(order.document()) > budget.STRING_PROPERTY:
+            if added:
+                self.drop(key)
+            raise OrderNotStorable(order.order_id, "PropertyValueTooLarge")
         if order.order_id in self.states or order.order_id in self.orders:
             if added:
                 self.drop(key)

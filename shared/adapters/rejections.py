@@ -5,18 +5,27 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Protocol
 
 from azure.data.tables import TableClient, UpdateMode
 
+from shared.domain import budget
+
 REJECTED_PARTITION = "rejected"
-INVALID = "invalid"
-CONFLICT = "conflict"
+# What of a body is kept: its start, in UTF-16 units (its size and digest name the whole).
+BODY_KEPT = 30_000
+
+
+class RejectionKind(StrEnum):
+    INVALID = "invalid"  # not an order, or not one this app takes
+    CONFLICT = "conflict"  # an order id seen before with other content
+    UNSTORABLE = "unstorable"  # a valid order storage refuses for what it holds
 
 
 @dataclass(frozen=True)
 class Rejection:
-    kind: str
+    kind: RejectionKind
     reason: str
     message_id: str
     body: bytes
@@ -43,15 +52,19 @@ class TableRejectionStore:
         self._table = table
 
     def record(self, r: Rejection) -> None:
+        body = r.body.decode("utf-8", errors="replace")
+        kept = budget.clip(body, BODY_KEPT)
         self._table.upsert_entity({
             "PartitionKey": REJECTED_PARTITION,
             "RowKey": rejection_row_key(r),
-            "Kind": r.kind,
-            "Reason": r.reason[:8000],
-            "MessageId": r.message_id[:1000],
-            # Keep the body (truncated to stay under the 64 KiB property limit) so nothing is lost.
-            "Body": r.body[:30000].decode("utf-8", errors="replace"),
-            "BodyTruncated": len(r.body) > 30000,
+            "Kind": r.kind.value,
+            "Reason": budget.clip(r.reason, budget.ERROR_TEXT),
+            "MessageId": budget.clip(r.message_id, 1_000),
+            # The body's start, within the property limit; its size and digest name the whole.
+            "Body": kept,
+            "BodyTruncated": kept != body,
+            "BodyBytes": len(r.body),
+            "BodySha256": hashlib.sha256(r.body).hexdigest(),
             "DeliveryCount": r.delivery_count,
             "RejectedAt": r.at,
         }, mode=UpdateMode.REPLACE)

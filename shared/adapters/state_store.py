@@ -64,6 +64,23 @@ class CorruptRecord(Exception):
         self.reason = reason
 
 
+class OrderNotStorable(Exception):
+    """Storage refused the order for what it holds (a value or the entity past a size limit),
+    not for being down: the same write fails every time, so it is recorded, not retried."""
+
+    def __init__(self, order_id: str, reason: str) -> None:
+        super().__init__(f"order {order_id} cannot be stored: {reason}")
+        self.order_id = order_id
+        self.reason = reason
+
+
+# Table Storage's answers to a write it will never accept as it stands.
+NOT_STORABLE_CODES = frozenset({
+    "PropertyValueTooLarge", "EntityTooLarge", "RequestBodyTooLarge", "PropertyNameTooLong",
+    "TooManyProperties", "InvalidInput", "InvalidValueType", "OutOfRangeInput",
+})
+
+
 class OrderAlreadyExists(Exception):
     def __init__(self, order_id: str, fingerprint: str | None) -> None:
         super().__init__(f"order {order_id} already exists")
@@ -249,6 +266,10 @@ class TableOrderStore:
                 [("create", details), ("create", state_to_entity(state))]
             )
         except TableTransactionError as e:
+            if e.error_code in NOT_STORABLE_CODES:
+                if added:
+                    self.drop(key)
+                raise OrderNotStorable(order.order_id, str(e.error_code)) from None
             if e.error_code != "EntityAlreadyExists":
                 raise  # the entry stays: the Supervisor drops it once nothing can follow it
             if added:  # not the order's: the one there already names its own

@@ -12,6 +12,8 @@ class AlertKind(StrEnum):
     ORDER_FAILED = "OrderFailed"
     COMPENSATION_FAILED = "CompensationFailed"
     ORDER_CONFLICT = "OrderConflict"
+    # A valid order storage refuses for what it holds: recorded with its body, never run.
+    ORDER_NOT_STORABLE = "OrderNotStorable"
     RECORD_UNREADABLE = "RecordUnreadable"
     # The Supervisor could not act on an order several ticks running.
     SUPERVISION_FAILING = "SupervisionFailing"

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+# Table Storage's limit on one string property (64 KiB of UTF-16), which no budget may reach.
+STRING_PROPERTY = 32_768
 # Any one error text kept on a record, in an alert or a status message.
 ERROR_TEXT = 2_000
 # An operator's reason for a resubmission.

@@ -20,6 +20,9 @@ from pydantic import (
 # Table Storage keys may not hold / \ # ? or control characters; we are stricter so that an id
 # is also safe in a queue message, a URL path and a log query.
 ORDER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+# Text a person reads: no control characters (JSON would store each as a six-unit escape, and
+# the largest order would no longer fit the stored document: docs/limits.md).
+TEXT_PATTERN = r"^[^\u0000-\u001f\u007f]+$"
 # Storage queue names: 3-63 lower-case letters, digits and single hyphens.
 QUEUE_NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$"
 
@@ -49,7 +52,7 @@ def _json_integer(v: Any) -> Any:
 class LineItem(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    sku: Annotated[str, Field(min_length=1, max_length=64)]
+    sku: Annotated[str, Field(min_length=1, max_length=64, pattern=TEXT_PATTERN)]
     quantity: Annotated[int, Field(gt=0, le=10_000), BeforeValidator(_json_integer)]
     # Money is a decimal string ("12.50"), never a JSON number: a number is a binary float in
     # most senders' languages, and JSON Schema validators disagree on whether 2.01 is a multiple
@@ -72,7 +75,7 @@ class Order(BaseModel):
     schema_version: Annotated[int, Field(json_schema_extra={"enum": [1]}),
                               BeforeValidator(_json_integer)] = 1
     order_id: Annotated[str, Field(pattern=ORDER_ID_PATTERN)]
-    customer_id: Annotated[str, Field(min_length=1, max_length=128)]
+    customer_id: Annotated[str, Field(min_length=1, max_length=128, pattern=TEXT_PATTERN)]
     items: Annotated[list[LineItem], Field(min_length=1, max_length=100)]
     # The schema says what the validator below checks, so that a sender's validator agrees.
     reply_to: Annotated[str, Field(pattern=QUEUE_NAME_PATTERN,

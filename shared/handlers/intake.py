@@ -10,8 +10,8 @@ from enum import StrEnum
 
 from shared import tracing
 from shared.adapters.alerts import AlertSink
-from shared.adapters.rejections import CONFLICT, INVALID, Rejection, RejectionStore
-from shared.adapters.state_store import OrderAlreadyExists, OrderStore
+from shared.adapters.rejections import Rejection, RejectionKind, RejectionStore
+from shared.adapters.state_store import OrderAlreadyExists, OrderNotStorable, OrderStore
 from shared.clock import Clock
 from shared.domain.alerts import AlertKind, OperatorAlert
 from shared.domain.order import InvalidOrder, Order, parse_order
@@ -27,6 +27,7 @@ class IntakeOutcome(StrEnum):
     DUPLICATE = "duplicate"
     CONFLICT = "conflict"
     INVALID = "invalid"
+    UNSTORABLE = "unstorable"
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,8 @@ class IntakeHandler:
                 raise InvalidOrder(f"reply_to: queue {order.reply_to!r} is not on the allow-list")
         except InvalidOrder as e:
             reason = str(e)
-            self._rejections.record(Rejection(INVALID, reason, message_id, body, delivery_count,
-                                              now, sent_at))
+            self._rejections.record(Rejection(RejectionKind.INVALID, reason, message_id, body,
+                                              delivery_count, now, sent_at))
             log.warning("order message %s rejected: %s", message_id, reason)
             return IntakeResult(IntakeOutcome.INVALID, None, reason)
 
@@ -83,8 +84,19 @@ class IntakeHandler:
             saved = self._store.create(order, state)  # indexed first: never lost to the Supervisor
         except OrderAlreadyExists as e:
             return self._seen_before(order, e.fingerprint,
-                                     Rejection(CONFLICT, "", message_id, body, delivery_count,
-                                               now, sent_at))
+                                     Rejection(RejectionKind.CONFLICT, "", message_id, body,
+                                               delivery_count, now, sent_at))
+        except OrderNotStorable as e:
+            # The same write fails on every delivery: record it once, for an operator to see.
+            reason = (f"order {order.order_id} is valid but storage refuses it ({e.reason}); "
+                      "nothing was run")
+            self._rejections.record(Rejection(RejectionKind.UNSTORABLE, reason, message_id, body,
+                                              delivery_count, now, sent_at))
+            self._alerts.raise_alert(OperatorAlert(
+                AlertKind.ORDER_NOT_STORABLE, order.order_id, reason, now,
+                key=f"{order.order_id}.unstorable.{order.fingerprint()[:16]}"))
+            log.error("order message %s not storable: %s", message_id, reason)
+            return IntakeResult(IntakeOutcome.UNSTORABLE, order.order_id, reason)
         self._relay.carry_out(saved, order.document())
         log.info("order %s accepted", order.order_id)
         return IntakeResult(IntakeOutcome.ACCEPTED, order.order_id)

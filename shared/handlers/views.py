@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared import tracing
+from shared.adapters.rejections import RejectionKind
 
 # Modules, not names: the fields are named like the types (ProcessState: ProcessState).
 from shared.domain import order as orders
@@ -104,12 +105,15 @@ class AlertView(_View):
 
 class RejectionView(_View):
     RejectedAt: datetime | None
-    Kind: str
+    Kind: RejectionKind
     MessageId: str | None
     Reason: str | None
     DeliveryCount: int | None = None
-    Body: str | None = Field(None, description="The message body as received (truncated to "
-                                               "30,000 characters).")
+    Body: str | None = Field(None, description="The message body as received (its first 30,000 "
+                                               "UTF-16 units when longer).")
+    BodyBytes: int | None = Field(None, description="The whole body's size in bytes (rows "
+                                                    "before this field have none).")
+    BodySha256: str | None = Field(None, description="The whole body's SHA-256, hex.")
 
 
 class InFlightView(_View):

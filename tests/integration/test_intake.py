@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -138,6 +139,51 @@ def test_invalid_message_is_recorded_with_its_reason_and_not_retried(
     intake(msg=sb_message(body, message_id="bad-1", delivery_count=2, enqueued=sent))
     (again,) = entities(env["RejectedOrdersTableName"])
     assert again["DeliveryCount"] == 2
+
+
+def test_the_largest_order_the_schema_takes_is_accepted(env: dict[str, str]) -> None:
+    widest = order("o-" + "9" * 126, customer_id="\U0001F600" * 128,
+                   items=[{"sku": "\U0001F600" * 63 + '"', "quantity": 10_000,
+                           "unit_price": "9999999999.99"}] * 100)
+    intake(msg=sb_message(widest))
+    (row,) = entities(env["StateTableName"], "RowKey eq 'order'")
+    assert json.loads(row["Document"])["items"][99]["sku"].endswith('😀"')
+    assert entities(env["RejectedOrdersTableName"]) == []
+
+
+def test_a_valid_order_storage_refuses_is_recorded_and_alerted_not_retried(
+        env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Were a valid order ever past what storage takes (the schema is meant to prevent it),
+    every redelivery would fail the same way: it is recorded with its body, once, and the
+    message completes; nothing is stored or run."""
+    from shared.domain.order import parse_order
+    from shared.handlers import intake as intake_module
+
+    def oversize(body: bytes) -> object:
+        o = parse_order(body)
+        return o.model_copy(update={"customer_id": "x" * 40_000})
+
+    monkeypatch.setattr(intake_module, "parse_order", oversize)
+    body = json.dumps(order("o-1")).encode()
+    intake(msg=sb_message(body, message_id="m-big"))
+    (rej,) = entities(env["RejectedOrdersTableName"])
+    assert rej["Kind"] == "unstorable" and "PropertyValueTooLarge" in rej["Reason"]
+    assert (rej["Body"], rej["BodyBytes"]) == (body.decode(), len(body))
+    assert rej["BodySha256"] == hashlib.sha256(body).hexdigest()
+    (alert,) = entities(env["OperatorAlertsTableName"])
+    assert (alert["Kind"], alert["OrderID"]) == ("OrderNotStorable", "o-1")
+    assert entities(env["StateTableName"]) == [] and index_entries(env) == []
+    assert drain_json(env["SchedulerQueueName"]) == []
+
+
+def test_a_rejected_body_past_the_property_limit_is_kept_in_part_and_named_whole(
+        env: dict[str, str]) -> None:
+    body = ("\U0001F600" * 40_000).encode()  # 80,000 UTF-16 units, 160,000 bytes
+    intake(msg=sb_message(body, message_id="m-huge"))
+    (rej,) = entities(env["RejectedOrdersTableName"])
+    assert rej["Kind"] == "invalid" and rej["BodyTruncated"] is True
+    assert rej["Body"].startswith("\U0001F600" * 100) and len(rej["Body"]) < 30_000
+    assert (rej["BodyBytes"], rej["BodySha256"]) == (len(body), hashlib.sha256(body).hexdigest())
 
 
 def test_allowed_reply_queue_gets_received_status(env: dict[str, str]) -> None:

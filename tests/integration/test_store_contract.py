@@ -13,10 +13,12 @@ import pytest
 from shared.adapters.state_store import (
     ConcurrencyConflict,
     OrderAlreadyExists,
+    OrderNotStorable,
     OrderStore,
     TableOrderStore,
 )
 from shared.adapters.tick_log import TableTickLog, TickLogStore
+from shared.domain import budget
 from shared.domain.due_index import IndexKey
 from shared.domain.order import parse_order
 from shared.domain.outages import TickLog
@@ -189,6 +191,26 @@ def test_a_second_create_takes_its_entry_back(store: OrderStore) -> None:
     with pytest.raises(OrderAlreadyExists):
         store.create(o, receive("o-1", ORDER_FULFILMENT, T0 + timedelta(seconds=1)))
     assert [e.key for e in store.due(T0 + timedelta(days=1), 100)] == [saved.index_key]
+
+
+@pytest.mark.parametrize("units", [budget.STRING_PROPERTY, budget.STRING_PROPERTY + 1])
+def test_an_order_past_the_property_limit_is_not_storable_and_leaves_nothing(
+        store: OrderStore, units: int) -> None:
+    """Valid orders fit (docs/limits.md); one that would not is refused for what it is, not
+    as an outage, and leaves neither a record nor an index entry behind."""
+    o = parse_order(json.dumps(order("o-big")))
+    padding = units - budget.json_units(o.document())
+    big = o.model_copy(update={"customer_id": o.customer_id + "\U0001F600" * (padding // 2)
+                                              + "x" * (padding % 2)})
+    assert budget.json_units(big.document()) == units
+    if units <= budget.STRING_PROPERTY:
+        assert store.create(big, receive("o-big", ORDER_FULFILMENT, T0)).version
+        return
+    with pytest.raises(OrderNotStorable) as e:
+        store.create(big, receive("o-big", ORDER_FULFILMENT, T0))
+    assert e.value.reason == "PropertyValueTooLarge"
+    assert store.get_state("o-big") is None
+    assert store.due(T0 + timedelta(days=1), 100) == []
 
 
 def test_an_unreadable_record_is_filed_aside_and_marked(store: OrderStore) -> None:

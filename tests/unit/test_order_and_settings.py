@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from shared.domain import budget
 from shared.domain.order import InvalidOrder, parse_order
 from shared.settings import SettingsError, load_settings
 from shared.workflows import REGISTRY
@@ -33,6 +36,8 @@ def test_a_valid_order_parses_and_totals() -> None:
     ({"order_id": "x" * 200}, "order_id"),
     ({"order_id": ""}, "order_id"),
     ({"customer_id": ""}, "customer_id"),
+    ({"customer_id": "c\x00"}, "customer_id"),
+    ({"items": [{"sku": "A\n", "quantity": 1, "unit_price": "1"}]}, "sku"),
     ({"items": []}, "items"),
     ({"items": [{"sku": "A", "quantity": 0, "unit_price": "1"}]}, "quantity"),
     ({"items": [{"sku": "A", "quantity": 1, "unit_price": "-1"}]}, "unit_price"),
@@ -45,6 +50,26 @@ def test_a_valid_order_parses_and_totals() -> None:
 def test_invalid_orders_name_the_field(changes: dict[str, object], reason: str) -> None:
     with pytest.raises(InvalidOrder, match=reason):
         parse_order(body(**changes))
+
+
+# Any character a schema-valid text may hold, weighted to the widest stored (a JSON escape or a
+# character outside the BMP counts two UTF-16 units).
+_wide = st.sampled_from('"\\\U0001F600\U00010000') | st.characters(
+    blacklist_categories=("Cs",), blacklist_characters="".join(map(chr, [*range(32), 127])))
+
+
+@settings(max_examples=40, deadline=None)
+@given(sku=st.text(_wide, min_size=64, max_size=64),
+       customer=st.text(_wide, min_size=128, max_size=128),
+       reply_to=st.sampled_from([None, "r" * 63]))
+def test_every_order_the_schema_takes_fits_in_one_stored_property(
+        sku: str, customer: str, reply_to: str | None) -> None:
+    """The published limits (docs/limits.md) keep the largest valid order storable: the stored
+    document stays within Table Storage's string property, with room to spare."""
+    o = parse_order(body(order_id="o" * 128, customer_id=customer, reply_to=reply_to,
+                         items=[{"sku": sku, "quantity": 10_000, "unit_price": "9999999999.99"}]
+                         * 100))
+    assert budget.json_units(o.document()) <= budget.STRING_PROPERTY * 2 // 3
 
 
 @pytest.mark.parametrize("raw", [b"", b"not json", b"[]", b"\xff\xfe"])
