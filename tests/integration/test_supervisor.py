@@ -303,3 +303,55 @@ def test_entries_from_before_the_due_index_are_filed_by_their_due_time(
     for oid in filed:
         assert state(pipeline, oid).get("IndexKey", "").endswith(f"|{oid}@0")
     assert c.supervisor.tick().due == 0  # nothing left to read before its time
+
+
+def test_a_tick_costs_the_same_however_many_records_are_unreadable(
+        make_pipeline: Any) -> None:
+    """Unreadable records are reported and filed aside at most the tick's recovery budget at a
+    time, so a tick's storage requests are bounded by the budget, not by how many there are,
+    and a readable order behind them all is recovered within N / budget ticks.
+    UNREADABLE_RECORDS=1000 measures the issue's case (the default keeps CI quick)."""
+    import os
+
+    from shared.domain import due_index
+
+    bad, budget = int(os.environ.get("UNREADABLE_RECORDS", "240")), 40
+    p = make_pipeline(SupervisorMaxRecoveriesPerTick=str(budget), FailureThreshold="3",
+                      RetryBackoffSeconds="1", RetryBackoffMaxSeconds="4")
+    c, env = p.container, p.env
+    states = c.tables.get_table_client(env["StateTableName"])
+    index = c.tables.get_table_client(env["InFlightTableName"])
+    at = p.clock.now - timedelta(minutes=5)  # due before the readable order: at the front
+    by_shard: dict[str, list[Any]] = {}
+    for i in range(bad):
+        oid = f"bad-{i:04d}"
+        states.create_entity({"PartitionKey": oid, "RowKey": "state", "OrderID": oid,
+                              "ProcessState": "Exploded"})
+        key = due_index.key_for(oid, 1, at)
+        by_shard.setdefault(key.partition, []).append(("create", {
+            "PartitionKey": key.partition, "RowKey": key.row, "OrderID": oid, "Generation": 1,
+            "Since": at, "Base": "W/\"x\""}))
+    for ops in by_shard.values():
+        for start in range(0, len(ops), 100):
+            index.submit_transaction(ops[start:start + 100])
+    claimed_and_lost(p, "good")
+    p.clock.advance(seconds=31)
+    costs: list[int] = []
+    recovered_at = None
+    for tick in range(1, bad // budget + 3):
+        p.meter.reset()
+        report = c.supervisor.tick()
+        costs.append(sum(p.meter.snapshot()["requests"].values()))
+        if report.retried:
+            recovered_at = tick
+    assert state(p, "good")["FailureCount"] == 1
+    assert recovered_at is not None and recovered_at <= bad // budget + 1
+    # Each unreadable record: its read, its alert, and its entry moved (a write and a delete);
+    # beside them the tick log (a read and a write), one query per index partition, and the
+    # readable order's recovery when it comes (its read, its write, its request sent).
+    assert max(costs) <= 2 + 17 + 4 * budget + 6
+    # Every one reported, once, and filed aside: the last tick found nothing left to do.
+    assert len(entities(env["OperatorAlertsTableName"])) == bad
+    assert report.due == 0 and costs[-1] == 2 + 17
+    print(f"\n{bad} unreadable records, budget {budget}: recovered at tick {recovered_at}; "
+          f"requests per tick {costs}")
