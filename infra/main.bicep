@@ -31,10 +31,8 @@ param remoteServices string = 'real'
 @description('demo only: the function key the Agents present to the simulated services. A new one each deployment unless you give one.')
 param simulatorKey string = newGuid()
 
-@description('Base URLs of the real remote services (remoteServices=real); the app will not start without them.')
-param inventoryServiceUrl string = ''
-param paymentServiceUrl string = ''
-param shippingServiceUrl string = ''
+@description('The URL of each real remote service by its setting (urlSettings in services.json), e.g. { InventoryServiceUrl: \'https://...\' } (remoteServices=real); the app will not start without one for every service.')
+param serviceUrls object = {}
 
 @description('Send storage request logs to Log Analytics too: one record per table or queue transaction, billed as ingestion.')
 param storageRequestLogs bool = false
@@ -66,10 +64,10 @@ var deploymentContainerName = 'app-package-${take(resourceToken, 8)}'
 var queues = {
   scheduler: 'scheduler-commands'
   responses: 'agent-responses'
-  inventory: 'inventory-requests'
-  payment: 'payment-requests'
-  shipping: 'shipping-requests'
 }
+// The services the workflows call (written by `python -m shared.contracts` from the registry):
+// each one's request queue and the setting that names it.
+var services = loadJsonContent('services.json')
 var tables = {
   state: 'OrderState'
   inFlight: 'OrdersInFlight'
@@ -79,7 +77,7 @@ var tables = {
 }
 var ordersQueueName = 'orders'
 
-var appSettings = {
+var appSettings = union(services.queueSettings, {
   // The Python worker runs every synchronous function on one pool of this many threads, and an
   // Agent holds its thread for up to a step's budget while a service hangs. Sized so that no
   // invocation ever waits for a thread even with every function on one instance (Premium,
@@ -89,9 +87,6 @@ var appSettings = {
   OrdersQueueName: ordersQueueName
   SchedulerQueueName: queues.scheduler
   AgentResponsesQueueName: queues.responses
-  InventoryRequestsQueueName: queues.inventory
-  PaymentRequestsQueueName: queues.payment
-  ShippingRequestsQueueName: queues.shipping
   StateTableName: tables.state
   InFlightTableName: tables.inFlight
   RejectedOrdersTableName: tables.rejected
@@ -121,7 +116,7 @@ var appSettings = {
   SimPermanentErrorRate: '0.02'
   SimHangRate: '0.01'
   SimHangSeconds: '120'
-}
+})
 
 resource rg 'Microsoft.Resources/resourceGroups@2024-11-01' = {
   name: 'rg-${environmentName}'
@@ -147,7 +142,7 @@ module storage 'app/storage.bicep' = {
     location: location
     tags: tags
     deploymentContainerName: deploymentContainerName
-    queueNames: [queues.scheduler, queues.responses, queues.inventory, queues.payment, queues.shipping]
+    queueNames: concat([queues.scheduler, queues.responses], services.queues)
     tableNames: [tables.state, tables.inFlight, tables.rejected, tables.alerts, tables.simulator]
   }
 }
@@ -210,11 +205,7 @@ module function 'app/function.bicep' = {
     appSettings: appSettings
     remoteServices: remoteServices
     simulatorKey: simulatorKey
-    serviceUrls: {
-      InventoryServiceUrl: inventoryServiceUrl
-      PaymentServiceUrl: paymentServiceUrl
-      ShippingServiceUrl: shippingServiceUrl
-    }
+    serviceUrls: serviceUrls
   }
 }
 

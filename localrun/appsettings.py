@@ -28,8 +28,8 @@ def isolated_names(token: str) -> dict[str, str]:
 
 def local_app_settings(connection: str, http_port: int, **overrides: str) -> dict[str, str]:
     template = json.loads((ROOT / "local.settings.template.json").read_text())["Values"]
-    sim = f"http://127.0.0.1:{http_port}/api/sim"
+    # The simulated services follow the port the host serves on.
     return {**template, "AzureWebJobsStorage": connection, "ServiceBusConnection": "local",
             "SimulatorsEnabled": "true",
-            **{service_setting_names(s)[0]: f"{sim}/{s}" for s in REGISTRY.services},
+            "SimulatorBaseUrl": f"http://127.0.0.1:{http_port}/api/sim",
             **overrides}

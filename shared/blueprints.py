@@ -10,6 +10,7 @@ from __future__ import annotations
 import azure.functions as func
 
 from shared import entrypoints
+from shared.domain.workflow import agent_function
 from shared.settings import service_setting_names
 
 
@@ -23,7 +24,7 @@ def agents(services: list[str]) -> func.Blueprint:
 def _agent(bp: func.Blueprint, service: str) -> None:
     _, queue_setting = service_setting_names(service)
 
-    @bp.function_name(f"{service}_agent")
+    @bp.function_name(agent_function(service))
     @bp.queue_trigger(arg_name="msg", queue_name=f"%{queue_setting}%",
                       connection="AzureWebJobsStorage")
     @bp.queue_output(arg_name="reply", queue_name="%AgentResponsesQueueName%",

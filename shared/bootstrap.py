@@ -155,7 +155,7 @@ def build(settings: Settings, *, clock: Clock = utc_now,
             health=health_probe(settings, registry.services),
             pending_grace=policy.pending_grace, clock=clock),
         simulator=SimulatedService(
-            tables.get_table_client(settings.simulator_table),
+            tables.get_table_client(settings.simulator_table), registry.operations,
             Faults(settings.sim_latency_ms, settings.sim_transient_rate,
                    settings.sim_permanent_rate, settings.sim_hang_rate,
                    settings.sim_hang_seconds),

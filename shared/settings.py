@@ -90,6 +90,10 @@ class Settings(BaseModel):
     breaker_window: Seconds = Field(20, alias="CircuitBreakerWindowSeconds")
 
     simulators_enabled: bool = Field(False, alias="SimulatorsEnabled")
+    # Where the simulated services are served: each service's URL is <this>/<service> unless
+    # its <Service>ServiceUrl says otherwise (a demo deployment sets it to its own host).
+    simulator_base_url: str | None = Field(None, alias="SimulatorBaseUrl",
+                                           pattern=r"^https?://\S+[^/]$")
     sim_latency_ms: int = Field(0, alias="SimLatencyMs", ge=0)
     sim_transient_rate: Rate = Field(0, alias="SimTransientErrorRate")
     sim_permanent_rate: Rate = Field(0, alias="SimPermanentErrorRate")
@@ -122,10 +126,17 @@ class Settings(BaseModel):
         """Each service's settings, by convention (service_setting_names); a wrong one stops
         the app with an error that names it."""
         out: dict[str, ServiceSettings] = {}
+        # Without a URL of its own, a service is the simulated one, where simulators are: the
+        # local host's, or the ones at SimulatorBaseUrl. Elsewhere a missing URL is named.
+        simulators = self.simulator_base_url or (LOCAL_SIMULATORS if self.simulators_enabled
+                                                 else None)
         for name in names:
             url_key, queue_key = service_setting_names(name)
-            given = {"url": self.environ.get(url_key, f"{LOCAL_SIMULATORS}/{name}"),
-                     "queue": self.environ.get(queue_key, f"{name}-requests")}
+            if url_key not in self.environ and simulators is None:
+                raise SettingsError(f"invalid app settings: {url_key} is not set: the URL of "
+                                    f"the {name} service (or set SimulatorBaseUrl)")
+            given = {"url": self.environ.get(url_key, f"{simulators}/{name}"),
+                     "queue": self.environ.get(queue_key, default_queue(name))}
             try:
                 out[name] = ServiceSettings.model_validate(given)
             except ValidationError as e:
@@ -165,6 +176,11 @@ class Settings(BaseModel):
 # Where the Agents find the simulated services when no <Service>ServiceUrl is set: this app's
 # own, under the local host's default port.
 LOCAL_SIMULATORS = "http://localhost:7071/api/sim"
+
+
+def default_queue(service: str) -> str:
+    """A service's request queue unless <Service>RequestsQueueName names another."""
+    return f"{service}-requests"
 
 
 def service_setting_names(service: str) -> tuple[str, str]:

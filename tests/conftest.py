@@ -108,5 +108,7 @@ def wait_until(condition: Callable[[], object], timeout: float = 30.0,
 
 
 # function_app.py checks settings on import, as the host would; unit tests import it with the
-# local default (no storage is touched until a test asks for a container).
+# local defaults (no storage is touched until a test asks for a container; the services are
+# the local host's simulated ones).
 os.environ.setdefault("AzureWebJobsStorage", "UseDevelopmentStorage=true")
+os.environ.setdefault("SimulatorsEnabled", "true")

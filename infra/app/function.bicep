@@ -20,7 +20,7 @@ param appSettings object
 @description('real: the Agents call serviceUrls. demo: the app serves fault-injecting simulated services (function key) and the Agents call those.')
 @allowed(['real', 'demo'])
 param remoteServices string
-@description('InventoryServiceUrl, PaymentServiceUrl, ShippingServiceUrl of the real services.')
+@description('The URL of each real service by its setting, e.g. InventoryServiceUrl (remoteServices=real).')
 param serviceUrls object
 @secure()
 @description('demo only: a host function key the Agents present to the simulated services.')
@@ -113,10 +113,9 @@ resource scmBasicAuth 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@20
 // The simulated services are HTTP functions of this same app: a demo deployment's only.
 var simulatorsEnabled = remoteServices == 'demo'
 var simulatorBase = 'https://${app.properties.defaultHostName}/api/sim'
+// Each service is <SimulatorBaseUrl>/<service> unless its own URL setting is given.
 var agentTargets = simulatorsEnabled ? {
-  InventoryServiceUrl: '${simulatorBase}/inventory'
-  PaymentServiceUrl: '${simulatorBase}/payment'
-  ShippingServiceUrl: '${simulatorBase}/shipping'
+  SimulatorBaseUrl: simulatorBase
   RemoteServiceKey: simulatorKey
 } : serviceUrls
 

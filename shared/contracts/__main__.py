@@ -9,8 +9,12 @@ from pathlib import Path
 import yaml  # a development dependency: this script is not part of the running app
 
 from shared.contracts.messages import asyncapi_document, order_schema
+from shared.contracts.services import services_document
+from shared.workflows import REGISTRY
 
-SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMAS = ROOT / "schemas"
+INFRA = ROOT / "infra"
 
 
 def rendered() -> dict[Path, str]:
@@ -18,7 +22,9 @@ def rendered() -> dict[Path, str]:
     return {
         SCHEMAS / "order.schema.json": json.dumps(order_schema(), indent=2) + "\n",
         SCHEMAS / "asyncapi.yaml": header + yaml.safe_dump(
-            asyncapi_document(), sort_keys=False, width=100, allow_unicode=True),
+            asyncapi_document(REGISTRY), sort_keys=False, width=100, allow_unicode=True),
+        # Read by infra/main.bicep (loadJsonContent): JSON has no comments, so no header.
+        INFRA / "services.json": json.dumps(services_document(REGISTRY), indent=2) + "\n",
     }
 
 
@@ -27,13 +33,13 @@ def main(argv: list[str]) -> int:
              if not p.exists() or p.read_text() != text]
     if "--check" in argv:
         for p in stale:
-            print(f"{p.relative_to(SCHEMAS.parent)} is out of date: "
+            print(f"{p.relative_to(ROOT)} is out of date: "
                   "run python -m shared.contracts", file=sys.stderr)
         return 1 if stale else 0
     SCHEMAS.mkdir(exist_ok=True)
     for p, text in rendered().items():
         p.write_text(text)
-        print(f"wrote {p.relative_to(SCHEMAS.parent)}")
+        print(f"wrote {p.relative_to(ROOT)}")
     return 0
 
 

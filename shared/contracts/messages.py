@@ -15,7 +15,8 @@ from pydantic.json_schema import models_json_schema
 from shared.contracts.openapi import VERSION
 from shared.domain.messages import AgentReply, AgentRequest, SchedulerCommand, StatusUpdate
 from shared.domain.order import Order
-from shared.workflows.orders import ORDER_FULFILMENT
+from shared.domain.workflow import Registry
+from shared.settings import service_setting_names
 
 ORDER_SCHEMA_ID = "https://github.com/order-pipeline/order-pipeline/schemas/order.schema.json"
 _REF = "#/components/schemas/{model}"
@@ -57,11 +58,11 @@ def _operation(action: str, channel: str, message: str, summary: str) -> dict[st
             "messages": [{"$ref": f"#/channels/{channel}/messages/{message}"}]}
 
 
-def asyncapi_document() -> dict[str, Any]:
+def asyncapi_document(workflows: Registry) -> dict[str, Any]:
     _, defs = models_json_schema(
         [(m, "validation") for m in (Order, SchedulerCommand, AgentRequest, AgentReply,
                                      StatusUpdate)], ref_template=_REF)
-    agents = dict.fromkeys(s.agent for s in ORDER_FULFILMENT.steps)  # in step order
+    agents = workflows.services  # in the order the workflows' steps first name them
     channels: dict[str, Any] = {
         "orders": {
             "address": "%OrdersQueueName%",
@@ -108,7 +109,7 @@ def asyncapi_document() -> dict[str, Any]:
     for agent in agents:
         cid = f"{agent}Requests"
         channels[cid] = _storage_queue(
-            f"{agent.capitalize()}RequestsQueueName", "agentRequest",
+            service_setting_names(agent)[1], "agentRequest",
             f"Work for the {agent} Agent (a step to do, or to undo under its recorded key).")
         operations[f"send{agent.capitalize()}Request"] = _operation(
             "send", cid, "agentRequest", f"The Scheduler hands a step to the {agent} Agent.")

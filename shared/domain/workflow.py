@@ -37,6 +37,11 @@ class Step:
 SERVICE_NAME = re.compile(r"^[a-z][a-z0-9]{1,30}$")
 
 
+def agent_function(service: str) -> str:
+    """The name of the Agent function that serves ``service`` (one per service)."""
+    return f"{service}_agent"
+
+
 @dataclass(frozen=True)
 class Workflow:
     name: str
@@ -130,6 +135,17 @@ class Registry:
     def services(self) -> list[str]:
         """Every service a registered workflow calls, in the order first named."""
         return list(dict.fromkeys(s.agent for w in self.workflows for s in w.steps))
+
+    @property
+    def operations(self) -> dict[str, dict[str, str]]:
+        """Each service's operations, as do or undo: what its Agent may ask of it."""
+        ops: dict[str, dict[str, str]] = {}
+        for w in self.workflows:
+            for s in w.steps:
+                ops.setdefault(s.agent, {})[s.operation] = "do"
+                if s.compensation is not None:
+                    ops[s.agent][s.compensation] = "undo"
+        return ops
 
     @property
     def budgets(self) -> list[timedelta]:

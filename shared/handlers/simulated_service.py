@@ -1,4 +1,5 @@
-"""Simulated remote services (inventory, payment, shipping) for local runs, demos and tests.
+"""Simulated remote services, one for each service the registered workflows call, for local
+runs, demos and tests: each takes the operations its workflows' steps name.
 
 Each behaves like a well-made remote API: it de-duplicates by idempotency key, records every
 effect it makes (so tests can count charges and refunds), and refuses work for a key that was
@@ -30,13 +31,6 @@ from shared.clock import Clock
 
 APPLIED, UNDONE, VOIDED = "applied", "undone", "voided"
 
-OPERATIONS: dict[str, dict[str, str]] = {
-    "inventory": {"reserve": "do", "release": "undo"},
-    "payment": {"charge": "do", "refund": "undo"},
-    "shipping": {"ship": "do", "cancel": "undo"},
-}
-
-
 @dataclass(frozen=True)
 class Faults:
     latency_ms: int = 0
@@ -59,10 +53,12 @@ def _permanent_for(key: str, rate: float) -> bool:
 
 
 class SimulatedService:
-    def __init__(self, table: TableClient, faults: Faults, clock: Clock,
+    def __init__(self, table: TableClient, operations: dict[str, dict[str, str]],
+                 faults: Faults, clock: Clock,
                  sleep: Callable[[float], None] = time.sleep,
                  rng: random.Random | None = None) -> None:
         self._table = table
+        self._operations = operations  # service -> operation -> "do" | "undo"
         self._faults = faults
         self._clock = clock
         self._sleep = sleep
@@ -70,7 +66,7 @@ class SimulatedService:
 
     def handle(self, service: str, operation: str, key: str | None,
                body: dict[str, Any]) -> Response:
-        kind = OPERATIONS.get(service, {}).get(operation)
+        kind = self._operations.get(service, {}).get(operation)
         if kind is None:
             return Response(404, {"error": f"no operation {service}/{operation}"})
         if not key:

@@ -6,6 +6,7 @@ function index (the bindings the host reads) and the Settings model (what the co
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,30 +53,84 @@ class BicepNames:
 
 
 class _Resolver:
-    """Evaluates the few expression shapes our main.bicep uses for names."""
+    """Evaluates the few expression shapes our Bicep uses for names: variables and parameters,
+    property and index access, ``loadJsonContent``, ``toObject``, ``map``, ``concat``,
+    ``union``, lambdas, ``??`` and ``${name}`` interpolation. Anything else stays as parsed."""
 
-    def __init__(self, variables: dict[str, Any]) -> None:
-        self._vars = {k: v["value"] for k, v in variables.items()}
+    def __init__(self, bicep: dict[str, Any], base: Path,
+                 params: dict[str, Any] | None = None) -> None:
+        self._vars = {k: v["value"] for k, v in bicep.get("variables", {}).items()}
+        self._params = params or {}
+        self._base = base
 
-    def __call__(self, value: Any) -> Any:
+    def __call__(self, value: Any, scope: dict[str, Any] | None = None) -> Any:
+        scope = scope or {}
         if isinstance(value, str):
-            return self(self._vars[value]) if value in self._vars else value
+            if value in scope:
+                return scope[value]
+            if value in self._params:
+                return self._params[value]
+            if value in self._vars:
+                return self(self._vars[value])
+            return re.sub(r"\$\{([A-Za-z_][\w.]*)\}",
+                          lambda m: self._path(m.group(1), scope, m.group(0)), value)
         if isinstance(value, list):
-            return [self(v) for v in value]
-        if isinstance(value, dict):
-            op = value.get("operator")
-            if isinstance(op, dict) and op.get("type") == "property_accessor":
-                return self(op["operands"]["operand_1"])[op["operands"]["operand_2"]]
-            return {k: self(v) for k, v in value.items()}
-        return value
+            return [self(v, scope) for v in value]
+        if not isinstance(value, dict):
+            return value
+        op, fn = value.get("operator"), value.get("function")
+        if isinstance(op, dict) and op.get("type") in ("property_accessor", "index_accessor"):
+            target = self(op["operands"]["operand_1"], scope)
+            key = op["operands"]["operand_2"]  # a property's name is not an expression
+            if op["type"] == "index_accessor":
+                key = self(key, scope)
+            return target.get(key) if isinstance(target, dict) else value
+        if isinstance(op, dict) and op.get("type") == "coalesce":
+            first = self(op["operands"]["operand_1"], scope)
+            return first if first is not None else self(op["operands"]["operand_2"], scope)
+        if isinstance(fn, dict):
+            return self._call(fn["type"], list(fn["parameters"].values()), scope, value)
+        return {k: self(v, scope) for k, v in value.items()}
+
+    def _path(self, dotted: str, scope: dict[str, Any], text: str) -> str:
+        head, *rest = dotted.split(".")
+        target = self(head, scope)
+        for part in rest:
+            if not isinstance(target, dict):
+                return text
+            target = target.get(part)
+        return target if isinstance(target, str) else text
+
+    def _apply(self, lam: dict[str, Any], arg: Any, scope: dict[str, Any]) -> Any:
+        detail = lam["detail"]
+        return self(detail["expression"], {**scope, detail["var_1"]: arg})
+
+    def _call(self, name: str, args: list[Any], scope: dict[str, Any], raw: Any) -> Any:
+        if name == "load_json_content":
+            return json.loads((self._base / args[0]).read_text())
+        if name == "toObject":
+            items = self(args[0], scope)
+            return {self._apply(args[1], i, scope): self._apply(args[2], i, scope)
+                    for i in items}
+        if name == "map":
+            return [self._apply(args[1], i, scope) for i in self(args[0], scope)]
+        if name == "concat":
+            return [x for a in args for x in self(a, scope)]
+        if name == "union":
+            merged: dict[str, Any] = {}
+            for a in args:
+                merged.update(self(a, scope))
+            return merged
+        return raw
 
 
 def bicep_names(infra: Path) -> BicepNames:
     main = parse(infra / "main.bicep")
-    resolve = _Resolver(main.get("variables", {}))
+    resolve = _Resolver(main, infra)
     modules = main["modules"]
     settings = dict(resolve("appSettings"))
     function = parse(infra / "app" / "function.bicep")
+    fresolve = _Resolver(function, infra / "app")
     union = function["resources"]["settings"]["config"]["properties"]["function"]["parameters"]
     for arg in union.values():
         if isinstance(arg, dict):
@@ -83,7 +138,7 @@ def bicep_names(infra: Path) -> BicepNames:
         elif arg in function.get("variables", {}):
             value = function["variables"][arg]["value"]
             op = value.get("operator", {}) if isinstance(value, dict) else {}
-            settings.update(op.get("operands", {}).get("true_value", value))
+            settings.update(fresolve(op.get("operands", {}).get("true_value", value)))
     storage = parse(infra / "app" / "storage.bicep")
     poison = storage["resources"].get("poisonQueues", {})
     return BicepNames(
@@ -110,7 +165,12 @@ def drift(infra: Path) -> list[str]:
             if binding.get("connection"):
                 connections.add(binding["connection"])
     code = {f.alias for f in Settings.model_fields.values() if f.alias}
-    code |= {name for svc in REGISTRY.services for name in service_setting_names(svc)}
+    queue_names = {service_setting_names(svc)[1] for svc in REGISTRY.services}
+    code |= queue_names
+    # A service's URL: SimulatorBaseUrl/<service> in a demo deployment, else the deployer's
+    # (the serviceUrls parameter); the app refuses to start without one (shared/settings.py).
+    if "SimulatorBaseUrl" not in b.app_settings:
+        problems.append("a demo deployment sets no SimulatorBaseUrl: the services have no URL")
 
     for name, kind in sorted(bound.items()):
         if name not in b.app_settings:

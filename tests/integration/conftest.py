@@ -81,9 +81,7 @@ def run_host(app_env: Callable[..., dict[str, str]]) -> Iterator[Callable[..., R
 
     def start(only: set[str] | None = None, **overrides: str) -> RunningHost:
         port = free_port()
-        urls = {f"{svc.capitalize()}ServiceUrl": f"http://127.0.0.1:{port}/api/sim/{svc}"
-                for svc in ("inventory", "payment", "shipping")}
-        env = app_env(**{**urls, **overrides})
+        env = app_env(**{"SimulatorBaseUrl": f"http://127.0.0.1:{port}/api/sim", **overrides})
         host = LocalFunctionHost(function_app.app, settings=env,
                                  storage_connection=env["AzureWebJobsStorage"],
                                  host_json=ROOT / "host.json", http_port=port, poll_interval=0.1,

@@ -17,6 +17,7 @@ from shared.contracts.__main__ import SCHEMAS, main, rendered
 from shared.contracts.messages import asyncapi_document, order_schema
 from shared.contracts.openapi import openapi_document
 from shared.domain.order import InvalidOrder, parse_order
+from shared.workflows import REGISTRY
 from tests.conftest import ROOT
 
 ASYNCAPI_SPEC = ROOT / "node_modules/@asyncapi/specs/schemas/3.0.0-without-$id.json"
@@ -132,7 +133,7 @@ def _asyncapi_validator() -> Draft7Validator:
 
 def test_the_asyncapi_document_is_valid_asyncapi_3() -> None:
     doc = yaml.safe_load((SCHEMAS / "asyncapi.yaml").read_text())
-    assert doc == json.loads(json.dumps(asyncapi_document()))
+    assert doc == json.loads(json.dumps(asyncapi_document(REGISTRY)))
     errors = list(_asyncapi_validator().iter_errors(doc))
     assert errors == [], [e.message for e in errors[:5]]
 
@@ -144,7 +145,7 @@ def test_the_asyncapi_document_is_valid_asyncapi_3() -> None:
     lambda d: d["channels"]["orders"].update(sender="me"),
 ])
 def test_the_asyncapi_check_catches_a_broken_document(break_it: Any) -> None:
-    doc = json.loads(json.dumps(asyncapi_document()))
+    doc = json.loads(json.dumps(asyncapi_document(REGISTRY)))
     break_it(doc)
     assert not _asyncapi_validator().is_valid(doc)
 
@@ -155,7 +156,7 @@ def test_the_asyncapi_document_names_every_queue_the_app_binds() -> None:
 
     bound = {b.get("queueName") for f in functions_of(function_app.app) for b in f.bindings
              if b.get("queueName")}
-    addresses = {c["address"] for c in asyncapi_document()["channels"].values()}
+    addresses = {c["address"] for c in asyncapi_document(REGISTRY)["channels"].values()}
     assert bound <= addresses and "{replyTo}" in addresses
 
 

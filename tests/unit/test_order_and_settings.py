@@ -78,7 +78,8 @@ def test_garbage_is_invalid_not_a_crash(raw: bytes) -> None:
         parse_order(raw)
 
 
-BASE = {"AzureWebJobsStorage": "UseDevelopmentStorage=true"}
+# As locally: the services are the local host's simulated ones unless a test says otherwise.
+BASE = {"AzureWebJobsStorage": "UseDevelopmentStorage=true", "SimulatorsEnabled": "true"}
 
 
 def test_defaults_are_sensible() -> None:
@@ -137,6 +138,26 @@ def test_a_breaker_window_shorter_than_a_call_is_refused() -> None:
     with pytest.raises(SettingsError, match="CircuitBreakerWindowSeconds"):
         load_settings({**BASE, "AgentCallTimeoutSeconds": "30",
                        "CircuitBreakerWindowSeconds": "20"})
+
+
+@pytest.mark.parametrize(("given", "url"), [
+    ({}, "http://localhost:7071/api/sim/payment"),
+    ({"SimulatorsEnabled": "false", "SimulatorBaseUrl": "https://demo.example/api/sim"},
+     "https://demo.example/api/sim/payment"),
+    ({"SimulatorsEnabled": "false", "PaymentServiceUrl": "https://pay.example"},
+     "https://pay.example"),
+])
+def test_a_service_without_its_own_url_is_the_simulated_one_where_there_are_any(
+        given: dict[str, str], url: str) -> None:
+    s = load_settings({**BASE, "InventoryServiceUrl": "https://inv", "ShippingServiceUrl":
+                       "https://ship", **given})
+    assert s.services(REGISTRY.services)["payment"].url == url
+
+
+def test_a_deployment_without_simulators_needs_every_services_url() -> None:
+    with pytest.raises(SettingsError, match="PaymentServiceUrl is not set"):
+        load_settings({**BASE, "SimulatorsEnabled": "false",
+                       "InventoryServiceUrl": "https://inv"}).registry(REGISTRY)
 
 
 def test_a_deployment_without_service_urls_fails_fast_naming_them() -> None:
