@@ -81,9 +81,10 @@ var appSettings = union(services.queueSettings, {
   // The Python worker runs every synchronous function on one pool of this many threads, and an
   // Agent holds its thread for up to a step's budget while a service hangs. Sized so that no
   // invocation ever waits for a thread even with every function on one instance (Premium,
-  // Dedicated, locally): 5 queue functions x (batchSize 16 + newBatchThreshold 8), Service Bus
-  // maxConcurrentCalls 16, the timer 1, HTTP 16 = 153 (tests/infra/test_thread_pool.py).
-  PYTHON_THREADPOOL_THREAD_COUNT: '160'
+  // Dedicated, locally): 6 queue functions (the Scheduler's two, one Agent per service) x
+  // (batchSize 16 + newBatchThreshold 8), Service Bus maxConcurrentCalls 16, the timer 1,
+  // HTTP 16 = 177; room for one more service (tests/infra/test_thread_pool.py).
+  PYTHON_THREADPOOL_THREAD_COUNT: '200'
   OrdersQueueName: ordersQueueName
   SchedulerQueueName: queues.scheduler
   AgentResponsesQueueName: queues.responses

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from shared.settings import service_setting_names
+from shared.settings import default_queue, service_setting_names
 from shared.workflows import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +29,10 @@ def isolated_names(token: str) -> dict[str, str]:
 def local_app_settings(connection: str, http_port: int, **overrides: str) -> dict[str, str]:
     template = json.loads((ROOT / "local.settings.template.json").read_text())["Values"]
     # The simulated services follow the port the host serves on.
-    return {**template, "AzureWebJobsStorage": connection, "ServiceBusConnection": "local",
+    # Every registered service's queue, by convention, whether or not the template lists it.
+    queues = {service_setting_names(s)[1]: default_queue(s) for s in REGISTRY.services}
+    return {**queues, **template, "AzureWebJobsStorage": connection,
+            "ServiceBusConnection": "local",
             "SimulatorsEnabled": "true",
             "SimulatorBaseUrl": f"http://127.0.0.1:{http_port}/api/sim",
             **overrides}

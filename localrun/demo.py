@@ -110,7 +110,8 @@ def _progress_table(snap: Snapshot, elapsed: float) -> Table:
 
 
 def run_demo(orders: int, port: int, timeout: float, console: Console,
-             data: Path = DATA, serve: bool = False, faults: bool = True) -> int:
+             data: Path = DATA, serve: bool = False, faults: bool = True,
+             workflows: list[str] | None = None) -> int:
     from localrun.azurite import Azurite
 
     log_file = data.parent / "demo.log"
@@ -175,7 +176,7 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
                       soft_wrap=True)
         sender = LocalSender(QueueServiceClient.from_connection_string(az.connection_string),
                              settings.orders_queue)
-        batch = list(sample_orders(orders))
+        batch = list(sample_orders(orders, workflows=workflows))
         # Count and time from the first order (the app starts on it at once), not from after
         # the last one was sent: the app's work, not the demo's set-up.
         meter.reset()
@@ -288,7 +289,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-faults", action="store_true",
                    help="no faults in the simulated services (the figures are then the "
                         "benchmark's fault-free ones)")
+    p.add_argument("--workflow", action="append", dest="workflows", metavar="NAME",
+                   help="the workflow the orders follow; repeat it for orders to take turns "
+                        "(default: the app's default, whose counts the benchmark reports)")
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    from shared.workflows import REGISTRY
+
+    unknown = sorted(set(args.workflows or []) - set(REGISTRY.names))
+    if unknown:
+        p.error(f"--workflow: no workflow {', '.join(unknown)} (this app runs "
+                f"{', '.join(REGISTRY.names)})")
     return run_demo(args.orders, args.port, args.timeout, Console(highlight=False),
-                    args.data.resolve(), args.serve, not args.no_faults)
+                    args.data.resolve(), args.serve, not args.no_faults, args.workflows)

@@ -128,10 +128,18 @@ def send(
     seed: Annotated[int | None, typer.Option(help="Make the sample orders reproducible.")] = None,
     reply_to: Annotated[str | None, typer.Option(
         help="Reply queue for status messages (must match ReplyQueueAllowList).")] = None,
+    workflow: Annotated[list[str] | None, typer.Option(
+        help="The workflow the sample orders follow (repeat it to take turns); default: the "
+             f"app's ({REGISTRY.default}). The app runs: {', '.join(REGISTRY.names)}.")
+    ] = None,
 ) -> None:
     """Send orders; prints each order id sent (message id = order id)."""
     if sum(bool(x) for x in (local, connection_string, namespace)) != 1:
         raise CliError("choose one of --local, --connection-string or --namespace", 2)
+    unknown = sorted(set(workflow or []) - set(REGISTRY.names))
+    if unknown:
+        raise CliError(f"--workflow: no workflow {', '.join(unknown)} (this app runs "
+                       f"{', '.join(REGISTRY.names)})", 2)
     orders_queue = queue or opts.env().get("OrdersQueueName", "orders")
     sender: OrderSender
     if local:
@@ -144,7 +152,7 @@ def send(
             raise CliError(f"--connection-string: {e}", 2) from None
     items = (list(orders_from_file(file)) if file else
              [(o["order_id"], json.dumps(o).encode())
-              for o in sample_orders(count, seed=seed, reply_to=reply_to)])
+              for o in sample_orders(count, seed=seed, reply_to=reply_to, workflows=workflow)])
     started = time.monotonic()
     try:
         for i, item in enumerate(items):

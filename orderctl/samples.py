@@ -14,7 +14,9 @@ CATALOGUE = [("SKU-TEA", "4.50"), ("SKU-MUG", "12.00"), ("SKU-KETTLE", "39.90"),
 
 
 def sample_orders(count: int, prefix: str = "ord", seed: int | None = None,
-                  reply_to: str | None = None) -> Iterator[dict[str, Any]]:
+                  reply_to: str | None = None,
+                  workflows: list[str] | None = None) -> Iterator[dict[str, Any]]:
+    """``workflows``: each order names one of these in turn (None: the app's default)."""
     rng = random.Random(seed)
     run = uuid.UUID(int=rng.getrandbits(128)).hex[:6] if seed is not None else uuid.uuid4().hex[:6]
     for i in range(count):
@@ -24,6 +26,8 @@ def sample_orders(count: int, prefix: str = "ord", seed: int | None = None,
                                  "customer_id": f"cust-{rng.randint(1, 500):04d}", "items": items}
         if reply_to:
             order["reply_to"] = reply_to
+        if workflows:
+            order["workflow"] = workflows[i % len(workflows)]
         yield order
 
 

@@ -17,6 +17,8 @@ from pydantic import (
     field_validator,
 )
 
+from shared.domain.workflow import WORKFLOW_NAME_PATTERN
+
 # Table Storage keys may not hold / \ # ? or control characters; we are stricter so that an id
 # is also safe in a queue message, a URL path and a log query.
 ORDER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
@@ -77,6 +79,8 @@ class Order(BaseModel):
     order_id: Annotated[str, Field(pattern=ORDER_ID_PATTERN)]
     customer_id: Annotated[str, Field(min_length=1, max_length=128, pattern=TEXT_PATTERN)]
     items: Annotated[list[LineItem], Field(min_length=1, max_length=100)]
+    # Which of the app's workflows the order follows; the app's default when absent.
+    workflow: Annotated[str, Field(pattern=WORKFLOW_NAME_PATTERN)] | None = None
     # The schema says what the validator below checks, so that a sender's validator agrees.
     reply_to: Annotated[str, Field(pattern=QUEUE_NAME_PATTERN,
                                    json_schema_extra={"not": {"pattern": "--"}})] | None = None
@@ -100,7 +104,11 @@ class Order(BaseModel):
         return sum((i.unit_price * i.quantity for i in self.items), Decimal("0"))
 
     def document(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        doc = self.model_dump(mode="json")
+        if doc["workflow"] is None:
+            # As before orders could name one: the same order keeps the same fingerprint.
+            del doc["workflow"]
+        return doc
 
     def fingerprint(self) -> str:
         """A content hash: tells a redelivery from a different order with the same id."""

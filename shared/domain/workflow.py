@@ -35,6 +35,8 @@ class Step:
 # A service's name is the stem of its settings and functions (<Service>ServiceUrl,
 # <service>_agent): a lower-case identifier.
 SERVICE_NAME = re.compile(r"^[a-z][a-z0-9]{1,30}$")
+# A workflow's name, as an order and a record carry it.
+WORKFLOW_NAME_PATTERN = r"^[a-z][a-z0-9-]{0,62}$"
 
 
 def agent_function(service: str) -> str:
@@ -57,6 +59,9 @@ class Workflow:
         bad = sorted({s.agent for s in self.steps if not SERVICE_NAME.match(s.agent)})
         if bad:
             raise ValueError(f"service names must match {SERVICE_NAME.pattern}: {bad}")
+        if not re.match(WORKFLOW_NAME_PATTERN, self.name):
+            raise ValueError(f"a workflow's name must match {WORKFLOW_NAME_PATTERN}: "
+                             f"{self.name!r}")
         if self.version < 1:
             raise ValueError("a workflow's version starts at 1")
 

@@ -16,7 +16,7 @@ from shared.clock import Clock
 from shared.domain.alerts import AlertKind, OperatorAlert
 from shared.domain.order import InvalidOrder, Order, parse_order
 from shared.domain.state import Cause, receive
-from shared.domain.workflow import Registry
+from shared.domain.workflow import Registry, UnknownWorkflow
 from shared.handlers.relay import EffectRelay
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,10 @@ class IntakeHandler:
             order = parse_order(body)
             if order.reply_to and not self._reply_allowed(order.reply_to):
                 raise InvalidOrder(f"reply_to: queue {order.reply_to!r} is not on the allow-list")
+            try:
+                workflow = self._workflows.get(order.workflow)
+            except UnknownWorkflow as e:
+                raise InvalidOrder(f"workflow: {e}") from None
         except InvalidOrder as e:
             reason = str(e)
             self._rejections.record(Rejection(RejectionKind.INVALID, reason, message_id, body,
@@ -78,7 +82,7 @@ class IntakeHandler:
             log.warning("order message %s rejected: %s", message_id, reason)
             return IntakeResult(IntakeOutcome.INVALID, None, reason)
 
-        state = receive(order.order_id, self._workflows.get(), now, order.reply_to)
+        state = receive(order.order_id, workflow, now, order.reply_to)
         state.trace = tracing.current_traceparent()  # what the order's later work continues
         try:
             saved = self._store.create(order, state)  # indexed first: never lost to the Supervisor

@@ -8,6 +8,9 @@ resources from this list (docs/adapting.md).
 from __future__ import annotations
 
 from shared.domain.workflow import Registry
+from shared.workflows.digital import DIGITAL_DELIVERY
 from shared.workflows.orders import ORDER_FULFILMENT
 
-REGISTRY = Registry.of([ORDER_FULFILMENT], default=ORDER_FULFILMENT.name)
+# An order that names no workflow follows the default (and so does every record written
+# before records named theirs).
+REGISTRY = Registry.of([ORDER_FULFILMENT, DIGITAL_DELIVERY], default=ORDER_FULFILMENT.name)

@@ -17,6 +17,7 @@ from localrun.azurite import Azurite
 from localrun.bench import Bench, Scale, per_order, run_bench
 from localrun.bench import main as bench_main
 from shared.adapters.state_store import TableOrderStore
+from tests.conftest import ROOT
 
 # A fault-free 3-step order; the Supervisor's tick-log writes apart (time drives them). The demo
 # is held to the same figures (tests/e2e/test_demo.py).
@@ -53,7 +54,9 @@ def test_bench_smoke_writes_a_complete_report(tmp_path: Path) -> None:
     assert set(report) >= {"transactions", "ceiling", "throughput", "supervisor", "recovery",
                            "starvation", "tracing", "latency_breakdown", "memory_peak_mb",
                            "machine"}
-    assert report["starvation"]["deployed"]["threads"] == 160
+    deployed = json.loads((ROOT / "local.settings.template.json").read_text())["Values"]
+    assert report["starvation"]["deployed"]["threads"] == int(
+        deployed["PYTHON_THREADPOOL_THREAD_COUNT"])
     # Where the time goes: every hop of the straight path has a median.
     hops = report["latency_breakdown"]["median_s"]
     assert {"1 service bus wait", "1 intake", "2 scheduler start", "3 queue wait before agent "

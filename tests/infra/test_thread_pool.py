@@ -15,6 +15,7 @@ from typing import Any
 import function_app
 from localrun.host import QueueOptions, ServiceBusOptions
 from localrun.index import functions_of
+from shared.workflows import REGISTRY
 from tests.conftest import ROOT
 from tests.infra.drift import bicep_names, parse
 
@@ -39,7 +40,9 @@ def test_the_deployed_pool_holds_every_invocation_the_host_may_start() -> None:
     host_json = json.loads((ROOT / "host.json").read_text())
     http = parse(INFRA / "main.bicep")["parameters"]["httpPerInstanceConcurrency"]["default"]
     pool = int(bicep_names(INFRA).app_settings["PYTHON_THREADPOOL_THREAD_COUNT"])
-    assert most_invocations_at_once(host_json, http) == 5 * 24 + 16 + 1 + 16
+    # The Scheduler's two queue functions and one Agent per service the workflows call.
+    queue_functions = 2 + len(REGISTRY.services)
+    assert most_invocations_at_once(host_json, http) == queue_functions * 24 + 16 + 1 + 16
     assert pool >= most_invocations_at_once(host_json, http)
 
 

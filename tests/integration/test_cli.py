@@ -44,6 +44,23 @@ def test_send_local_generated_orders_prints_their_ids(
     assert all(m["application_properties"]["source"] == "orders-cli" for m in sent)
 
 
+def test_send_names_the_workflow_the_orders_follow(
+        env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    import base64
+
+    from shared import bootstrap
+
+    assert orders("send", "--local", "--count", "2", "--workflow", "digital-delivery",
+                  "--workflow", "order-fulfilment") == 0
+    channel = LocalServiceBusChannel(bootstrap.container().queues, env["OrdersQueueName"])
+    bodies = [json.loads(base64.b64decode(json.loads(m.content)["body"]))
+              for m in channel.queue.peek_messages(max_messages=32)]
+    assert [b["workflow"] for b in bodies] == ["digital-delivery", "order-fulfilment"]
+    assert orders("send", "--local", "--workflow", "no-such") == 2
+    err = capsys.readouterr().err
+    assert "--workflow: no workflow no-such" in err and "digital-delivery" in err
+
+
 def test_send_from_a_json_lines_file(env: dict[str, str], tmp_path: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "orders.jsonl"

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from shared.domain import budget
 from shared.domain.order import InvalidOrder, parse_order
-from shared.settings import SettingsError, load_settings
+from shared.settings import SettingsError, load_settings, service_setting_names
 from shared.workflows import REGISTRY
 from shared.workflows.orders import ORDER_FULFILMENT
 
@@ -149,8 +149,9 @@ def test_a_breaker_window_shorter_than_a_call_is_refused() -> None:
 ])
 def test_a_service_without_its_own_url_is_the_simulated_one_where_there_are_any(
         given: dict[str, str], url: str) -> None:
-    s = load_settings({**BASE, "InventoryServiceUrl": "https://inv", "ShippingServiceUrl":
-                       "https://ship", **given})
+    others = {service_setting_names(x)[0]: f"https://{x}" for x in REGISTRY.services
+              if x != "payment"}
+    s = load_settings({**BASE, **others, **given})
     assert s.services(REGISTRY.services)["payment"].url == url
 
 

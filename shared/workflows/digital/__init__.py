@@ -1,0 +1,20 @@
+"""The second example: digital delivery. Charge the card, then send the download link. The
+link cannot be unsent, so its step has no undo: when it fails for good, the charge is refunded
+and nothing else is. It shares the payment service with order fulfilment and adds its own
+(``email``), to show a second workflow in one app: same orders queue, the order names it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from shared.domain.workflow import Step, Workflow
+
+DIGITAL_DELIVERY = Workflow(
+    name="digital-delivery",
+    steps=(
+        Step("charge_payment", agent="payment", operation="charge",
+             compensation="refund", budget=timedelta(seconds=30)),
+        Step("send_download_link", agent="email", operation="send",
+             compensation=None, budget=timedelta(seconds=30)),
+    ),
+)
