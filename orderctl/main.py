@@ -191,7 +191,7 @@ def status(order_id: str,
     c = out()
     c.print(f"[bold]{view['OrderID']}[/]  {view['ProcessState']}"
             + (f"  compensation {view['Compensation']}" if view["Compensation"] else ""))
-    for k in ("LockedBy", "CompleteBy", "FailureCount", "Resubmissions", "LastError",
+    for k in ("Workflow", "LockedBy", "CompleteBy", "FailureCount", "Resubmissions", "LastError",
               "CreatedAt", "UpdatedAt"):
         c.print(f"  {k}: {view[k]}")
     c.print(_step_table(view))

@@ -48,6 +48,10 @@ class TimelineEntry(_View):
 
 class OrderView(_View):
     OrderID: str
+    Workflow: str | None = Field(None, description="The workflow the order follows, and its "
+                                                   "version (null: the app's default, as "
+                                                   "records before workflows had a name).")
+    WorkflowVersion: int | None = None
     ProcessState: domain.ProcessState
     LockedBy: str | None
     CompleteBy: datetime | None
@@ -76,7 +80,8 @@ class OrderView(_View):
 
 def state_view(s: domain.OrderState, order: dict[str, Any] | None = None) -> OrderView:
     return OrderView(
-        OrderID=s.order_id, ProcessState=s.process_state, LockedBy=s.locked_by,
+        OrderID=s.order_id, Workflow=s.workflow, WorkflowVersion=s.workflow_version,
+        ProcessState=s.process_state, LockedBy=s.locked_by,
         CompleteBy=s.complete_by, FailureCount=s.failure_count, Compensation=s.compensation,
         CurrentStep=s.current_step.name if s.current_step else None, LastError=s.last_error,
         FailedStep=s.failed_step, Resubmissions=s.generation, CreatedAt=s.created_at,
