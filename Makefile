@@ -51,6 +51,7 @@ install: $(STAMP) $(CHECKOV_STAMP) $(ARMSCHEMAS_STAMP) node_modules/.package-loc
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 test: install lint
 	$(PY) -m pytest

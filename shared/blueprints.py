@@ -15,7 +15,7 @@ from shared.settings import service_setting_names
 
 
 def agents(services: list[str]) -> func.Blueprint:
-    bp = func.Blueprint()
+    bp = func.Blueprint()  # type: ignore[no-untyped-call]
     for service in services:
         _agent(bp, service)
     return bp

@@ -149,7 +149,7 @@ def trace_id(traceparent: str | None) -> str | None:
 
 
 def order_attributes(order_id: str | None = None, step: str | None = None,
-                     attempt: int | None = None, generation: int | None = None,
+                     attempt: int | None = None, generation: int | None = None, /,
                      **more: Any) -> dict[str, Any]:
     attrs = {"order.id": order_id, "order.step": step, "order.attempt": attempt,
              "order.generation": generation, **more}

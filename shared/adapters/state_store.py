@@ -266,11 +266,12 @@ class TableOrderStore:
                 [("create", details), ("create", state_to_entity(state))]
             )
         except TableTransactionError as e:
-            if e.error_code in NOT_STORABLE_CODES:
+            code = str(getattr(e, "error_code", ""))
+            if code in NOT_STORABLE_CODES:
                 if added:
                     self.drop(key)
-                raise OrderNotStorable(order.order_id, str(e.error_code)) from None
-            if e.error_code != "EntityAlreadyExists":
+                raise OrderNotStorable(order.order_id, code) from None
+            if code != "EntityAlreadyExists":
                 raise  # the entry stays: the Supervisor drops it once nothing can follow it
             if added:  # not the order's: the one there already names its own
                 self.drop(key)
@@ -361,7 +362,7 @@ class TableOrderStore:
         pages = self._states.query_entities(query, parameters=params,
                                             results_per_page=limit).by_page(
             continuation_token=decode_token(continuation))
-        page = next(pages, [])
+        page: Any = next(pages, [])
         items = []
         for e in page:
             try:

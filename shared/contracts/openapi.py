@@ -66,7 +66,7 @@ def openapi_document() -> dict[str, Any]:
         [(m, "serialization") for m in (OrderView, OrderPage, RejectedPage, Overview,
                                         HealthReport, ErrorBody)]
         + [(ResubmitRequest, "validation")], ref_template=_REF)
-    function_key = [{"functionKey": []}, {"functionKeyQuery": []}]
+    function_key: list[dict[str, list[str]]] = [{"functionKey": []}, {"functionKeyQuery": []}]
     return {
         "openapi": "3.1.0",
         "info": {

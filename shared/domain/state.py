@@ -242,7 +242,8 @@ def exponential_backoff(base: timedelta, cap: timedelta) -> Callable[[int], time
     """Delay before retry number ``failures``: base, 2 x base, 4 x base, ... never above cap."""
 
     def delay(failures: int) -> timedelta:
-        return min(cap, base * (2 ** max(0, failures - 1)))
+        grown: timedelta = base * (2 ** max(0, failures - 1))
+        return min(cap, grown)
 
     return delay
 

@@ -3,6 +3,7 @@ alerts and rejected intake, check health. Used by the HTTP API and the orders CL
 
 from __future__ import annotations
 
+import builtins
 import logging
 import re
 from collections import Counter
@@ -157,7 +158,7 @@ class Operator:
             raise OrderNotFound(order_id)
         with tracing.span("operator resubmit", parent=state.trace, kind=SpanKind.INTERNAL,
                           attributes=tracing.order_attributes(
-                              order_id, generation=state.generation + 1,
+                              order_id, None, None, state.generation + 1,
                               **{"order.forced": force})):
             return self._resubmit(state, reason, force, by)
 
@@ -178,9 +179,9 @@ class Operator:
                     reason or "no reason given")
         return state_view(saved).model_dump(mode="json")
 
-    def alerts(self, limit: int = 50, days: int = 7) -> list[dict[str, Any]]:
+    def alerts(self, limit: int = 50, days: int = 7) -> builtins.list[dict[str, Any]]:
         """The newest alerts first (one partition a day, newest row first within it)."""
-        out: list[dict[str, Any]] = []
+        out: builtins.list[dict[str, Any]] = []
         today = self._clock()
         for back in range(days):
             day = (today - timedelta(days=back)).strftime("%Y%m%d")
@@ -191,10 +192,10 @@ class Operator:
                     return out
         return out
 
-    def alerts_for(self, order_id: str, days: int = 7) -> list[dict[str, Any]]:
+    def alerts_for(self, order_id: str, days: int = 7) -> builtins.list[dict[str, Any]]:
         """This order's alerts, oldest first (one query per day's partition)."""
         check_order_id(order_id)
-        out: list[dict[str, Any]] = []
+        out: builtins.list[dict[str, Any]] = []
         today = self._clock()
         for back in reversed(range(days)):
             day = (today - timedelta(days=back)).strftime("%Y%m%d")

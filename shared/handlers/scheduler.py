@@ -109,7 +109,7 @@ class Scheduler:
                     return SchedulerResult(Outcome.UNKNOWN_ORDER)
                 known = Known(stored.state, stored.order)
             current, known = known, None
-            tracing.annotate(**tracing.order_attributes(generation=current.state.generation))
+            tracing.annotate(**tracing.order_attributes(None, None, None, current.state.generation))
             try:
                 t = transition(current.state)
             except IllegalTransition as e:

@@ -193,7 +193,7 @@ class Supervisor:
             workflow = self._workflows.get(state.workflow, state.workflow_version)
         except UnknownWorkflow as e:
             if not e.newer:  # removed from the app while orders still follow it: an operator's
-                raise CorruptRecord(entry.order_id, state.version, str(e)) from e
+                raise CorruptRecord(entry.order_id, state.version or "", str(e)) from e
             # A newer release's order, met while both run in a rolling deployment: its own
             # Supervisor follows it; this one leaves it, and the record, as they are.
             log.info("supervisor: order %s left to a newer release (%s)", entry.order_id, e)
