@@ -365,6 +365,14 @@ def _timeline(view: dict[str, Any], alerts: list[dict[str, Any]]) -> list[dict[s
             f"resubmitted{' with force' if h.get('forced') else ''}: "
             f"{h.get('reason') or 'no reason given'} (before: {h.get('previous_error') or '-'}; "
             f"{steps})")})
+    for e in view.get("Timeline") or []:  # what the record kept, event by event
+        if e["event"] == "received":
+            continue
+        what = e["event"] + (f" {e['step']}" if e.get("step") else "") + (
+            f" attempt {e['attempt']}" if e.get("attempt") else "")
+        what += (f": {e['detail']}" if e.get("detail") else "") + (
+            f" (by {e['by']})" if e.get("by") else "")
+        rows.append({"at": e["at"], "what": what})
     for a in alerts:
         rows.append({"at": a["RaisedAt"], "what": f"alert {a['Kind']}"
                      f"{' at ' + a['Step'] if a['Step'] else ''}: {a['Reason']}"})

@@ -240,6 +240,8 @@ def test_orders_trace_shows_the_timeline_and_the_trace_id(
     assert any(w.startswith("alert OrderFailed at charge_payment") for w in whats)
     assert any("resubmitted: card replaced" in w for w in whats)
     assert any(w.startswith("step charge_payment: not_started") for w in whats), whats
+    # The record's own timeline, event by event: each attempt sent, the resubmission's reason.
+    assert any(w.startswith("do sent charge_payment attempt 1") for w in whats), whats
     # An order sent with a context: its trace id is there to look up, traced here or not.
     sender = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     function("intake")(msg=sb_message(order("t-5"), message_id="t-5",
