@@ -41,6 +41,32 @@ done = {"reserve_inventory": idempotency_key("legacy-1", "reserve_inventory", Ac
 print(json.dumps({"state": state_to_entity(s), "index": index, "work_done_under": done},
                  default=str))
 """,
+    # The release before this work (session 16's base): work keys and an outbox on the record,
+    # a due-time index of 16 shards; no SchemaVersion, Workflow or Timeline.
+    "8c37dae": """
+import json
+from datetime import UTC, datetime, timedelta
+from shared.adapters.state_store import state_to_entity
+from shared.domain import due_index
+from shared.domain.messages import Action, AgentReply, ReplyOutcome
+from shared.domain.state import apply_reply, claim, receive
+from shared.domain.workflow import ORDER_FULFILMENT as W
+t0 = datetime(2026, 6, 1, 12, tzinfo=UTC)
+s = receive("legacy-1", W, t0)
+s = claim(s, "old-host", t0, W).state
+s = apply_reply(s, AgentReply(order_id="legacy-1", step="reserve_inventory", action=Action.DO,
+                              attempt=1, outcome=ReplyOutcome.OK), "old-host",
+                t0 + timedelta(seconds=1), W).state
+s.outbox = []  # its Scheduler sent the charge request and confirmed it sent
+grace = timedelta(seconds=60)  # PendingGraceSeconds, the store's horizon too
+key = due_index.key_to_file(s, grace, grace, exact=False)
+s.index_key = str(key)
+index = {"PartitionKey": key.partition, "RowKey": key.row, "OrderID": "legacy-1",
+         "Generation": s.generation, "Since": s.updated_at, "Base": ""}
+done = {"reserve_inventory": s.step("reserve_inventory").work_key}
+print(json.dumps({"state": state_to_entity(s), "index": index, "work_done_under": done},
+                 default=str))
+""",
 }
 
 ORDER = {"order_id": "legacy-1", "customer_id": "c-1",
