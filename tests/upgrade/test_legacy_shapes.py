@@ -171,7 +171,7 @@ def index_entries_of(p: Pipeline, order_id: str) -> list[str]:
 
 
 # Shapes this release reads but whose orders do not end as they must: the engine's to fix
-# (docs/upgrades.md, Known gaps). strict: a fix shows here as an unexpected pass.
+# (docs/upgrades.md, Known gap). strict: a fix shows here as an unexpected pass.
 KNOWN_GAPS = {
     "state-record_dff45f2_compensation-timed-out": (
         "a record of a release before ee77eee with an earlier step compensating (its undo timed "
