@@ -81,3 +81,13 @@ clean:
 soak: install
 	HYPOTHESIS_PROFILE=soak $(PY) -m pytest tests/model -p no:cacheprovider --timeout=0
 	E2E_ORDERS=1000 $(PY) -m pytest tests/e2e/test_pipeline.py -p no:cacheprovider --timeout=0
+
+# A rolling deployment rehearsed, on demand (not in make test; tests/e2e/test_rolling.py runs a
+# small one): the previous release (PREVIOUS, a commit of this clone's history, in a temporary
+# git worktree) and this checkout side by side under load on one Azurite, the two hosts rolled
+# over one by one; every order settled, nothing lost or done twice (localrun/rolling.py).
+PREVIOUS ?= 0ccd175
+ROLLING_ORDERS ?= 300
+.PHONY: rolling
+rolling: $(STAMP) node_modules/.package-lock.json
+	$(PY) -m localrun.rolling --previous $(PREVIOUS) --orders $(ROLLING_ORDERS)
