@@ -41,23 +41,27 @@ def _stored_as_then(p: Pipeline, fixture: dict[str, Any]) -> str:
     return o.order_id
 
 
+def _charge_sent_again(p: Pipeline) -> dict[str, Any]:
+    """The old release's step timed out under it: this release's Supervisor sends it again
+    (its first tick sees the months since as an outage, so without counting a failure)."""
+    report = p.container.supervisor.tick()
+    assert report.retried + report.excused == 1
+    (charge,) = drain_json(p.env["PaymentRequestsQueueName"])
+    assert charge["step"] == "charge_payment" and charge["action"] == "do"
+    return charge
+
+
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda f: f.stem)
 def test_an_order_in_flight_at_the_upgrade_is_finished_with_its_work_done_once(
         pipeline: Pipeline, path: Path) -> None:
     fixture = json.loads(path.read_text())
     oid = _stored_as_then(pipeline, fixture)
-    # The old release's step timed out under it: this release's Supervisor sends it again
-    # (its first tick sees the months since as an outage, so without counting a failure) ...
-    report = pipeline.container.supervisor.tick()
-    assert report.retried + report.excused == 1
-    (charge,) = drain_json(pipeline.env["PaymentRequestsQueueName"])
-    assert charge["step"] == "charge_payment" and charge["action"] == "do"
-    pipeline.container.scheduler.handle_reply(reply(charge))
+    pipeline.container.scheduler.handle_reply(reply(_charge_sent_again(pipeline)))
     (ship,) = drain_json(pipeline.env["ShippingRequestsQueueName"])
     pipeline.container.scheduler.handle_reply(reply(ship))
     s = state(pipeline, oid)
     assert s["ProcessState"] == "Processed"
-    # ... and the step the old release completed kept the key its work was done under.
+    # The step the old release completed kept the key its work was done under.
     assert s["Steps"]["reserve_inventory"]["work_key"] == fixture["work_done_under"][
         "reserve_inventory"]
     assert drain_json(pipeline.env["InventoryRequestsQueueName"]) == []  # not done again
@@ -68,9 +72,7 @@ def test_an_order_in_flight_at_the_upgrade_that_fails_has_its_old_work_undone(
         pipeline: Pipeline, path: Path) -> None:
     fixture = json.loads(path.read_text())
     oid = _stored_as_then(pipeline, fixture)
-    report = pipeline.container.supervisor.tick()
-    assert report.retried + report.excused == 1
-    (charge,) = drain_json(pipeline.env["PaymentRequestsQueueName"])
+    charge = _charge_sent_again(pipeline)
     pipeline.container.scheduler.handle_reply(reply(charge, "permanent_error", "declined"))
     (undo_charge,) = drain_json(pipeline.env["PaymentRequestsQueueName"])
     assert undo_charge["action"] == "undo"
