@@ -6,6 +6,11 @@ effect it makes (so tests can count charges and refunds), and refuses work for a
 already undone. Faults come from settings: latency, transient and permanent error rates, and
 hangs (the effect still happens, late, as with a real service behind a slow network).
 
+Like a payment provider's test cards, one fault can be asked for by the order itself, so that a
+test or a demo gets it for certain: every call to service ``<service>`` for an order whose id
+starts with ``sim-hang-<service>-`` hangs for ``SimHangSeconds`` until that call's work has
+landed; a retry after that succeeds. (``SimHangRate`` draws at random, per call.)
+
 Effects table, one row per effect key (``<service> / <do-key>``): Status ``applied``, then
 ``undone``; or ``voided`` when the undo arrived before the work, so late work is refused.
 """
@@ -30,6 +35,7 @@ from azure.data.tables import TableClient, UpdateMode
 from shared.clock import Clock
 
 APPLIED, UNDONE, VOIDED = "applied", "undone", "voided"
+HANG_PREFIX = "sim-hang-"
 
 @dataclass(frozen=True)
 class Faults:
@@ -79,13 +85,22 @@ class SimulatedService:
         if kind == "do":
             if _permanent_for(key, f.permanent_rate):
                 return Response(422, {"error": f"simulated permanent fault: {operation} refused"})
-            if self._rng.random() < f.hang_rate:
+            if self._rng.random() < f.hang_rate or self._hangs_until_landed(service, key, body):
                 self._sleep(f.hang_seconds)  # the caller has long given up; the work happens
             return self._do(service, operation, key, body)
         target = body.get("compensates")
         if not isinstance(target, str) or not target:
             return Response(400, {"error": "an undo needs 'compensates': the key of the work"})
         return self._undo(service, operation, target, body)
+
+    def _hangs_until_landed(self, service: str, key: str, body: dict[str, Any]) -> bool:
+        if not str(body.get("order_id", "")).startswith(f"{HANG_PREFIX}{service}-"):
+            return False
+        try:
+            self._table.get_entity(service, key)
+            return False
+        except ResourceNotFoundError:
+            return True
 
     def _do(self, service: str, operation: str, key: str, body: dict[str, Any]) -> Response:
         try:

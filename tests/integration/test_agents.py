@@ -94,6 +94,19 @@ def test_hung_service_gets_no_late_reply_but_its_late_work_can_be_undone(run_hos
     assert effect["Status"] == "undone"
 
 
+def test_an_order_named_to_hang_hangs_at_its_service_until_the_work_lands(
+        run_host: Any) -> None:
+    h: RunningHost = run_host(only=SIM_ONLY, SimHangSeconds="1.5")
+    agent = h.container.agents["payment"]
+    # The service's other orders are answered at once.
+    fine = agent.handle(request(order_id="o-fine", seconds=0.5))
+    assert fine is not None and fine.outcome == "ok"
+    assert agent.handle(request(order_id="sim-hang-payment-1", seconds=0.5)) is None
+    wait_until(lambda: len(effects(h)) == 2, timeout=10, message="the hung charge to land")
+    again = agent.handle(request(order_id="sim-hang-payment-1", attempt=2, seconds=0.5))
+    assert again is not None and again.outcome == "ok" and again.result["duplicate"] is True
+
+
 def test_undo_before_the_work_voids_it(run_host: Any) -> None:
     h: RunningHost = run_host(only=SIM_ONLY)
     agent = h.container.agents["payment"]
