@@ -610,6 +610,13 @@ UNKNOWN_WORK_KEY = (
 def _next_compensation(new: OrderState, scheduler_id: str, now: datetime, workflow: Workflow,
                        events: list[Event]) -> list[Event]:
     step = _to_undo(new, workflow)
+    for other in new.steps:
+        if other is not step and other.status is StepStatus.COMPENSATING:
+            # One undo in flight at a time. A record of a release before ee77eee can hold an
+            # earlier step whose undo timed out beside a later failed one: the later goes
+            # first, and the earlier waits its turn with its work still to undo.
+            other.status = StepStatus.COMPLETED
+            other.complete_by = None
     if step is not None and step.work_key is None:
         # Nothing can name the work to undo: an operator must, and the order says so.
         step.status = StepStatus.COMPENSATION_FAILED

@@ -172,16 +172,7 @@ def index_entries_of(p: Pipeline, order_id: str) -> list[str]:
 
 # Shapes this release reads but whose orders do not end as they must: the engine's to fix
 # (docs/upgrades.md, Known gap). strict: a fix shows here as an unexpected pass.
-KNOWN_GAPS = {
-    "state-record_dff45f2_compensation-timed-out": (
-        "a record of a release before ee77eee with an earlier step compensating (its undo timed "
-        "out) and a later step failed and never undone: begin_compensation picks the failed "
-        "step too, so two steps are compensating; the relay dispatches only the first "
-        "(current_step), whose complete_by is None, so no undo is ever sent. Each Supervisor "
-        "pass counts a compensation failure until CompensationFailureThreshold, then the "
-        "compensation Fails naming reserve_inventory; the reservation stays applied and the "
-        "charge step stays 'compensating'. Expected: both undone, compensation Done."),
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _params() -> list[Any]:
