@@ -29,7 +29,7 @@ from shared.handlers.health import HealthProbe
 from shared.handlers.intake import IntakeHandler
 from shared.handlers.operator import Operator
 from shared.handlers.relay import EffectRelay
-from shared.handlers.scheduler import Scheduler
+from shared.handlers.scheduler import Queues, Scheduler
 from shared.handlers.simulated_service import Faults, SimulatedService
 from shared.handlers.supervisor import Supervisor
 from shared.settings import Settings, load_settings
@@ -134,7 +134,9 @@ def build(settings: Settings, *, clock: Clock = utc_now,
         max_recoveries_per_tick=settings.max_recoveries_per_tick,
     )
     scheduler = Scheduler(instance_id=settings.scheduler_instance_id, store=store, relay=relay,
-                          workflows=registry, clock=clock)
+                          workflows=registry, clock=clock,
+                          queues=Queues(sender, settings.scheduler_queue,
+                                        settings.responses_queue))
     return Container(
         settings=settings, workflows=registry, tables=tables, queues=queues, store=store,
         # Intake's start command goes to the Scheduler in the same invocation: the Service Bus

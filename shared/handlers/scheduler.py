@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
 
 from shared import tracing
+from shared.adapters.queues import MessageSender
 from shared.adapters.state_store import ConcurrencyConflict, OrderStore
 from shared.clock import Clock
 from shared.domain.messages import AgentReply, CommandKind, SchedulerCommand
@@ -27,13 +29,15 @@ from shared.domain.state import (
     claim,
     reply_cause,
 )
-from shared.domain.workflow import Registry, Workflow
+from shared.domain.workflow import Registry, UnknownWorkflow, Workflow
 from shared.handlers.relay import EffectRelay, Known
 
 log = logging.getLogger(__name__)
 
 # A lost race means someone else changed the record; re-read and decide again, a few times.
 MAX_CONFLICT_RETRIES = 5
+# How long a message for a newer release's order waits before an instance takes it again.
+DEFER = timedelta(seconds=30)
 
 
 class Outcome(StrEnum):
@@ -41,6 +45,15 @@ class Outcome(StrEnum):
     REPLAYED = "replayed"  # already applied by an earlier delivery: its effects carried out again
     IGNORED = "ignored"  # stale, duplicate or already taken: nothing to do
     UNKNOWN_ORDER = "unknown_order"
+    DEFERRED = "deferred"  # a newer release's order: sent again later, for an instance of it
+
+
+@dataclass(frozen=True)
+class Queues:
+    """Where the Scheduler's own messages arrive, to put back what a newer release must take."""
+    sender: MessageSender
+    commands: str
+    replies: str
 
 
 @dataclass(frozen=True)
@@ -51,22 +64,37 @@ class SchedulerResult:
 
 class Scheduler:
     def __init__(self, *, instance_id: str, store: OrderStore, relay: EffectRelay,
-                 workflows: Registry, clock: Clock) -> None:
+                 workflows: Registry, clock: Clock, queues: Queues | None = None) -> None:
         self.instance_id = instance_id
         self._store = store
         self._relay = relay
         self._workflows = workflows
         self._clock = clock
+        self._queues = queues
 
     def _of(self, state: OrderState) -> Workflow:
-        # A version this release does not have (a newer release's order, in a rolling
-        # deployment) raises UnknownWorkflow before anything is written: the message comes
-        # back, for an instance that knows it.
+        # A version this release does not have raises UnknownWorkflow before anything is
+        # written (see _defer_if_newer).
         return self._workflows.get(state.workflow, state.workflow_version)
+
+    def _defer_if_newer(self, e: UnknownWorkflow, queue: str, body: str) -> SchedulerResult:
+        """A newer release's order, met while both releases run in a rolling deployment: the
+        message is put back, visible later, so that an instance of the newer release takes it.
+        A new message, not a failed delivery: it never counts towards the poison queue, however
+        long the rollout takes. A workflow no release has any more is raised, as before."""
+        if not e.newer or self._queues is None:
+            raise e
+        self._queues.sender.send(queue, body, DEFER)
+        log.info("left to a newer release, again in %ss: %s", DEFER.seconds, e)
+        tracing.outcome(Outcome.DEFERRED.value)
+        return SchedulerResult(Outcome.DEFERRED, str(e))
 
     def handle_command(self, body: str, redelivered: bool = False) -> SchedulerResult:
         """``redelivered``: an earlier delivery of this message failed or died."""
-        return self.take(SchedulerCommand.model_validate_json(body), redelivered=redelivered)
+        try:
+            return self.take(SchedulerCommand.model_validate_json(body), redelivered=redelivered)
+        except UnknownWorkflow as e:
+            return self._defer_if_newer(e, self._queues.commands if self._queues else "", body)
 
     def take(self, cmd: SchedulerCommand, known: Known | None = None, *,
              redelivered: bool = False) -> SchedulerResult:
@@ -87,6 +115,12 @@ class Scheduler:
                                   known)
 
     def handle_reply(self, body: str, redelivered: bool = False) -> SchedulerResult:
+        try:
+            return self._handle_reply(body, redelivered)
+        except UnknownWorkflow as e:
+            return self._defer_if_newer(e, self._queues.replies if self._queues else "", body)
+
+    def _handle_reply(self, body: str, redelivered: bool) -> SchedulerResult:
         reply = AgentReply.model_validate_json(body)
         with tracing.span("scheduler reply", parent=reply.traceparent,
                           attributes=tracing.order_attributes(

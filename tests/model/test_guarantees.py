@@ -55,7 +55,7 @@ from shared.handlers.health import HealthProbe
 from shared.handlers.intake import IntakeHandler
 from shared.handlers.operator import Operator, ResubmitRefused
 from shared.handlers.relay import EffectRelay
-from shared.handlers.scheduler import Scheduler
+from shared.handlers.scheduler import Queues, Scheduler
 from shared.handlers.supervisor import Supervisor
 from shared.workflows.orders import ORDER_FULFILMENT
 from tests.conftest import FakeClock
@@ -188,7 +188,8 @@ class PipelineMachine(RuleBasedStateMachine):
                             workflows=self.workflows, agent_queues=AGENT_QS,
                             scheduler_queue=SCHEDULER_Q, clock=self.clock)
         self.scheduler = Scheduler(instance_id="s1", store=self.store, relay=relay,
-                                   workflows=self.workflows, clock=self.clock)
+                                   workflows=self.workflows, clock=self.clock,
+                                   queues=Queues(self.queues, SCHEDULER_Q, RESPONSES_Q))
         # As bootstrap wires it: intake hands its start to the Scheduler in-process.
         self.intake = IntakeHandler(
             store=self.store, rejections=FakeRejections(self.fault), alerts=self.alerts,
