@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +34,8 @@ from shared.handlers.scheduler import Queues, Scheduler
 from shared.handlers.simulated_service import Faults, SimulatedService
 from shared.handlers.supervisor import Supervisor
 from shared.settings import Settings, load_settings
+
+log = logging.getLogger(__name__)
 
 # Each health check's connect and read timeout; the probe answers within 4 s in all.
 PROBE_TIMEOUT_SECONDS = 2.0
@@ -95,6 +98,7 @@ def build(settings: Settings, *, clock: Clock = utc_now,
     """Wire the app to run ``workflows`` (the registry configure() was given, when None). The
     options go to the storage clients (local metering hooks)."""
     registry = settings.registry(workflows or configured())
+    log.info("workflows: %s", registry.describe())
     services = settings.services(registry.services)
     tables = table_service(settings, **(table_options or {}))
     queues = queue_service(settings, **(queue_options or {}))

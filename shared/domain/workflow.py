@@ -132,6 +132,17 @@ class Registry:
         raise UnknownWorkflow(f"workflow {name!r} has no version {version} here (it has "
                               f"{known})", newer=version > known[-1])
 
+    def describe(self) -> str:
+        """What this app runs, for its start-up log: each workflow with the versions it keeps."""
+        parts = []
+        for name in self.names:
+            versions = sorted(w.version for w in self.workflows if w.name == name)
+            kept = (f"; v{', v'.join(map(str, versions[:-1]))} kept for the orders that started "
+                    "on it" if len(versions) > 1 else "")
+            default = " (default)" if name == self.default else ""
+            parts.append(f"{name} v{versions[-1]}{default}{kept}")
+        return "; ".join(parts)
+
     @property
     def names(self) -> list[str]:
         return sorted({w.name for w in self.workflows})

@@ -1,0 +1,24 @@
+"""The engine's own test workflow: three steps on three services, each undoable, named for
+nothing in particular. The engine's tests walk it, not the shipped example, so that a user who
+edits the example breaks only the example's tests (tests/integration/test_workflows.py)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from shared.domain.workflow import Registry, Step, Workflow
+
+HOLD = Step("hold", agent="alpha", operation="hold", compensation="release",
+            budget=timedelta(seconds=30))
+TAKE = Step("take", agent="beta", operation="take", compensation="give_back",
+            budget=timedelta(seconds=30))
+SEND = Step("send", agent="gamma", operation="send", compensation="recall",
+            budget=timedelta(seconds=60))
+FLOW = Workflow(name="test-flow", steps=(HOLD, TAKE, SEND))
+REGISTRY = Registry.of([FLOW])
+SERVICES = sorted(FLOW.agents)
+
+
+def queue_settings(suffix: str, services: list[str] = SERVICES) -> dict[str, str]:
+    """Each service's requests queue, named for one test (the defaults are shared)."""
+    return {f"{s.capitalize()}RequestsQueueName": f"{s}-{suffix}" for s in services}
