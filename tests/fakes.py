@@ -262,11 +262,11 @@ def accepted(store: FakeOrderStore, order_id: str, at: datetime,
     """An order as intake leaves it in the fake store: indexed, stored, Pending."""
     from shared.domain.order import parse_order
     from shared.domain.state import receive
-    from shared.workflows.orders import ORDER_FULFILMENT
+    from tests.workflow import FLOW
 
     o = parse_order(json.dumps({"order_id": order_id, "customer_id": "c",
                                 "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
-    return store.create(o, receive(order_id, workflow or ORDER_FULFILMENT, at))
+    return store.create(o, receive(order_id, workflow or FLOW, at))
 
 
 def supervisor_over_fakes(store: FakeOrderStore, clock: Any, policy: Any, *,
@@ -276,13 +276,13 @@ def supervisor_over_fakes(store: FakeOrderStore, clock: Any, policy: Any, *,
     from shared.domain.workflow import Registry
     from shared.handlers.relay import EffectRelay
     from shared.handlers.supervisor import Supervisor
-    from shared.workflows.orders import ORDER_FULFILMENT
+    from tests.workflow import FLOW
 
     alerts = alerts or FakeAlertSink()
     relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=alerts,
-                        workflows=Registry.of([ORDER_FULFILMENT]),
-                        agent_queues={"inventory": "inv", "payment": "pay", "shipping": "ship"},
+                        workflows=Registry.of([FLOW]),
+                        agent_queues={"alpha": "a", "beta": "b", "gamma": "c"},
                         scheduler_queue="cmds", clock=clock)
     return Supervisor(store=store, ticks=ticks or FakeTickLog(), relay=relay, alerts=alerts,
-                      policy=policy, workflows=Registry.of([ORDER_FULFILMENT]),
+                      policy=policy, workflows=Registry.of([FLOW]),
                       clock=clock)

@@ -8,8 +8,11 @@ import pytest
 
 from localrun.metering import StorageMeter
 from shared import bootstrap
+from shared.domain.workflow import Registry
 from shared.settings import load_settings
 from tests.conftest import FakeClock
+from tests.workflow import REGISTRY as TEST_REGISTRY
+from tests.workflow import queue_settings
 
 
 @dataclass
@@ -18,11 +21,12 @@ class Pipeline:
     clock: FakeClock
     meter: StorageMeter
     container: bootstrap.Container
+    workflows: Registry
 
     def sibling(self, instance_id: str) -> bootstrap.Container:
         """Another instance of the app (its own clients and id) on the same store and queues."""
         c = bootstrap.build(load_settings({**self.env, "SchedulerInstanceId": instance_id}),
-                            clock=self.clock)
+                            clock=self.clock, workflows=self.workflows)
         self._siblings.append(c)
         return c
 
@@ -31,20 +35,30 @@ class Pipeline:
 
 
 @pytest.fixture
-def make_pipeline(app_env: Callable[..., dict[str, str]], clock: FakeClock
-                  ) -> Iterator[Callable[..., Pipeline]]:
+def workflows() -> Registry:
+    """The workflows a pipeline runs: the engine's test workflow (tests/workflow.py). The
+    examples' own tests, and the upgrade tests of their old records, override it."""
+    return TEST_REGISTRY
+
+
+@pytest.fixture
+def make_pipeline(app_env: Callable[..., dict[str, str]], clock: FakeClock,
+                  workflows: Registry) -> Iterator[Callable[..., Pipeline]]:
     made: list[Pipeline] = []
 
     def make(**overrides: str) -> Pipeline:
         # These tests move the clock by minutes between ticks: that is not an outage here
         # (tests/unit/test_outages.py and the model test cover outages).
         env = app_env(**{"OutageGapSeconds": "86400", **overrides})
+        # This test's own queue for each service (the shipped ones have theirs already).
+        env = {**queue_settings(env["StateTableName"][5:].lower(), workflows.services), **env}
         meter = StorageMeter()
         c = bootstrap.build(load_settings(env), clock=clock, table_options=meter.table_options,
-                            queue_options=meter.queue_options)
+                            queue_options=meter.queue_options, workflows=workflows)
+        c.ensure_resources()
         bootstrap.reset(c)
         c.supervisor.tick()  # the Supervisor has been ticking since before these orders
-        p = Pipeline(env, clock, meter, c)
+        p = Pipeline(env, clock, meter, c, workflows)
         made.append(p)
         return p
 

@@ -61,7 +61,7 @@ def test_two_schedulers_racing_for_one_order_exactly_one_wins(pipeline: Pipeline
     (winner,) = [k for k, v in results.items() if v is Outcome.APPLIED]
     st = state(pipeline)
     assert st["LockedBy"] == winner and st["ProcessState"] == "Processing"
-    assert len(drain_json(pipeline.env["InventoryRequestsQueueName"])) == 1
+    assert len(drain_json(pipeline.env["AlphaRequestsQueueName"])) == 1
 
 
 def test_happy_path_dispatches_each_step_and_processes_the_order(pipeline: Pipeline) -> None:
@@ -72,16 +72,16 @@ def test_happy_path_dispatches_each_step_and_processes_the_order(pipeline: Pipel
     st = state(pipeline)
     assert st["LockedBy"] == "scheduler-test" and st["CompleteBy"] is not None
     keys = []
-    for step, queue in [("reserve_inventory", "InventoryRequestsQueueName"),
-                        ("charge_payment", "PaymentRequestsQueueName"),
-                        ("arrange_shipping", "ShippingRequestsQueueName")]:
+    for step, queue in [("hold", "AlphaRequestsQueueName"),
+                        ("take", "BetaRequestsQueueName"),
+                        ("send", "GammaRequestsQueueName")]:
         (req,) = drain_json(env[queue])
         assert (req["step"], req["action"], req["attempt"]) == (step, "do", 1)
         assert req["order"]["order_id"] == "o-1"
         keys.append(req["idempotency_key"])
         assert s.handle_reply(reply(req)).outcome is Outcome.APPLIED
-    assert keys == ["o-1.reserve_inventory.do", "o-1.charge_payment.do",
-                    "o-1.arrange_shipping.do"]
+    assert keys == ["o-1.hold.do", "o-1.take.do",
+                    "o-1.send.do"]
     st = state(pipeline)
     assert st["ProcessState"] == "Processed"
     assert st.get("LockedBy") is None and st.get("CompleteBy") is None
@@ -96,14 +96,14 @@ def test_happy_path_dispatches_each_step_and_processes_the_order(pipeline: Pipel
 def test_duplicate_and_late_replies_change_nothing(pipeline: Pipeline) -> None:
     env, s = pipeline.env, pipeline.container.scheduler
     s.handle_command(accept(pipeline))
-    (req,) = drain_json(env["InventoryRequestsQueueName"])
+    (req,) = drain_json(env["AlphaRequestsQueueName"])
     assert s.handle_reply(reply(req)).outcome is Outcome.APPLIED
     before = state(pipeline)
     assert s.handle_reply(reply(req)).outcome is Outcome.IGNORED
     assert s.handle_reply(reply(req, "permanent_error", "late refusal")).outcome \
         is Outcome.IGNORED
     assert state(pipeline) == before
-    assert len(drain_json(env["PaymentRequestsQueueName"])) == 1
+    assert len(drain_json(env["BetaRequestsQueueName"])) == 1
 
 
 def test_duplicate_start_command_is_ignored(pipeline: Pipeline) -> None:
@@ -111,18 +111,18 @@ def test_duplicate_start_command_is_ignored(pipeline: Pipeline) -> None:
     cmd = accept(pipeline)
     assert s.handle_command(cmd).outcome is Outcome.APPLIED
     assert s.handle_command(cmd).outcome is Outcome.IGNORED
-    assert len(drain_json(pipeline.env["InventoryRequestsQueueName"])) == 1
+    assert len(drain_json(pipeline.env["AlphaRequestsQueueName"])) == 1
 
 
 def test_reply_from_an_attempt_the_supervisor_replaced_is_ignored(pipeline: Pipeline) -> None:
     env, c = pipeline.env, pipeline.container
     c.scheduler.handle_command(accept(pipeline))
-    (first,) = drain_json(env["InventoryRequestsQueueName"])
+    (first,) = drain_json(env["AlphaRequestsQueueName"])
     pipeline.clock.advance(minutes=5)
     assert c.supervisor.tick().retried == 1
     (cmd,) = drain_json_eventually(pipeline, "SchedulerQueueName")
     c.scheduler.handle_command(json.dumps(cmd))
-    (second,) = drain_json(env["InventoryRequestsQueueName"])
+    (second,) = drain_json(env["AlphaRequestsQueueName"])
     assert second["attempt"] == 2
     assert second["idempotency_key"] == first["idempotency_key"]  # stable across attempts
     assert c.scheduler.handle_reply(reply(first)).outcome is Outcome.IGNORED
@@ -153,11 +153,11 @@ def test_a_redelivered_command_finishes_the_dispatch_its_first_delivery_did_not_
         dying_sibling(pipeline).scheduler.handle_command(cmd)
     st = state(pipeline)
     assert st["ProcessState"] == "Processing" and st["LockedBy"] == "doomed"
-    assert drain_json(env["InventoryRequestsQueueName"]) == []
+    assert drain_json(env["AlphaRequestsQueueName"]) == []
     # The host redelivers the command: the claim stands, its dispatch goes now.
     assert c.scheduler.handle_command(cmd, redelivered=True).outcome is Outcome.REPLAYED
-    (req,) = drain_json(env["InventoryRequestsQueueName"])
-    assert (req["attempt"], req["idempotency_key"]) == (1, "o-1.reserve_inventory.do")
+    (req,) = drain_json(env["AlphaRequestsQueueName"])
+    assert (req["attempt"], req["idempotency_key"]) == (1, "o-1.hold.do")
     st = state(pipeline)
     assert st["FailureCount"] == 0 and json.loads(st["Outbox"]) == []  # confirmed sent
     # A first delivery that merely lost the race leaves the winner to send its own.
@@ -174,7 +174,7 @@ def test_a_dispatch_never_sent_is_sent_again_by_the_supervisor_without_a_failure
     # shows the request was never confirmed sent, so it goes again, and no failure counts.
     pipeline.clock.advance(seconds=31)
     assert c.supervisor.tick().redispatched == 1
-    (req,) = drain_json(env["InventoryRequestsQueueName"])
+    (req,) = drain_json(env["AlphaRequestsQueueName"])
     st = state(pipeline)
     assert (req["attempt"], st["FailureCount"], st["Rescues"]) == (1, 0, 1)
     assert req["complete_by"] > pipeline.clock.now.isoformat()  # a fresh budget
@@ -187,20 +187,20 @@ def test_an_alert_the_store_failed_to_write_is_raised_by_the_retry(pipeline: Pip
     """Bug 5: the transition was saved, the alert write failed, the retry was ignored."""
     env, c = pipeline.env, pipeline.container
     c.scheduler.handle_command(accept(pipeline))
-    (req,) = drain_json(env["InventoryRequestsQueueName"])
+    (req,) = drain_json(env["AlphaRequestsQueueName"])
     c.scheduler.handle_reply(reply(req))
-    (pay,) = drain_json(env["PaymentRequestsQueueName"])
-    refusal = reply(pay, "permanent_error", "HTTP 422 card declined")
+    (took,) = drain_json(env["BetaRequestsQueueName"])
+    refusal = reply(took, "permanent_error", "HTTP 422 refused")
     with pytest.raises(Died):
         dying_sibling(pipeline, fails="alert").scheduler.handle_reply(refusal)
     assert state(pipeline)["ProcessState"] == "Error"
     assert entities(env["OperatorAlertsTableName"]) == []
-    assert drain_json(env["PaymentRequestsQueueName"]) == []
+    assert drain_json(env["BetaRequestsQueueName"]) == []
     assert c.scheduler.handle_reply(refusal, redelivered=True).outcome is Outcome.REPLAYED
     (alert,) = entities(env["OperatorAlertsTableName"])
     assert (alert["Kind"], alert["OrderID"]) == ("OrderFailed", "o-1")
-    (undo,) = drain_json(env["PaymentRequestsQueueName"])
-    assert (undo["action"], undo["compensates"]) == ("undo", "o-1.charge_payment.do")
+    (undo,) = drain_json(env["BetaRequestsQueueName"])
+    assert (undo["action"], undo["compensates"]) == ("undo", "o-1.take.do")
     # Once more (another retry): still one alert, and the undo is the same request again.
     c.scheduler.handle_reply(refusal, redelivered=True)
     assert len(entities(env["OperatorAlertsTableName"])) == 1
@@ -209,26 +209,26 @@ def test_an_alert_the_store_failed_to_write_is_raised_by_the_retry(pipeline: Pip
 def test_permanent_error_fails_alerts_and_starts_compensation(pipeline: Pipeline) -> None:
     env, s = pipeline.env, pipeline.container.scheduler
     s.handle_command(accept(pipeline))
-    (req,) = drain_json(env["InventoryRequestsQueueName"])
+    (req,) = drain_json(env["AlphaRequestsQueueName"])
     s.handle_reply(reply(req))
-    (pay,) = drain_json(env["PaymentRequestsQueueName"])
-    s.handle_reply(reply(pay, "permanent_error", "HTTP 422 card declined"))
+    (took,) = drain_json(env["BetaRequestsQueueName"])
+    s.handle_reply(reply(took, "permanent_error", "HTTP 422 refused"))
     st = state(pipeline)
-    assert st["ProcessState"] == "Error" and "card declined" in st["LastError"]
+    assert st["ProcessState"] == "Error" and "refused" in st["LastError"]
     (alert,) = entities(env["OperatorAlertsTableName"])
     assert (alert["Kind"], alert["OrderID"], alert["Step"]) == (
-        "OrderFailed", "o-1", "charge_payment")
-    # The refused charge is undone first: its key is voided, so no late copy can charge.
-    (void,) = drain_json(env["PaymentRequestsQueueName"])
-    assert (void["action"], void["compensates"]) == ("undo", "o-1.charge_payment.do")
+        "OrderFailed", "o-1", "take")
+    # The refused take is undone first: its key is voided, so no late copy can stand.
+    (void,) = drain_json(env["BetaRequestsQueueName"])
+    assert (void["action"], void["compensates"]) == ("undo", "o-1.take.do")
     s.handle_reply(reply(void))
-    (undo,) = drain_json(env["InventoryRequestsQueueName"])
+    (undo,) = drain_json(env["AlphaRequestsQueueName"])
     assert (undo["action"], undo["operation"], undo["idempotency_key"], undo["compensates"]) == (
-        "undo", "release", "o-1.reserve_inventory.undo", "o-1.reserve_inventory.do")
+        "undo", "release", "o-1.hold.undo", "o-1.hold.do")
     s.handle_reply(reply(undo))
     st = state(pipeline)
     assert st["Compensation"] == "Done"
-    assert st["Steps"]["reserve_inventory"]["status"] == "compensated"
+    assert st["Steps"]["hold"]["status"] == "compensated"
     assert index_entries(env) == []
 
 
@@ -259,18 +259,18 @@ def drain_json_eventually(p: Pipeline, queue_setting: str, n: int = 1,
 def test_dying_before_dispatching_the_undo_still_raises_the_alert(pipeline: Pipeline) -> None:
     env, c = pipeline.env, pipeline.container
     c.scheduler.handle_command(accept(pipeline))
-    (req,) = drain_json(env["InventoryRequestsQueueName"])
+    (req,) = drain_json(env["AlphaRequestsQueueName"])
     c.scheduler.handle_reply(reply(req))
-    (pay,) = drain_json(env["PaymentRequestsQueueName"])
+    (took,) = drain_json(env["BetaRequestsQueueName"])
     with pytest.raises(Died):
         dying_sibling(pipeline).scheduler.handle_reply(
-            reply(pay, "permanent_error", "HTTP 422 card declined"))
+            reply(took, "permanent_error", "HTTP 422 refused"))
     (alert,) = entities(env["OperatorAlertsTableName"])
     assert (alert["Kind"], alert["OrderID"]) == ("OrderFailed", "o-1")
     # The undo was never sent; the Supervisor finds it overdue and sends it, free.
-    assert drain_json(env["PaymentRequestsQueueName"]) == []
+    assert drain_json(env["BetaRequestsQueueName"]) == []
     pipeline.clock.advance(seconds=31)
     assert c.supervisor.tick().redispatched == 1
-    (undo,) = drain_json(env["PaymentRequestsQueueName"])
-    assert undo["action"] == "undo" and undo["compensates"] == "o-1.charge_payment.do"
+    (undo,) = drain_json(env["BetaRequestsQueueName"])
+    assert undo["action"] == "undo" and undo["compensates"] == "o-1.take.do"
     assert state(pipeline)["CompensationFailureCount"] == 0

@@ -29,7 +29,7 @@ def visible_count(p: Pipeline, queue_setting: str) -> int:
 def claimed_and_lost(p: Pipeline, order_id: str = "o-1") -> None:
     """An order whose step request vanished: claimed, dispatched, never answered."""
     p.container.scheduler.handle_command(accept(p, order_id))
-    drain_json(p.env["InventoryRequestsQueueName"])
+    drain_json(p.env["AlphaRequestsQueueName"])
 
 
 def test_overdue_step_is_reset_and_retried_after_a_backoff(pipeline: Pipeline) -> None:
@@ -43,7 +43,7 @@ def test_overdue_step_is_reset_and_retried_after_a_backoff(pipeline: Pipeline) -
     st = state(pipeline)
     assert (st["ProcessState"], st.get("LockedBy"), st["FailureCount"]) == ("Pending", None, 1)
     assert st["CompleteBy"] is not None
-    assert "timed out" in st["Steps"]["reserve_inventory"]["last_error"]
+    assert "timed out" in st["Steps"]["hold"]["last_error"]
     # The retry command waits out the backoff (1 s here) before a Scheduler can see it.
     assert visible_count(pipeline, "SchedulerQueueName") == 0
     (cmd,) = drain_json_eventually(pipeline, "SchedulerQueueName", timeout=5)
@@ -61,7 +61,7 @@ def test_backoff_grows_with_the_failure_count(pipeline: Pipeline) -> None:
         complete_bys.append(state(pipeline)["CompleteBy"] - now)
         (cmd,) = drain_json_eventually(pipeline, "SchedulerQueueName", timeout=8)
         c.scheduler.handle_command(json.dumps(cmd))
-        drain_json(pipeline.env["InventoryRequestsQueueName"])
+        drain_json(pipeline.env["AlphaRequestsQueueName"])
     grace = timedelta(seconds=10)
     assert [d - grace for d in complete_bys] == [timedelta(seconds=1), timedelta(seconds=2)]
 
@@ -75,7 +75,7 @@ def test_at_the_threshold_the_order_fails_with_an_alert_and_compensation(
         assert c.supervisor.tick().retried == 1
         (cmd,) = drain_json_eventually(pipeline, "SchedulerQueueName", timeout=8)
         c.scheduler.handle_command(json.dumps(cmd))
-        drain_json(env["InventoryRequestsQueueName"])
+        drain_json(env["AlphaRequestsQueueName"])
     pipeline.clock.advance(seconds=31)
     assert c.supervisor.tick().failed == 1  # ...then the third failure is final
     st = state(pipeline)
@@ -86,14 +86,14 @@ def test_at_the_threshold_the_order_fails_with_an_alert_and_compensation(
     assert cmd["kind"] == "compensate"
     # The Scheduler undoes the step that may have happened (in doubt), exactly once.
     c.scheduler.handle_command(json.dumps(cmd))
-    (undo,) = drain_json(env["InventoryRequestsQueueName"])
+    (undo,) = drain_json(env["AlphaRequestsQueueName"])
     assert (undo["action"], undo["operation"]) == ("undo", "release")
     c.scheduler.handle_reply(reply(undo))
     st = state(pipeline)
     assert st["Compensation"] == "Done"
-    assert st["Steps"]["reserve_inventory"]["status"] == "compensated"
+    assert st["Steps"]["hold"]["status"] == "compensated"
     c.scheduler.handle_command(json.dumps(cmd))  # a duplicate compensate changes nothing
-    assert drain_json(env["InventoryRequestsQueueName"]) == []
+    assert drain_json(env["AlphaRequestsQueueName"]) == []
 
 
 def test_two_supervisors_at_once_recover_each_step_once(pipeline: Pipeline) -> None:

@@ -105,7 +105,7 @@ def test_a_retried_step_and_the_supervisors_recovery_stay_in_the_orders_trace(
     spans = list(exported.get_finished_spans())
     (recovery,) = by_name(spans, "supervisor retry")
     assert trace_of(recovery) == root
-    assert recovery.attributes["order.step"] == "reserve_inventory"
+    assert recovery.attributes["order.step"] == "hold"
     (tick,) = [s for s in by_name(spans, "supervisor tick") if s.attributes.get(
         "supervisor.retried") == 1]
     assert [link.context.span_id for link in recovery.links] == [tick.context.span_id]
@@ -116,7 +116,7 @@ def test_a_retried_step_and_the_supervisors_recovery_stay_in_the_orders_trace(
     (cmd,) = drain_json_eventually(pipeline, "SchedulerQueueName", timeout=8)
     assert tracing.trace_id(cmd["traceparent"]) == root
     c.scheduler.handle_command(json.dumps(cmd))
-    (request,) = drain_json(pipeline.env["InventoryRequestsQueueName"])
+    (request,) = drain_json(pipeline.env["AlphaRequestsQueueName"])
     assert request["attempt"] == 2 and tracing.trace_id(request["traceparent"]) == root
 
 
@@ -138,7 +138,7 @@ def test_with_nothing_configured_nothing_is_recorded_and_contexts_pass_through(
 
     function("intake")(msg=sb_message(order("t-4"), message_id="t-4",
                                       application_properties={"traceparent": sender}))
-    (request,) = drain_json(pipeline.env["InventoryRequestsQueueName"])
+    (request,) = drain_json(pipeline.env["AlphaRequestsQueueName"])
     # Not traced here, yet the sender's trace goes on with the order.
     assert tracing.trace_id(request["traceparent"]) == "0af7651916cd43dd8448eb211c80319c"
 

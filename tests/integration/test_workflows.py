@@ -6,11 +6,20 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from shared.domain.workflow import Registry
+from shared.workflows import REGISTRY
 from tests.integration.conftest import Pipeline
 from tests.integration.helpers import drain_json, entities, function, order, sb_message
 from tests.integration.test_scheduler import reply, state
 
 intake = function("intake")
+
+
+@pytest.fixture
+def workflows() -> Registry:
+    return REGISTRY
 
 
 def _answer(p: Pipeline, queue_setting: str, outcome: str = "ok",

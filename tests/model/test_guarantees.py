@@ -57,7 +57,6 @@ from shared.handlers.operator import Operator, ResubmitRefused
 from shared.handlers.relay import EffectRelay
 from shared.handlers.scheduler import Queues, Scheduler
 from shared.handlers.supervisor import Supervisor
-from shared.workflows.orders import ORDER_FULFILMENT
 from tests.conftest import FakeClock
 from tests.fakes import (
     Crash,
@@ -69,12 +68,12 @@ from tests.fakes import (
     QueuedMessage,
     StorageDown,
 )
+from tests.workflow import FLOW
 
 SCHEDULER_Q = "scheduler-commands"
 RESPONSES_Q = "agent-responses"
-AGENT_QS = {"inventory": "inventory-requests", "payment": "payment-requests",
-            "shipping": "shipping-requests"}
-SERVICE_OF_STEP = {s.name: s.agent for s in ORDER_FULFILMENT.steps}
+AGENT_QS = {"alpha": "alpha-requests", "beta": "beta-requests", "gamma": "gamma-requests"}
+SERVICE_OF_STEP = {s.name: s.agent for s in FLOW.steps}
 WORK_QUEUES = [SCHEDULER_Q, RESPONSES_Q, *AGENT_QS.values()]
 ORDER_IDS = ["o-1", "o-2"]
 # Records no code can read, filed in the same index partitions as the orders above (chosen by
@@ -170,8 +169,8 @@ class PipelineMachine(RuleBasedStateMachine):
         self.model = ModelServices()
         # The first step's budget is shorter than the pending grace: a claim makes the order due
         # earlier than intake filed it, so the search meets the index's re-filing too.
-        workflow = self.workflow = ORDER_FULFILMENT.with_budgets(
-            {"reserve_inventory": timedelta(seconds=8)})
+        workflow = self.workflow = FLOW.with_budgets(
+            {"hold": timedelta(seconds=8)})
         self.policy = RetryPolicy(
             failure_threshold=3,
             backoff=exponential_backoff(timedelta(seconds=5), timedelta(seconds=20)),

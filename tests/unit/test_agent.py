@@ -33,17 +33,17 @@ class Script:
 
 
 def agent(clock: FakeClock, script: Script) -> Agent:
-    return Agent(name="payment", client=script,  # type: ignore[arg-type]
+    return Agent(name="beta", client=script,  # type: ignore[arg-type]
                  policy=AgentRetryPolicy(0.1, 1, 5),
-                 breaker=CircuitBreaker("payment", 100, 1), clock=clock,
+                 breaker=CircuitBreaker("beta", 100, 1), clock=clock,
                  sleep=lambda s: clock.advance(seconds=s))
 
 
 def request(clock: FakeClock, budget: float = 30, action: Action = Action.DO) -> str:
-    work = new_work_key("o-1", "charge_payment")
+    work = new_work_key("o-1", "take")
     return AgentRequest(
-        order_id="o-1", step="charge_payment", action=action,
-        operation="charge" if action is Action.DO else "refund", attempt=1,
+        order_id="o-1", step="take", action=action,
+        operation="take" if action is Action.DO else "give_back", attempt=1,
         complete_by=clock.now + timedelta(seconds=budget),
         idempotency_key=work if action is Action.DO else undo_key(work),
         compensates=work if action is Action.UNDO else None, order={}, outbox_seq=4,
@@ -70,8 +70,8 @@ def test_an_undo_names_the_recorded_work_key_and_nothing_else() -> None:
     script = Script(clock, {"status": "undone"})
     agent(clock, script).handle(request(clock, action=Action.UNDO))
     ((_, key, body),) = script.calls
-    assert key == "o-1.charge_payment.undo"
-    assert body["compensates"] == "o-1.charge_payment.do"
+    assert key == "o-1.take.undo"
+    assert body["compensates"] == "o-1.take.do"
 
 
 def test_an_undo_sent_by_a_release_before_work_keys_names_the_work_its_key_implies() -> None:
@@ -80,19 +80,19 @@ def test_an_undo_sent_by_a_release_before_work_keys_names_the_work_its_key_impli
     the compensation ("an undo request must name the work it undoes")."""
     clock = FakeClock()
     script = Script(clock, {"status": "undone"})
-    old = {"schema_version": 1, "order_id": "o-1", "step": "charge_payment", "action": "undo",
-           "operation": "refund", "attempt": 1,
+    old = {"schema_version": 1, "order_id": "o-1", "step": "take", "action": "undo",
+           "operation": "give_back", "attempt": 1,
            "complete_by": (clock.now + timedelta(seconds=30)).isoformat(),
-           "idempotency_key": "o-1.charge_payment.g2.undo", "order": {}}
+           "idempotency_key": "o-1.take.g2.undo", "order": {}}
     reply = agent(clock, script).handle(json.dumps(old))
     assert reply is not None and reply.outcome == "ok"
     ((_, key, body),) = script.calls
-    assert (key, body["compensates"]) == ("o-1.charge_payment.g2.undo",
-                                          "o-1.charge_payment.g2.do")
+    assert (key, body["compensates"]) == ("o-1.take.g2.undo",
+                                          "o-1.take.g2.do")
 
 
 def test_the_undo_key_names_its_work_to_an_agent_of_a_release_before_work_keys() -> None:
     """Such an Agent derived the work from the undo's key (key.removesuffix('.undo') + '.do');
     with today's undo key it must arrive at the recorded work key, never '<key>.do.do'."""
-    for work in (new_work_key("o-1", "charge_payment"), new_work_key("o-1", "ship", 3)):
+    for work in (new_work_key("o-1", "take"), new_work_key("o-1", "send", 3)):
         assert undo_key(work).removesuffix(".undo") + ".do" == work

@@ -173,7 +173,7 @@ def test_the_message_check_reads_the_published_file() -> None:
     from shared.domain.messages import Action, AgentReply, ReplyOutcome, StatusUpdate
     from tests.contracts import problems
 
-    good = AgentReply(order_id="o-1", step="charge_payment", action=Action.DO, attempt=1,
+    good = AgentReply(order_id="o-1", step="take", action=Action.DO, attempt=1,
                       outcome=ReplyOutcome.OK).to_json()
     assert problems("agentResponses", good) == []
     bad = json.loads(good)

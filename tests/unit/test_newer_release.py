@@ -11,9 +11,9 @@ from shared.domain.messages import AgentReply, CommandKind, ReplyOutcome, Schedu
 from shared.domain.workflow import Registry, UnknownWorkflow
 from shared.handlers.relay import EffectRelay
 from shared.handlers.scheduler import DEFER, Outcome, Queues, Scheduler
-from shared.workflows.orders import ORDER_FULFILMENT
 from tests.conftest import FakeClock
 from tests.fakes import FakeAlertSink, FakeOrderStore, FakeQueues, accepted
+from tests.workflow import FLOW
 
 COMMANDS, REPLIES = "scheduler-commands", "agent-responses"
 
@@ -21,9 +21,9 @@ COMMANDS, REPLIES = "scheduler-commands", "agent-responses"
 def scheduler() -> tuple[FakeClock, FakeOrderStore, FakeQueues, Scheduler]:
     clock, store = FakeClock(), FakeOrderStore()
     queues = FakeQueues(clock)
-    registry = Registry.of([ORDER_FULFILMENT])
+    registry = Registry.of([FLOW])
     relay = EffectRelay(store=store, sender=queues, alerts=FakeAlertSink(), workflows=registry,
-                        agent_queues={"inventory": "inv", "payment": "pay", "shipping": "ship"},
+                        agent_queues={"alpha": "a", "beta": "b", "gamma": "c"},
                         scheduler_queue=COMMANDS, clock=clock)
     return clock, store, queues, Scheduler(instance_id="old", store=store, relay=relay,
                                            workflows=registry, clock=clock,
@@ -42,7 +42,7 @@ def test_a_newer_releases_message_is_put_back_for_later_and_the_record_left_as_i
                                                  kind=CommandKind.START).to_json()
         result = s.handle_command(body)
     else:
-        queue, body = REPLIES, AgentReply(order_id="o-new", step="reserve_inventory",
+        queue, body = REPLIES, AgentReply(order_id="o-new", step="hold",
                                           action="do", attempt=1,
                                           outcome=ReplyOutcome.OK).to_json()
         result = s.handle_reply(body, redelivered=True)

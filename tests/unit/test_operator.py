@@ -19,7 +19,6 @@ from shared.domain.workflow import Registry
 from shared.handlers.health import HealthProbe
 from shared.handlers.operator import Operator, ResubmitRequest
 from shared.handlers.relay import EffectRelay
-from shared.workflows.orders import ORDER_FULFILMENT as WF
 from tests.conftest import FakeClock
 from tests.fakes import (
     FakeAlertSink,
@@ -28,6 +27,7 @@ from tests.fakes import (
     StorageDown,
     supervisor_over_fakes,
 )
+from tests.workflow import FLOW as WF
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
 

@@ -12,9 +12,9 @@ from shared.domain.state import (
     exponential_backoff,
     supervise,
 )
-from shared.workflows.orders import ORDER_FULFILMENT as WF
 from tests.conftest import FakeClock
 from tests.fakes import FakeOrderStore, FakeTickLog, accepted, supervisor_over_fakes
+from tests.workflow import FLOW as WF
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
 GAP = timedelta(seconds=75)

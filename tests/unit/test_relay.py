@@ -8,9 +8,9 @@ from shared.domain.effects import SendCommand
 from shared.domain.messages import CommandKind, SchedulerCommand
 from shared.domain.workflow import Registry
 from shared.handlers.relay import EffectRelay, Known
-from shared.workflows.orders import ORDER_FULFILMENT
 from tests.conftest import FakeClock
 from tests.fakes import FakeAlertSink, FakeOrderStore, FakeQueues, accepted
+from tests.workflow import FLOW
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 ORDER = {"order_id": "o-1", "customer_id": "c"}
@@ -29,7 +29,7 @@ def relays() -> tuple[EffectRelay, EffectRelay, FakeQueues, Taker, FakeOrderStor
     clock = FakeClock(NOW)
     queues, taker, store = FakeQueues(clock), Taker(), FakeOrderStore()
     relay = EffectRelay(store=store, sender=queues, alerts=FakeAlertSink(),
-                        workflows=Registry.of([ORDER_FULFILMENT]), agent_queues={},
+                        workflows=Registry.of([FLOW]), agent_queues={},
                         scheduler_queue="cmds",
                         clock=clock)
     return relay, relay.handing_commands_to(taker), queues, taker, store

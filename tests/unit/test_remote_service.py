@@ -32,7 +32,7 @@ def client(response: httpx.Response, seen: list[httpx.Request] | None = None
 
 
 def call(c: RemoteServiceClient) -> dict[str, Any]:
-    return c.call("charge", "o-1.charge_payment.do", {"order_id": "o-1"}, timeout=5)
+    return c.call("take", "o-1.take.do", {"order_id": "o-1"}, timeout=5)
 
 
 def test_a_2xx_json_object_is_the_result_and_the_key_is_sent() -> None:
@@ -40,8 +40,8 @@ def test_a_2xx_json_object_is_the_result_and_the_key_is_sent() -> None:
     assert call(client(httpx.Response(200, json={"status": "applied"}), seen)) == {
         "status": "applied"}
     (req,) = seen
-    assert (req.method, str(req.url)) == ("POST", "http://svc/api/pay/charge")
-    assert req.headers["Idempotency-Key"] == "o-1.charge_payment.do"
+    assert (req.method, str(req.url)) == ("POST", "http://svc/api/pay/take")
+    assert req.headers["Idempotency-Key"] == "o-1.take.do"
 
 
 def test_the_function_key_is_sent_when_one_is_set() -> None:
@@ -56,7 +56,7 @@ def test_the_function_key_is_sent_when_one_is_set() -> None:
 @pytest.mark.parametrize("status", [301, 302, 307, 308])
 def test_a_redirect_is_permanent_and_never_success(status: int) -> None:
     """Bug 3: an http:// URL redirected to https marked every order charged."""
-    r = httpx.Response(status, headers={"Location": "https://svc/api/pay/charge"})
+    r = httpx.Response(status, headers={"Location": "https://svc/api/pay/take"})
     with pytest.raises(PermanentServiceError, match="redirect to https://svc"):
         call(client(r))
 
@@ -161,7 +161,7 @@ def test_a_burst_of_calls_keeps_its_connections_for_the_next() -> None:
                                  http_client())
 
     def slow_call(_: int) -> dict[str, Any]:  # longer than the barrier may hold a call
-        return remote.call("charge", "o-1.charge_payment.do", {"order_id": "o-1"}, timeout=30)
+        return remote.call("take", "o-1.take.do", {"order_id": "o-1"}, timeout=30)
 
     try:
         with ThreadPoolExecutor(calls) as pool:

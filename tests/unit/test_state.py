@@ -27,10 +27,10 @@ from shared.domain.state import (
     supervise,
 )
 from shared.domain.workflow import Step, Workflow
-from shared.workflows.orders import ORDER_FULFILMENT
+from tests.workflow import FLOW
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-WF = ORDER_FULFILMENT
+WF = FLOW
 POLICY = RetryPolicy(
     failure_threshold=3,
     backoff=exponential_backoff(timedelta(seconds=5), timedelta(seconds=60)),
@@ -50,7 +50,7 @@ def ok(state: OrderState, step: str, action: Action = Action.DO) -> AgentReply:
 def refused(state: OrderState, step: str, action: Action = Action.DO) -> AgentReply:
     return AgentReply(order_id=state.order_id, step=step, action=action,
                       attempt=state.step(step).attempt, outcome=ReplyOutcome.PERMANENT_ERROR,
-                      error="card declined", outbox_seq=state.outbox_seq)
+                      error="refused by the service", outbox_seq=state.outbox_seq)
 
 
 def fresh() -> OrderState:
@@ -109,11 +109,11 @@ def test_claim_locks_and_runs_the_first_step_with_its_budget() -> None:
     s = start(fresh())
     assert s.process_state is ProcessState.PROCESSING
     assert s.locked_by == "s1"
-    first = s.step("reserve_inventory")
+    first = s.step("hold")
     assert (first.status, first.attempt) == (StepStatus.RUNNING, 1)
     assert s.complete_by == first.complete_by == T0 + WF.steps[0].budget
-    assert first.work_key == "o-1.reserve_inventory.do"
-    assert s.outbox == [Dispatch(step="reserve_inventory", action=Action.DO, attempt=1)]
+    assert first.work_key == "o-1.hold.do"
+    assert s.outbox == [Dispatch(step="hold", action=Action.DO, attempt=1)]
 
 
 @pytest.mark.parametrize("state", [claimed(), after_steps(3)], ids=["processing", "processed"])
@@ -137,18 +137,18 @@ def test_claim_does_not_change_the_state_it_was_given() -> None:
 
 def test_each_ok_reply_completes_its_step_and_starts_the_next() -> None:
     s = claimed()
-    t = apply_reply(s, ok(s, "reserve_inventory"), "s2", T0 + timedelta(seconds=1), WF)
-    assert t.state.step("reserve_inventory").status is StepStatus.COMPLETED
-    nxt = t.state.step("charge_payment")
+    t = apply_reply(s, ok(s, "hold"), "s2", T0 + timedelta(seconds=1), WF)
+    assert t.state.step("hold").status is StepStatus.COMPLETED
+    nxt = t.state.step("take")
     assert (nxt.status, nxt.attempt) == (StepStatus.RUNNING, 1)
     assert t.state.complete_by == T0 + timedelta(seconds=1) + WF.steps[1].budget
     assert events(t) == ["step_completed"]
-    assert t.state.outbox[-1] == Dispatch(step="charge_payment", action=Action.DO, attempt=1)
+    assert t.state.outbox[-1] == Dispatch(step="take", action=Action.DO, attempt=1)
 
 
 def test_last_ok_reply_processes_the_order_and_frees_it() -> None:
     s = after_steps(2)
-    t = apply_reply(s, ok(s, "arrange_shipping"), "s1", T0, WF)
+    t = apply_reply(s, ok(s, "send"), "s1", T0, WF)
     assert t.state.process_state is ProcessState.PROCESSED
     assert t.state.locked_by is None and t.state.complete_by is None
     assert t.state.is_settled
@@ -158,7 +158,7 @@ def test_last_ok_reply_processes_the_order_and_frees_it() -> None:
 
 def test_duplicate_reply_is_stale() -> None:
     s = claimed()
-    reply = ok(s, "reserve_inventory")
+    reply = ok(s, "hold")
     s2 = apply_reply(s, reply, "s1", T0, WF).state
     with pytest.raises(IllegalTransition, match="stale"):
         apply_reply(s2, reply, "s1", T0, WF)
@@ -166,18 +166,18 @@ def test_duplicate_reply_is_stale() -> None:
 
 def test_reply_from_an_older_attempt_is_stale() -> None:
     s = claimed()
-    old = ok(s, "reserve_inventory")
+    old = ok(s, "hold")
     s.outbox = []  # its dispatch was confirmed sent
     s = sup(s, T0 + timedelta(minutes=5)).state  # reset
     s = claim(s, "s2", T0 + timedelta(minutes=6), WF).state  # attempt 2
-    assert s.step("reserve_inventory").attempt == 2
+    assert s.step("hold").attempt == 2
     with pytest.raises(IllegalTransition):
         apply_reply(s, old, "s2", T0, WF)
 
 
 def test_reply_for_a_step_not_running_is_stale() -> None:
     s = claimed()
-    early = AgentReply(order_id="o-1", step="charge_payment", action=Action.DO, attempt=0,
+    early = AgentReply(order_id="o-1", step="take", action=Action.DO, attempt=0,
                        outcome=ReplyOutcome.OK)
     with pytest.raises(IllegalTransition):
         apply_reply(s, early, "s1", T0, WF)
@@ -193,60 +193,60 @@ def test_reply_for_an_unknown_step_is_illegal() -> None:
 
 def test_permanent_error_fails_the_order_and_starts_undoing_completed_steps() -> None:
     s = after_steps(1)
-    t = apply_reply(s, refused(s, "charge_payment"), "s1", T0, WF)
+    t = apply_reply(s, refused(s, "take"), "s1", T0, WF)
     st = t.state
     assert st.process_state is ProcessState.ERROR
-    assert st.failed_step == "charge_payment"
+    assert st.failed_step == "take"
     assert st.compensation is CompensationState.RUNNING
     # The refused step is undone first: the service voids its key (see below).
-    assert st.step("charge_payment").status is StepStatus.COMPENSATING
-    assert st.step("reserve_inventory").status is StepStatus.COMPLETED
-    assert "card declined" in (st.last_error or "")
+    assert st.step("take").status is StepStatus.COMPENSATING
+    assert st.step("hold").status is StepStatus.COMPLETED
+    assert "refused by the service" in (st.last_error or "")
     assert events(t) == ["failed"] and alerts(t.state) == [AlertKind.ORDER_FAILED]
-    assert t.state.outbox[-1] == Dispatch(step="charge_payment", action=Action.UNDO,
+    assert t.state.outbox[-1] == Dispatch(step="take", action=Action.UNDO,
                                           attempt=2)
 
 
 def test_permanent_error_on_first_step_undoes_only_that_refused_step() -> None:
     s = claimed()
-    t = apply_reply(s, refused(s, "reserve_inventory"), "s1", T0, WF)
+    t = apply_reply(s, refused(s, "hold"), "s1", T0, WF)
     assert events(t) == ["failed"]
     s = t.state
-    t = apply_reply(s, ok(s, "reserve_inventory", Action.UNDO), "s1", T0, WF)
+    t = apply_reply(s, ok(s, "hold", Action.UNDO), "s1", T0, WF)
     assert t.state.compensation is CompensationState.DONE and t.state.is_settled
     assert events(t) == ["step_compensated", "compensated"]
 
 
 def test_compensation_undoes_completed_steps_in_reverse_order() -> None:
     s = after_steps(2)
-    s = apply_reply(s, refused(s, "arrange_shipping"), "s1", T0, WF).state
-    assert s.current_step.name == "arrange_shipping"  # type: ignore[union-attr]
-    s = apply_reply(s, ok(s, "arrange_shipping", Action.UNDO), "s1", T0, WF).state
-    assert s.current_step.name == "charge_payment"  # type: ignore[union-attr]
-    s = apply_reply(s, ok(s, "charge_payment", Action.UNDO), "s1", T0, WF).state
-    assert s.step("charge_payment").status is StepStatus.COMPENSATED
-    assert s.current_step.name == "reserve_inventory"  # type: ignore[union-attr]
-    t = apply_reply(s, ok(s, "reserve_inventory", Action.UNDO), "s1", T0, WF)
+    s = apply_reply(s, refused(s, "send"), "s1", T0, WF).state
+    assert s.current_step.name == "send"  # type: ignore[union-attr]
+    s = apply_reply(s, ok(s, "send", Action.UNDO), "s1", T0, WF).state
+    assert s.current_step.name == "take"  # type: ignore[union-attr]
+    s = apply_reply(s, ok(s, "take", Action.UNDO), "s1", T0, WF).state
+    assert s.step("take").status is StepStatus.COMPENSATED
+    assert s.current_step.name == "hold"  # type: ignore[union-attr]
+    t = apply_reply(s, ok(s, "hold", Action.UNDO), "s1", T0, WF)
     assert t.state.compensation is CompensationState.DONE
     assert t.state.is_settled and t.state.locked_by is None and t.state.complete_by is None
     last = [e for e in t.state.outbox if isinstance(e, SendStatus)][-1]
     assert (last.event, last.detail) == (
-        "compensated", "reserve_inventory, charge_payment, arrange_shipping")
+        "compensated", "hold, take, send")
 
 
 def test_undo_reply_when_not_compensating_is_stale() -> None:
     s = after_steps(1)
     with pytest.raises(IllegalTransition):
-        apply_reply(s, ok(s, "reserve_inventory", Action.UNDO), "s1", T0, WF)
+        apply_reply(s, ok(s, "hold", Action.UNDO), "s1", T0, WF)
 
 
 def test_refused_undo_fails_compensation_and_alerts() -> None:
     s = after_steps(1)
-    s = apply_reply(s, refused(s, "charge_payment"), "s1", T0, WF).state
-    s = apply_reply(s, ok(s, "charge_payment", Action.UNDO), "s1", T0, WF).state
-    t = apply_reply(s, refused(s, "reserve_inventory", Action.UNDO), "s1", T0, WF)
+    s = apply_reply(s, refused(s, "take"), "s1", T0, WF).state
+    s = apply_reply(s, ok(s, "take", Action.UNDO), "s1", T0, WF).state
+    t = apply_reply(s, refused(s, "hold", Action.UNDO), "s1", T0, WF)
     assert t.state.compensation is CompensationState.FAILED
-    assert t.state.step("reserve_inventory").status is StepStatus.COMPENSATION_FAILED
+    assert t.state.step("hold").status is StepStatus.COMPENSATION_FAILED
     assert t.state.is_settled
     assert events(t) == ["compensation_failed"]
     assert alerts(t.state) == [AlertKind.COMPENSATION_FAILED]
@@ -271,12 +271,12 @@ def test_supervisor_resets_an_overdue_step_with_growing_backoff() -> None:
         delay = cmd.not_before - now
         assert (st.process_state, st.locked_by, st.failure_count) == (ProcessState.PENDING, None, n)
         assert st.complete_by == now + delay + POLICY.pending_grace
-        assert st.step("reserve_inventory").status is StepStatus.NOT_STARTED
-        assert st.step("reserve_inventory").in_doubt
+        assert st.step("hold").status is StepStatus.NOT_STARTED
+        assert st.step("hold").in_doubt
         delays.append(delay)
         s = claim(st, "s1", now + delay, WF).state
     assert delays == [timedelta(seconds=5), timedelta(seconds=10)]
-    assert s.step("reserve_inventory").attempt == 3
+    assert s.step("hold").attempt == 3
 
 
 def test_supervisor_fails_the_order_at_the_threshold_and_undoes_the_step_in_doubt() -> None:
@@ -289,12 +289,12 @@ def test_supervisor_fails_the_order_at_the_threshold_and_undoes_the_step_in_doub
     assert command(st).command is CommandKind.COMPENSATE  # type: ignore[union-attr]
     assert st.process_state is ProcessState.ERROR and st.failure_count == 3
     assert st.compensation is CompensationState.PENDING and st.locked_by is None
-    assert st.step("charge_payment").status is StepStatus.FAILED
-    assert st.failed_step == "charge_payment"
+    assert st.step("take").status is StepStatus.FAILED
+    assert st.failed_step == "take"
     assert events(st) == ["failed"] and alerts(st) == [AlertKind.ORDER_FAILED]
-    # The charge may have gone through before the timeout: it is undone first.
+    # The take may have gone through before the timeout: it is undone first.
     c = begin_compensation(st, "s1", T0, WF).state
-    assert c.current_step.name == "charge_payment"  # type: ignore[union-attr]
+    assert c.current_step.name == "take"  # type: ignore[union-attr]
     assert c.compensation is CompensationState.RUNNING
 
 
@@ -317,7 +317,7 @@ def test_supervisor_rescues_a_pending_order_nobody_took() -> None:
 
 def test_supervisor_retries_then_gives_up_an_overdue_compensation() -> None:
     s = after_steps(1)
-    s = apply_reply(s, refused(s, "charge_payment"), "s1", T0, WF).state
+    s = apply_reply(s, refused(s, "take"), "s1", T0, WF).state
     for n in range(1, POLICY.compensation_threshold):
         s.outbox = []
         d = sup(s, s.complete_by + timedelta(seconds=1))  # type: ignore[operator]
@@ -345,7 +345,7 @@ def test_backoff_is_capped() -> None:
 
 
 def test_workflow_is_data_a_user_can_change() -> None:
-    wf = Workflow("one-step", (Step("only", "payment", "charge", None, timedelta(seconds=1)),))
+    wf = Workflow("one-step", (Step("only", "alpha", "hold", None, timedelta(seconds=1)),))
     s = claim(receive("o", wf, T0), "s", T0, wf).state
     t = apply_reply(s, ok(s, "only"), "s", T0, wf)
     assert t.state.process_state is ProcessState.PROCESSED
@@ -357,22 +357,23 @@ def test_workflow_is_data_a_user_can_change() -> None:
 
 def test_resubmit_sends_a_settled_failed_order_round_again_and_keeps_its_history() -> None:
     s = after_steps(1)
-    s = apply_reply(s, refused(s, "charge_payment"), "s1", T0, WF).state
-    s = apply_reply(s, ok(s, "charge_payment", Action.UNDO), "s1", T0, WF).state
-    s = apply_reply(s, ok(s, "reserve_inventory", Action.UNDO), "s1", T0, WF).state
+    s = apply_reply(s, refused(s, "take"), "s1", T0, WF).state
+    s = apply_reply(s, ok(s, "take", Action.UNDO), "s1", T0, WF).state
+    s = apply_reply(s, ok(s, "hold", Action.UNDO), "s1", T0, WF).state
     assert s.is_settled
     later = T0 + timedelta(hours=1)
-    t = resubmit(s, later, timedelta(seconds=30), "card limit raised")
+    t = resubmit(s, later, timedelta(seconds=30), "the service was fixed")
     r = t.state
     assert (r.process_state, r.locked_by, r.failure_count, r.compensation) == (
         ProcessState.PENDING, None, 0, None)
     assert r.generation == 1 and r.complete_by == later + timedelta(seconds=30)
     assert r.failed_step is None
     assert all(st.status is StepStatus.NOT_STARTED for st in r.steps)
-    assert r.step("reserve_inventory").attempt == s.step("reserve_inventory").attempt
+    assert r.step("hold").attempt == s.step("hold").attempt
     (h,) = r.history
-    assert h["reason"] == "card limit raised" and "card declined" in h["previous_error"]
-    assert h["steps"]["reserve_inventory"].startswith("compensated")
+    assert h["reason"] == "the service was fixed"
+    assert "refused by the service" in h["previous_error"]
+    assert h["steps"]["hold"].startswith("compensated")
     assert claim(r, "s2", later, WF).state.process_state is ProcessState.PROCESSING
 
 
@@ -385,7 +386,7 @@ def test_resubmit_refuses_an_order_that_has_not_failed(state: OrderState) -> Non
 
 def test_resubmit_waits_for_compensation_to_settle() -> None:
     s = after_steps(1)
-    s = apply_reply(s, refused(s, "charge_payment"), "s1", T0, WF).state  # undo running
+    s = apply_reply(s, refused(s, "take"), "s1", T0, WF).state  # undo running
     with pytest.raises(IllegalTransition, match="settled"):
         resubmit(s, T0, timedelta(seconds=30))
 
@@ -402,13 +403,13 @@ def test_a_transition_not_proven_by_the_outbox_it_replaces_carries_its_alerts_an
     assert events(claim(s, "s1", T0, WF, seq=s.outbox_seq)) == []
     # A reply to an older outbox proves nothing of the newest one.
     s = claimed()
-    failed = apply_reply(s, refused(s, "reserve_inventory"), "s1", T0, WF).state
+    failed = apply_reply(s, refused(s, "hold"), "s1", T0, WF).state
     assert alerts(failed) == [AlertKind.ORDER_FAILED]
 
 
 def test_effects_go_in_order_alerts_status_command_dispatch_forget() -> None:
     s = after_steps(1)
-    t = apply_reply(s, refused(s, "charge_payment"), "s1", T0, WF)
+    t = apply_reply(s, refused(s, "take"), "s1", T0, WF)
     kinds = [e.kind for e in t.state.outbox]
     assert kinds == ["alert", "status", "dispatch"]
     keys = [e.key for e in t.state.outbox if isinstance(e, RaiseAlert)]
@@ -417,12 +418,12 @@ def test_effects_go_in_order_alerts_status_command_dispatch_forget() -> None:
 
 def test_work_key_is_recorded_once_and_named_by_the_undo() -> None:
     s = claimed()
-    key = s.step("reserve_inventory").work_key
+    key = s.step("hold").work_key
     s.outbox = []
     retried = sup(s, s.complete_by + timedelta(seconds=1)).state  # type: ignore[operator]
     again = start(retried, T0 + timedelta(minutes=5))
-    assert again.step("reserve_inventory").attempt == 2
-    assert again.step("reserve_inventory").work_key == key  # the same work, asked again
+    assert again.step("hold").attempt == 2
+    assert again.step("hold").work_key == key  # the same work, asked again
 
 
 def test_supervisor_resends_a_dispatch_never_confirmed_without_counting_a_failure() -> None:
@@ -432,10 +433,10 @@ def test_supervisor_resends_a_dispatch_never_confirmed_without_counting_a_failur
     assert d is not None and d.kind is DecisionKind.REDISPATCH
     st = d.state
     assert (st.failure_count, st.rescues) == (0, 1)
-    step = st.step("reserve_inventory")
+    step = st.step("hold")
     assert (step.status, step.attempt) == (StepStatus.RUNNING, 1)  # the same attempt, again
     assert step.complete_by == now + WF.steps[0].budget == st.complete_by
-    assert st.outbox[-1] == Dispatch(step="reserve_inventory", action=Action.DO, attempt=1)
+    assert st.outbox[-1] == Dispatch(step="hold", action=Action.DO, attempt=1)
     # Once confirmed sent, the same overdue step is a failure that counts.
     st.outbox = []
     d2 = sup(st, st.complete_by + timedelta(seconds=1))  # type: ignore[operator]
@@ -476,45 +477,45 @@ def test_progress_resets_the_rescue_count() -> None:
     assert start(s).rescues == 0
 
 
-def _compensation_failed_after_charge() -> OrderState:
+def _compensation_failed_after_take() -> OrderState:
     s = after_steps(2)
-    s = apply_reply(s, refused(s, "arrange_shipping"), "s1", T0, WF).state
-    s = apply_reply(s, ok(s, "arrange_shipping", Action.UNDO), "s1", T0, WF).state
-    s = apply_reply(s, refused(s, "charge_payment", Action.UNDO), "s1", T0, WF).state
+    s = apply_reply(s, refused(s, "send"), "s1", T0, WF).state
+    s = apply_reply(s, ok(s, "send", Action.UNDO), "s1", T0, WF).state
+    s = apply_reply(s, refused(s, "take", Action.UNDO), "s1", T0, WF).state
     assert s.compensation is CompensationState.FAILED
     return s
 
 
 def test_resubmit_after_a_failed_compensation_needs_force() -> None:
-    s = _compensation_failed_after_charge()
+    s = _compensation_failed_after_take()
     with pytest.raises(IllegalTransition, match="force"):
         resubmit(s, T0, timedelta(seconds=30))
     assert resubmit(s, T0, timedelta(seconds=30), force=True).state.generation == 1
 
 
 def test_forced_resubmit_never_redoes_standing_work_under_a_new_key() -> None:
-    s = _compensation_failed_after_charge()
+    s = _compensation_failed_after_take()
     keys = {st.name: st.work_key for st in s.steps}
     r = resubmit(s, T0, timedelta(seconds=30), force=True).state
-    reserve, charge, ship = (r.step(n) for n in STEPS)
+    held, taken, sent = (r.step(n) for n in STEPS)
     # Never undone: still done, under its key.
-    assert (reserve.status, reserve.work_key) == (StepStatus.COMPLETED,
-                                                  keys["reserve_inventory"])
-    # Its refund was refused: asked again under the same key (the service answers with the
-    # charge it already has), and in doubt until then.
-    assert (charge.status, charge.work_key, charge.in_doubt) == (
-        StepStatus.NOT_STARTED, keys["charge_payment"], True)
+    assert (held.status, held.work_key) == (StepStatus.COMPLETED,
+                                                  keys["hold"])
+    # Its undo was refused: asked again under the same key (the service answers with the
+    # work it already has), and in doubt until then.
+    assert (taken.status, taken.work_key, taken.in_doubt) == (
+        StepStatus.NOT_STARTED, keys["take"], True)
     # Refused and voided: new work, with a key of the new generation when it runs.
-    assert ship.work_key is None
+    assert sent.work_key is None
     r = start(r)
-    assert r.step("charge_payment").work_key == "o-1.charge_payment.do"
-    r = apply_reply(r, ok(r, "charge_payment"), "s1", T0, WF).state
-    assert r.step("arrange_shipping").work_key == "o-1.arrange_shipping.g1.do"
+    assert r.step("take").work_key == "o-1.take.do"
+    r = apply_reply(r, ok(r, "take"), "s1", T0, WF).state
+    assert r.step("send").work_key == "o-1.send.g1.do"
 
 
 def test_a_refused_step_is_undone_too_so_no_late_copy_of_it_can_stand() -> None:
     s = after_steps(1)
-    t = apply_reply(s, refused(s, "charge_payment"), "s1", T0, WF).state
+    t = apply_reply(s, refused(s, "take"), "s1", T0, WF).state
     # Undone first (the latest step): its undo voids the key at the service.
-    assert t.current_step is t.step("charge_payment")
-    assert t.outbox[-1] == Dispatch(step="charge_payment", action=Action.UNDO, attempt=2)
+    assert t.current_step is t.step("take")
+    assert t.outbox[-1] == Dispatch(step="take", action=Action.UNDO, attempt=2)
