@@ -9,11 +9,15 @@ from shared import blueprints, bootstrap, entrypoints
 from shared.workflows import REGISTRY
 
 bootstrap.configure(REGISTRY)
-entrypoints.check_settings()
+settings = entrypoints.check_settings()
 
 app = func.FunctionApp()
 # One Agent per service the workflows call (shared/blueprints.py).
 app.register_functions(blueprints.agents(REGISTRY.services))
+app.register_functions(blueprints.operator_api())
+# Fault-injecting services are indexed only where asked for: local runs and demo deployments.
+if settings.simulators_enabled:
+    app.register_functions(blueprints.simulators())
 
 
 @app.function_name("intake")
@@ -42,59 +46,3 @@ def scheduler_replies(msg: func.QueueMessage) -> None:
                    use_monitor=True)
 def supervisor(timer: func.TimerRequest) -> None:
     entrypoints.supervisor(timer)
-
-
-@app.function_name("get_order")
-@app.route(route="orders/{order_id}", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
-def get_order(req: func.HttpRequest) -> func.HttpResponse:
-    return entrypoints.get_order(req)
-
-
-@app.function_name("list_orders")
-@app.route(route="orders", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
-def list_orders(req: func.HttpRequest) -> func.HttpResponse:
-    return entrypoints.list_orders(req)
-
-
-@app.function_name("resubmit_order")
-@app.route(route="orders/{order_id}/resubmit", methods=["POST"],
-           auth_level=func.AuthLevel.ADMIN)
-def resubmit_order(req: func.HttpRequest) -> func.HttpResponse:
-    return entrypoints.resubmit_order(req)
-
-
-@app.function_name("list_rejected")
-@app.route(route="rejected", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
-def list_rejected(req: func.HttpRequest) -> func.HttpResponse:
-    return entrypoints.list_rejected(req)
-
-
-@app.function_name("overview")
-@app.route(route="overview", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
-def overview(req: func.HttpRequest) -> func.HttpResponse:
-    return entrypoints.overview(req)
-
-
-@app.function_name("console")
-@app.route(route="console", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
-def console(req: func.HttpRequest) -> func.HttpResponse:
-    return entrypoints.console(req)
-
-
-@app.function_name("openapi")
-@app.route(route="openapi.json", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
-def openapi(req: func.HttpRequest) -> func.HttpResponse:
-    return entrypoints.openapi(req)
-
-
-@app.function_name("health")
-@app.route(route="health", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
-def health(req: func.HttpRequest) -> func.HttpResponse:
-    return entrypoints.health(req)
-
-
-@app.function_name("simulated_service")
-@app.route(route="sim/{service}/{operation}", methods=["POST"],
-           auth_level=func.AuthLevel.FUNCTION)
-def simulated_service(req: func.HttpRequest) -> func.HttpResponse:
-    return entrypoints.simulated_service(req)

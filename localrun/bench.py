@@ -1441,6 +1441,7 @@ def run_bench(out: Path, scale: Scale, prices: dict[str, Any] | None = None) -> 
     shutil.rmtree(data, ignore_errors=True)
     az = Azurite.start(location=data)
     os.environ.setdefault("AzureWebJobsStorage", az.connection_string)
+    os.environ.setdefault("SimulatorsEnabled", "true")  # indexed only when on (function_app.py)
     sys.path.insert(0, str(ROOT))
     results: dict[str, Any] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),

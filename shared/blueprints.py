@@ -1,8 +1,10 @@
-"""Functions built from the registered workflows rather than written out one by one.
+"""The app's functions in groups that function_app.py registers: the Agents, the operator API,
+the simulated services.
 
-One queue-triggered Agent per service the workflows call: a static name (``<service>_agent``)
-and its queue from an app setting (``%<Service>RequestsQueueName%``), so the host indexes each
-as it would a function written by hand. Adding a service to a workflow adds its Agent here.
+One queue-triggered Agent per service the workflows call, built from the registered workflows
+rather than written out one by one: a static name (``<service>_agent``) and its queue from an
+app setting (``%<Service>RequestsQueueName%``), so the host indexes each as it would a function
+written by hand. Adding a service to a workflow adds its Agent here.
 """
 
 from __future__ import annotations
@@ -31,3 +33,64 @@ def _agent(bp: func.Blueprint, service: str) -> None:
                      connection="AzureWebJobsStorage")
     def agent(msg: func.QueueMessage, reply: func.Out[str]) -> None:
         entrypoints.agent(service, msg, reply)
+
+
+def operator_api() -> func.Blueprint:
+    """The operator's HTTP routes: orders, resubmit, rejections, the console, health."""
+    bp = func.Blueprint()  # type: ignore[no-untyped-call]
+
+    @bp.function_name("get_order")
+    @bp.route(route="orders/{order_id}", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+    def get_order(req: func.HttpRequest) -> func.HttpResponse:
+        return entrypoints.get_order(req)
+
+    @bp.function_name("list_orders")
+    @bp.route(route="orders", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+    def list_orders(req: func.HttpRequest) -> func.HttpResponse:
+        return entrypoints.list_orders(req)
+
+    @bp.function_name("resubmit_order")
+    @bp.route(route="orders/{order_id}/resubmit", methods=["POST"],
+              auth_level=func.AuthLevel.ADMIN)
+    def resubmit_order(req: func.HttpRequest) -> func.HttpResponse:
+        return entrypoints.resubmit_order(req)
+
+    @bp.function_name("list_rejected")
+    @bp.route(route="rejected", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+    def list_rejected(req: func.HttpRequest) -> func.HttpResponse:
+        return entrypoints.list_rejected(req)
+
+    @bp.function_name("overview")
+    @bp.route(route="overview", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+    def overview(req: func.HttpRequest) -> func.HttpResponse:
+        return entrypoints.overview(req)
+
+    @bp.function_name("console")
+    @bp.route(route="console", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+    def console(req: func.HttpRequest) -> func.HttpResponse:
+        return entrypoints.console(req)
+
+    @bp.function_name("openapi")
+    @bp.route(route="openapi.json", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+    def openapi(req: func.HttpRequest) -> func.HttpResponse:
+        return entrypoints.openapi(req)
+
+    @bp.function_name("health")
+    @bp.route(route="health", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+    def health(req: func.HttpRequest) -> func.HttpResponse:
+        return entrypoints.health(req)
+
+    return bp
+
+
+def simulators() -> func.Blueprint:
+    """The simulated remote services (SimulatorsEnabled): every service's operations."""
+    bp = func.Blueprint()  # type: ignore[no-untyped-call]
+
+    @bp.function_name("simulated_service")
+    @bp.route(route="sim/{service}/{operation}", methods=["POST"],
+              auth_level=func.AuthLevel.FUNCTION)
+    def simulated_service(req: func.HttpRequest) -> func.HttpResponse:
+        return entrypoints.simulated_service(req)
+
+    return bp

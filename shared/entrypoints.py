@@ -19,7 +19,7 @@ from shared import bootstrap, tracing
 from shared.adapters.state_store import CorruptRecord
 from shared.contracts.openapi import openapi_document
 from shared.handlers.operator import OrderNotFound, ResubmitRefused, ResubmitRequest
-from shared.settings import load_settings
+from shared.settings import Settings, load_settings
 
 CONSOLE_PAGE = Path(__file__).parent / "console" / "console.html"
 
@@ -31,11 +31,13 @@ for _sdk in ("azure", "httpx", "httpcore"):
     logging.getLogger(_sdk).setLevel(logging.WARNING)
 
 
-def check_settings() -> None:
+def check_settings() -> Settings:
     """Fail at start-up, naming the setting, rather than on the first message; and set up
     tracing from the standard OpenTelemetry variables (nothing when none is set)."""
-    load_settings().registry(bootstrap.configured())
+    settings = load_settings()
+    settings.registry(bootstrap.configured())
     tracing.configure()
+    return settings
 
 
 def intake(msg: func.ServiceBusMessage) -> None:

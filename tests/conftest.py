@@ -17,6 +17,10 @@ from shared.workflows import REGISTRY
 
 # As function_app.py does for the app: the tests that wire the app themselves run its workflows.
 bootstrap.configure(REGISTRY)
+# function_app.py indexes the simulated services only when they are on, and it is imported once
+# per test process: on, as in every local run (a test that needs them off says so in its
+# settings; tests/unit/test_function_index.py imports the app with them off).
+os.environ.setdefault("SimulatorsEnabled", "true")
 
 ROOT = Path(__file__).resolve().parent.parent
 

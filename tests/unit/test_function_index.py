@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+import os
+import subprocess
+import sys
 from typing import Any
 
 import function_app
 from localrun.index import functions_of
+from tests.conftest import ROOT
 
 
 def index() -> dict[str, tuple[dict[str, Any], ...]]:
@@ -43,6 +48,21 @@ def test_supervisor_is_a_timer_on_a_setting() -> None:
     assert t["type"] == "timerTrigger"
     assert t["schedule"] == "%SupervisorSchedule%"
     assert t["runOnStartup"] is False
+
+
+def test_the_simulated_services_are_indexed_only_when_they_are_on() -> None:
+    """A deployment without SimulatorsEnabled has no fault-injecting route at all."""
+    script = ("import function_app; from localrun.index import functions_of; "
+              "print(sorted(f.name for f in functions_of(function_app.app)))")
+    names = {}
+    for on in ("true", "false"):
+        env = {**os.environ, "SimulatorsEnabled": on,
+               "AzureWebJobsStorage": "UseDevelopmentStorage=true",
+               "SimulatorBaseUrl": "http://127.0.0.1:7071/api/sim"}  # the services' URLs
+        out = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, check=True,
+                             capture_output=True, text=True).stdout
+        names[on] = set(ast.literal_eval(out.strip().splitlines()[-1]))
+    assert names["true"] - names["false"] == {"simulated_service"}
 
 
 def test_every_agent_of_the_workflow_has_a_function() -> None:
