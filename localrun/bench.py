@@ -326,10 +326,11 @@ class Bench:
     # -- scenarios ---------------------------------------------------------------------------
 
     def transactions(self) -> list[dict[str, Any]]:
+        from shared.domain.order import Order
         from shared.domain.workflow import Step, Workflow
 
         one_step = Workflow("one-step", (Step("charge_payment", "payment", "charge", "refund",
-                                              timedelta(seconds=30)),))
+                                              timedelta(seconds=30)),), message=Order)
         rows = []
         for label, wf, faults in [("3-step", None, "0"), ("3-step", None, "0.2"),
                                   ("1-step", one_step, "0"), ("1-step", one_step, "0.2")]:

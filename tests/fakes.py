@@ -29,7 +29,7 @@ from shared.adapters.state_store import (
 from shared.domain import budget, due_index
 from shared.domain.alerts import OperatorAlert
 from shared.domain.due_index import IndexKey
-from shared.domain.order import Order
+from shared.domain.message import WorkflowMessage
 from shared.domain.outages import TickLog
 from shared.domain.state import OrderState
 
@@ -105,7 +105,7 @@ class FakeOrderStore:
                                         base)
         return key, True
 
-    def create(self, order: Order, state: OrderState) -> OrderState:
+    def create(self, order: WorkflowMessage, state: OrderState) -> OrderState:
         key, added = self._file(state, base="", exact=False)
         state = dataclasses.replace(state, index_key=key)
         self.fault("store.create")

@@ -5,8 +5,18 @@ edits the example breaks only the example's tests (tests/integration/test_workfl
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
+from shared.domain.message import WorkflowMessage
 from shared.domain.workflow import Registry, Step, Workflow
+
+
+class Thing(WorkflowMessage):
+    """The test workflow's message: what tests/integration/helpers.order() sends, loosely."""
+
+    customer_id: str
+    items: list[dict[str, Any]]
+
 
 HOLD = Step("hold", agent="alpha", operation="hold", compensation="release",
             budget=timedelta(seconds=30))
@@ -14,7 +24,7 @@ TAKE = Step("take", agent="beta", operation="take", compensation="give_back",
             budget=timedelta(seconds=30))
 SEND = Step("send", agent="gamma", operation="send", compensation="recall",
             budget=timedelta(seconds=60))
-FLOW = Workflow(name="test-flow", steps=(HOLD, TAKE, SEND))
+FLOW = Workflow(name="test-flow", steps=(HOLD, TAKE, SEND), message=Thing)
 REGISTRY = Registry.of([FLOW])
 SERVICES = sorted(FLOW.agents)
 

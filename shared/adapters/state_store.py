@@ -36,7 +36,7 @@ from shared.domain import due_index, legacy
 from shared.domain.due_index import IndexKey
 from shared.domain.effects import outbox_from_json, outbox_to_json
 from shared.domain.legacy import SCHEMA_VERSION
-from shared.domain.order import Order
+from shared.domain.message import WorkflowMessage
 from shared.domain.state import (
     CompensationState,
     OrderState,
@@ -118,7 +118,7 @@ class OrderStore(Protocol):
     ``create`` and ``save`` keep the due-time index (due_index.py): no caller files an entry.
     """
 
-    def create(self, order: Order, state: OrderState) -> OrderState: ...
+    def create(self, order: WorkflowMessage, state: OrderState) -> OrderState: ...
     def load(self, order_id: str) -> StoredOrder | None: ...
     def get_state(self, order_id: str) -> OrderState | None: ...
     def save(self, state: OrderState, *, move: bool = False) -> OrderState: ...
@@ -242,7 +242,7 @@ class TableOrderStore:
         self._grace = pending_grace
         self._horizon = horizon if horizon is not None else pending_grace  # see due_index
 
-    def create(self, order: Order, state: OrderState) -> OrderState:
+    def create(self, order: WorkflowMessage, state: OrderState) -> OrderState:
         """Write the order and its first state in one entity-group transaction: both or neither.
 
         The order's index entry goes in first (and comes out again when the order was there).
@@ -257,8 +257,7 @@ class TableOrderStore:
             # Not ASCII-escaped: a "\uXXXX" escape is six characters of the 32K a string may hold.
             "Document": json.dumps(order.document(), ensure_ascii=False),
             "Fingerprint": order.fingerprint(),
-            "CustomerId": order.customer_id,
-            "Total": str(order.total),
+            **order.columns(),
             "ReceivedAt": state.created_at,
         }
         try:

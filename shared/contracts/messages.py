@@ -1,8 +1,8 @@
 """The message contracts: the order message as JSON Schema and every queue as AsyncAPI 3.
 
-Both come from the models the code parses and writes messages with (shared/domain/order.py,
-shared/domain/messages.py); ``python -m shared.contracts`` writes them to schemas/, and a test
-fails when the files and the code differ.
+Both come from the models the code parses and writes messages with (each workflow's message
+model, shared/domain/messages.py); ``python -m shared.contracts`` writes them to schemas/, and a
+test fails when the files and the code differ.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from pydantic.json_schema import models_json_schema
 
 from shared.contracts.openapi import VERSION
 from shared.domain.messages import AgentReply, AgentRequest, SchedulerCommand, StatusUpdate
-from shared.domain.order import Order
 from shared.domain.workflow import Registry
 from shared.settings import service_setting_names
 
@@ -22,12 +21,21 @@ ORDER_SCHEMA_ID = "https://github.com/order-pipeline/order-pipeline/schemas/orde
 _REF = "#/components/schemas/{model}"
 
 
-def order_schema() -> dict[str, Any]:
-    """The order message, as intake validates it."""
+def _models(workflows: Registry) -> list[type[BaseModel]]:
+    """Each distinct message model of the workflows, the default workflow's first."""
+    models: list[type[BaseModel]] = [workflows.get().message]
+    for w in workflows.workflows:
+        if w.message not in models:
+            models.append(w.message)
+    return models
+
+
+def order_schema(workflows: Registry) -> dict[str, Any]:
+    """The default workflow's message, as intake validates it."""
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": ORDER_SCHEMA_ID,
-        **Order.model_json_schema(mode="validation"),
+        **workflows.get().message.model_json_schema(mode="validation"),
         "description": "An order message on the orders queue (Service Bus), UTF-8 JSON. "
                        "Fields not listed are refused, and the message is recorded as rejected "
                        "with the reason; put your own data in the message's application "
@@ -35,10 +43,14 @@ def order_schema() -> dict[str, Any]:
     }
 
 
-def _message(model: type[BaseModel], title: str, summary: str) -> dict[str, Any]:
-    return {"name": model.__name__, "title": title, "summary": summary,
-            "contentType": "application/json",
-            "payload": {"$ref": _REF.format(model=model.__name__)}}
+def _message(model: type[BaseModel] | list[type[BaseModel]], title: str,
+             summary: str) -> dict[str, Any]:
+    models = model if isinstance(model, list) else [model]
+    refs: list[dict[str, Any]] = [{"$ref": _REF.format(model=m.__name__)} for m in models]
+    return {"name": models[0].__name__ if len(models) == 1 else "Order", "title": title,
+            "summary": summary, "contentType": "application/json",
+            # A workflow with a message model of its own adds one of its own here.
+            "payload": refs[0] if len(refs) == 1 else {"oneOf": refs}}
 
 
 def _storage_queue(setting: str, message: str, description: str) -> dict[str, Any]:
@@ -59,9 +71,10 @@ def _operation(action: str, channel: str, message: str, summary: str) -> dict[st
 
 
 def asyncapi_document(workflows: Registry) -> dict[str, Any]:
+    models: list[type[BaseModel]] = [*_models(workflows), SchedulerCommand, AgentRequest,
+                                     AgentReply, StatusUpdate]
     _, defs = models_json_schema(
-        [(m, "validation") for m in (Order, SchedulerCommand, AgentRequest, AgentReply,
-                                     StatusUpdate)], ref_template=_REF)
+        [(m, "validation") for m in models], ref_template=_REF)
     agents = workflows.services  # in the order the workflows' steps first name them
     channels: dict[str, Any] = {
         "orders": {
@@ -137,7 +150,8 @@ def asyncapi_document(workflows: Registry) -> dict[str, Any]:
         "operations": operations,
         "components": {
             "messages": {
-                "order": _message(Order, "Order", "An order to process."),
+                "order": _message(_models(workflows), "Order",
+                                  "An order to process, in its workflow's message model."),
                 "schedulerCommand": _message(SchedulerCommand, "Scheduler command",
                                              "Start or compensate an order."),
                 "agentRequest": _message(AgentRequest, "Agent request",

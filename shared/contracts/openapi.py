@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from shared.domain.order import ORDER_ID_PATTERN
+from shared.domain.message import ORDER_ID_PATTERN
 from shared.domain.state import ProcessState
 from shared.handlers.operator import MAX_PAGE, ResubmitRequest
 from shared.handlers.views import (

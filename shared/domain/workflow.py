@@ -12,8 +12,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
+
+from shared.domain.message import (
+    WORKFLOW_NAME_PATTERN,
+    Envelope,
+    InvalidOrder,
+    WorkflowMessage,
+    validate_as,
+)
 
 
 @dataclass(frozen=True)
@@ -35,8 +43,6 @@ class Step:
 # A service's name is the stem of its settings and functions (<Service>ServiceUrl,
 # <service>_agent): a lower-case identifier.
 SERVICE_NAME = re.compile(r"^[a-z][a-z0-9]{1,30}$")
-# A workflow's name, as an order and a record carry it.
-WORKFLOW_NAME_PATTERN = r"^[a-z][a-z0-9-]{0,62}$"
 
 
 def agent_function(service: str) -> str:
@@ -49,6 +55,9 @@ class Workflow:
     name: str
     steps: tuple[Step, ...]
     version: int = 1
+    # What its messages hold: a model on WorkflowMessage (its id, workflow and reply queue),
+    # adding the workflow's own fields. Intake validates each message with it.
+    message: type[WorkflowMessage] = field(kw_only=True)
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.steps]
@@ -131,6 +140,17 @@ class Registry:
         known = sorted(w.version for w in versions)
         raise UnknownWorkflow(f"workflow {name!r} has no version {version} here (it has "
                               f"{known})", newer=version > known[-1])
+
+    def parse(self, body: bytes | str) -> WorkflowMessage:
+        """A message as the model of the workflow it names reads it (the default workflow's
+        when it names none); raise InvalidOrder with the reason, a workflow the app does not
+        run among them."""
+        name = validate_as(Envelope, body).workflow
+        try:
+            workflow = self.get(name)
+        except UnknownWorkflow as e:
+            raise InvalidOrder(f"workflow: {e}") from None
+        return validate_as(workflow.message, body)
 
     def describe(self) -> str:
         """What this app runs, for its start-up log: each workflow with the versions it keeps."""

@@ -14,9 +14,9 @@ from shared.adapters.rejections import Rejection, RejectionKind, RejectionStore
 from shared.adapters.state_store import OrderAlreadyExists, OrderNotStorable, OrderStore
 from shared.clock import Clock
 from shared.domain.alerts import AlertKind, OperatorAlert
-from shared.domain.order import InvalidOrder, Order, parse_order
+from shared.domain.message import InvalidOrder, WorkflowMessage
 from shared.domain.state import Cause, receive
-from shared.domain.workflow import Registry, UnknownWorkflow
+from shared.domain.workflow import Registry
 from shared.handlers.relay import EffectRelay
 
 log = logging.getLogger(__name__)
@@ -68,13 +68,10 @@ class IntakeHandler:
                 sent_at: datetime | None) -> IntakeResult:
         now = self._clock()
         try:
-            order = parse_order(body)
+            order = self._workflows.parse(body)
             if order.reply_to and not self._reply_allowed(order.reply_to):
                 raise InvalidOrder(f"reply_to: queue {order.reply_to!r} is not on the allow-list")
-            try:
-                workflow = self._workflows.get(order.workflow)
-            except UnknownWorkflow as e:
-                raise InvalidOrder(f"workflow: {e}") from None
+            workflow = self._workflows.get(order.workflow)
         except InvalidOrder as e:
             reason = str(e)
             self._rejections.record(Rejection(RejectionKind.INVALID, reason, message_id, body,
@@ -105,7 +102,7 @@ class IntakeHandler:
         log.info("order %s accepted", order.order_id)
         return IntakeResult(IntakeOutcome.ACCEPTED, order.order_id)
 
-    def _seen_before(self, order: Order, fingerprint: str | None,
+    def _seen_before(self, order: WorkflowMessage, fingerprint: str | None,
                      conflict: Rejection) -> IntakeResult:
         current = self._store.get_state(order.order_id)
         if fingerprint != order.fingerprint():

@@ -21,7 +21,7 @@ from shared.adapters.rejections import REJECTED_PARTITION
 from shared.adapters.state_store import ConcurrencyConflict, OrderStore
 from shared.clock import Clock
 from shared.domain import budget
-from shared.domain.order import ORDER_ID_PATTERN
+from shared.domain.message import ORDER_ID_PATTERN
 from shared.domain.state import (
     CompensationState,
     IllegalTransition,

@@ -15,6 +15,7 @@ import azure.functions as func
 from localrun.index import functions_of
 from shared import blueprints, bootstrap
 from shared.contracts.services import services_document
+from shared.domain.order import Order
 from shared.domain.workflow import Registry, Step, Workflow
 from shared.settings import load_settings
 from shared.workflows import REGISTRY
@@ -29,7 +30,7 @@ CHECKED = Workflow(name="checked-sale", steps=(
          budget=timedelta(seconds=20)),
     Step("charge_payment", agent="payment", operation="charge", compensation="refund",
          budget=timedelta(seconds=30)),
-))
+), message=Order)
 EXTENDED = Registry.of([*REGISTRY.workflows, CHECKED], default=REGISTRY.default)
 
 

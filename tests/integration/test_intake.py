@@ -156,14 +156,14 @@ def test_a_valid_order_storage_refuses_is_recorded_and_alerted_not_retried(
     """Were a valid order ever past what storage takes (the schema is meant to prevent it),
     every redelivery would fail the same way: it is recorded with its body, once, and the
     message completes; nothing is stored or run."""
-    from shared.domain.order import parse_order
-    from shared.handlers import intake as intake_module
+    from shared.domain.workflow import Registry
 
-    def oversize(body: bytes) -> object:
-        o = parse_order(body)
-        return o.model_copy(update={"customer_id": "x" * 40_000})
+    parse = Registry.parse
 
-    monkeypatch.setattr(intake_module, "parse_order", oversize)
+    def oversize(self: Registry, body: bytes) -> object:
+        return parse(self, body).model_copy(update={"customer_id": "x" * 40_000})
+
+    monkeypatch.setattr(Registry, "parse", oversize)
     body = json.dumps(order("o-1")).encode()
     intake(msg=sb_message(body, message_id="m-big"))
     (rej,) = entities(env["RejectedOrdersTableName"])

@@ -21,7 +21,7 @@ from shared.workflows import REGISTRY
 from tests.conftest import ROOT
 
 ASYNCAPI_SPEC = ROOT / "node_modules/@asyncapi/specs/schemas/3.0.0-without-$id.json"
-ORDER = Draft202012Validator(order_schema())
+ORDER = Draft202012Validator(order_schema(REGISTRY))
 
 
 def test_the_files_are_what_the_code_generates() -> None:
@@ -34,19 +34,20 @@ def test_a_changed_model_is_caught(monkeypatch: pytest.MonkeyPatch,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     import shared.contracts.__main__ as gen
 
-    monkeypatch.setattr(gen, "order_schema", lambda: {**order_schema(), "title": "Changed"})
+    monkeypatch.setattr(gen, "order_schema",
+                        lambda _: {**order_schema(REGISTRY), "title": "Changed"})
     assert main(["--check"]) == 1
     assert "order.schema.json is out of date" in capsys.readouterr().err
 
 
 def test_the_order_schema_is_a_valid_json_schema() -> None:
-    Draft202012Validator.check_schema(order_schema())
+    Draft202012Validator.check_schema(order_schema(REGISTRY))
     assert json.loads((SCHEMAS / "order.schema.json").read_text())["additionalProperties"] is False
 
 
 def _order_bodies(mode: GenerationMode) -> Any:
     """Bodies generated from the order schema by schemathesis (valid, or each violating it)."""
-    schema = order_schema()
+    schema = order_schema(REGISTRY)
     defs = schema.pop("$defs")
     as_openapi = json.loads(json.dumps({
         "openapi": "3.1.0", "info": {"title": "orders", "version": "1"},

@@ -345,12 +345,13 @@ def test_backoff_is_capped() -> None:
 
 
 def test_workflow_is_data_a_user_can_change() -> None:
-    wf = Workflow("one-step", (Step("only", "alpha", "hold", None, timedelta(seconds=1)),))
+    wf = Workflow("one-step", (Step("only", "alpha", "hold", None, timedelta(seconds=1)),),
+                  message=WF.message)
     s = claim(receive("o", wf, T0), "s", T0, wf).state
     t = apply_reply(s, ok(s, "only"), "s", T0, wf)
     assert t.state.process_state is ProcessState.PROCESSED
     with pytest.raises(ValueError, match="unique"):
-        Workflow("dup", (WF.steps[0], WF.steps[0]))
+        Workflow("dup", (WF.steps[0], WF.steps[0]), message=WF.message)
     with pytest.raises(ValueError, match="unknown steps"):
         WF.with_budgets({"nope": timedelta(seconds=1)})
 

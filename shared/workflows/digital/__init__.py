@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from shared.domain.order import Order
 from shared.domain.workflow import Step, Workflow
 
 DIGITAL_DELIVERY = Workflow(
     name="digital-delivery",
+    message=Order,  # the same message as order fulfilment: one orders queue, one shape
     steps=(
         Step("charge_payment", agent="payment", operation="charge",
              compensation="refund", budget=timedelta(seconds=30)),

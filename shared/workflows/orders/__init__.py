@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from shared.domain.order import Order
 from shared.domain.workflow import Step, Workflow
 
 ORDER_FULFILMENT = Workflow(
     name="order-fulfilment",
+    message=Order,
     steps=(
         Step("reserve_inventory", agent="inventory", operation="reserve",
              compensation="release", budget=timedelta(seconds=30)),

@@ -1,0 +1,50 @@
+"""Each workflow names its message model: intake reads which workflow a message names, then
+validates the whole message with that workflow's model, and nothing else."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from shared.domain.message import InvalidOrder, WorkflowMessage
+from shared.domain.workflow import Registry, Workflow
+from tests.workflow import FLOW, Thing
+
+
+class Ping(WorkflowMessage):
+    target: str
+
+
+PINGS = dataclasses.replace(FLOW, name="pings", message=Ping)
+BOTH = Registry.of([FLOW, PINGS])
+
+
+def test_a_message_is_read_with_its_own_workflows_model() -> None:
+    ping = BOTH.parse(json.dumps({"order_id": "p-1", "workflow": "pings", "target": "x"}))
+    assert isinstance(ping, Ping) and ping.target == "x"
+    thing = BOTH.parse(json.dumps({"order_id": "t-1", "customer_id": "c", "items": []}))
+    assert isinstance(thing, Thing)  # the default workflow's model when it names none
+
+
+def test_another_workflows_fields_are_refused_with_the_reason() -> None:
+    with pytest.raises(InvalidOrder, match="customer_id: Extra inputs are not permitted"):
+        BOTH.parse(json.dumps({"order_id": "p-2", "workflow": "pings", "target": "x",
+                               "customer_id": "c"}))
+    with pytest.raises(InvalidOrder, match="target: Field required"):
+        BOTH.parse(json.dumps({"order_id": "p-3", "workflow": "pings"}))
+
+
+def test_a_workflow_the_app_does_not_run_or_a_body_that_is_no_object_is_a_reason() -> None:
+    with pytest.raises(InvalidOrder, match="workflow: no workflow 'nope'"):
+        BOTH.parse(json.dumps({"order_id": "x", "workflow": "nope"}))
+    with pytest.raises(InvalidOrder, match="body"):
+        BOTH.parse(b"[1, 2]")
+    with pytest.raises(InvalidOrder, match="Invalid JSON"):
+        BOTH.parse(b"{not json")
+
+
+def test_a_declaration_must_name_its_message_model() -> None:
+    with pytest.raises(TypeError, match="message"):
+        Workflow(name="x", steps=FLOW.steps)  # type: ignore[call-arg]
