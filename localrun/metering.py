@@ -163,6 +163,9 @@ def per_order_counts(orders: int, per_function: dict[str, dict[str, int]]) -> di
         "table_reads": sum(totals[k] for k in READS) / n,
         "scheduler_table_reads": sum(sched[k] for k in READS) / n,
         "supervisor_table_reads": sum(sup.get(k, 0) for k in READS) / n,
+        # Each Agent reads the order before calling its service (shared/domain/provenance.py).
+        "agent_table_reads": sum(ops.get(k, 0) for fn, ops in per_function.items()
+                                 if fn.endswith("_agent") for k in READS) / n,
         # Its tick log is written once per tick whatever the orders: time, not orders, drive it.
         "supervisor_table_writes": sum(v for k, v in sup.items()
                                        if is_table_write(k)) / n,

@@ -25,7 +25,7 @@ from shared.adapters.tick_log import TableTickLog
 from shared.clock import Clock, utc_now
 from shared.domain.state import RetryPolicy, exponential_backoff
 from shared.domain.workflow import Registry, Workflow
-from shared.handlers.agent import Agent, AgentRetryPolicy, new_breaker
+from shared.handlers.agent import Agent, AgentRetryPolicy, Records, new_breaker
 from shared.handlers.health import HealthProbe
 from shared.handlers.intake import IntakeHandler
 from shared.handlers.operator import Operator
@@ -118,12 +118,13 @@ def build(settings: Settings, *, clock: Clock = utc_now,
                              settings.agent_call_timeout)
     key = (settings.remote_service_key.get_secret_value()
            if settings.remote_service_key else None)
+    records = Records(store, registry, alerts)
     agents = {
         name: Agent(
             name=name, client=RemoteServiceClient(v.url, http, key), policy=retry,
             breaker=new_breaker(name, settings.breaker_failures, settings.breaker_reset,
                                 settings.breaker_window),
-            clock=clock,
+            clock=clock, records=records,
         )
         for name, v in services.items()
     }

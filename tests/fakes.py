@@ -257,7 +257,7 @@ class FakeRejections:
         self.rows.append(r)
 
 
-def accepted(store: FakeOrderStore, order_id: str, at: datetime,
+def accepted(store: Any, order_id: str, at: datetime,
              workflow: Any = None) -> OrderState:
     """An order as intake leaves it in the fake store: indexed, stored, Pending."""
     from shared.domain.order import parse_order
@@ -286,3 +286,35 @@ def supervisor_over_fakes(store: FakeOrderStore, clock: Any, policy: Any, *,
     return Supervisor(store=store, ticks=ticks or FakeTickLog(), relay=relay, alerts=alerts,
                       policy=policy, workflows=Registry.of([FLOW]),
                       clock=clock)
+
+
+def in_flight(store: Any, order_id: str, step: str, at: datetime, *, action: str = "do",
+              attempt: int = 1, workflow: Any = None, generation: int = 0,
+              budget: timedelta = timedelta(seconds=30)) -> OrderState:
+    """An order whose record shows ``step``'s ``action`` at ``attempt`` in flight, in any store
+    (fake or real): what an Agent checks the request it is handed against. An order already
+    stored is moved there."""
+    from shared.domain.messages import new_work_key
+    from shared.domain.state import (
+        CompensationState,
+        ProcessState,
+        StepStatus,
+    )
+
+    if store.get_state(order_id) is None:
+        accepted(store, order_id, at, workflow)
+    state = store.get_state(order_id)
+    assert state is not None
+    state.generation = generation
+    s = state.step(step)
+    s.attempt = attempt
+    s.work_key = new_work_key(order_id, step, generation)
+    s.complete_by = at + budget
+    state.complete_by = s.complete_by
+    if action == "do":
+        state.process_state, s.status = ProcessState.PROCESSING, StepStatus.RUNNING
+    else:
+        state.process_state, s.status = ProcessState.ERROR, StepStatus.COMPENSATING
+        state.compensation = CompensationState.RUNNING
+    saved: OrderState = store.save(state)
+    return saved

@@ -17,6 +17,8 @@ class AlertKind(StrEnum):
     RECORD_UNREADABLE = "RecordUnreadable"
     # The Supervisor could not act on an order several ticks running.
     SUPERVISION_FAILING = "SupervisionFailing"
+    # An Agent was handed a request the app never sent (shared/domain/provenance.py).
+    REQUEST_REFUSED = "RequestRefused"
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,11 @@ within the budget, without calling). Replies ok, or with an error for a fault
 it knows is permanent. Once the complete-by time has passed it stops and sends nothing: the
 Supervisor may already have started another attempt.
 
+Before calling, it reads the order's record and does only what the record says the Scheduler
+asked for now (shared/domain/provenance.py): a request anyone else put on its queue, or sent
+through the host's admin API, is dropped and reported to the operator, and the service is sent
+the order as stored, not as the request carries it. One read per request.
+
 The reply goes out on the function's queue output binding: the host sends it after the function
 returns, or fails the invocation (and the request comes again) if it cannot, and it wakes the
 Scheduler's listener on that queue at once when both run on one instance (the host's shared queue
@@ -14,6 +19,8 @@ watcher; a send from inside the function would wait for that listener's next pol
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -25,14 +32,17 @@ from opentelemetry.trace import SpanKind
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
 from shared import tracing
+from shared.adapters.alerts import AlertSink
 from shared.adapters.remote_service import (
     PermanentServiceError,
     RemoteServiceClient,
     TransientServiceError,
 )
+from shared.adapters.state_store import OrderStore
 from shared.circuit_breaker import CircuitBreaker, CircuitOpen
 from shared.clock import Clock
 from shared.domain import budget
+from shared.domain.alerts import AlertKind, OperatorAlert
 from shared.domain.messages import (
     Action,
     AgentReply,
@@ -40,6 +50,8 @@ from shared.domain.messages import (
     ReplyOutcome,
     legacy_compensates,
 )
+from shared.domain.provenance import Verdict, judge
+from shared.domain.workflow import Registry, UnknownWorkflow
 
 log = logging.getLogger(__name__)
 
@@ -62,15 +74,24 @@ class _Expired(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class Records:
+    """What an Agent checks a request against, and whom it tells of one the app never sent."""
+    store: OrderStore
+    workflows: Registry
+    alerts: AlertSink
+
+
 class Agent:
     def __init__(self, *, name: str, client: RemoteServiceClient, policy: AgentRetryPolicy,
-                 breaker: CircuitBreaker, clock: Clock,
+                 breaker: CircuitBreaker, clock: Clock, records: Records,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.name = name
         self._client = client
         self._policy = policy
         self._breaker = breaker
         self._clock = clock
+        self._records = records
         self._sleep = sleep
 
     def handle(self, body: str) -> AgentReply | None:
@@ -91,9 +112,12 @@ class Agent:
         if self._remaining(req.complete_by) <= 0:
             log.info("agent %s: %s arrived after its complete-by; dropped", self.name, where)
             return None
+        order = self._asked_for(req, where)
+        if order is None:
+            return None
         started_with = self._remaining(req.complete_by)
         try:
-            result = self._call_with_retries(req)
+            result = self._call_with_retries(req, order)
             reply = AgentReply(order_id=req.order_id, step=req.step, action=req.action,
                                attempt=req.attempt, outcome=ReplyOutcome.OK, result=result,
                                outbox_seq=req.outbox_seq,
@@ -118,8 +142,34 @@ class Agent:
     def _remaining(self, complete_by: datetime) -> float:
         return (complete_by - self._clock()).total_seconds()
 
-    def _call_with_retries(self, req: AgentRequest) -> dict[str, Any]:
-        body: dict[str, Any] = {"order_id": req.order_id, "step": req.step, "order": req.order}
+    def _asked_for(self, req: AgentRequest, where: str) -> dict[str, Any] | None:
+        """The order as stored, when its record shows this request's work in flight now."""
+        stored = self._records.store.load(req.order_id)
+        workflow = None
+        # A newer release's order (no such version here): its record alone says what was asked.
+        if stored is not None:
+            with contextlib.suppress(UnknownWorkflow):
+                workflow = self._records.workflows.get(stored.state.workflow,
+                                                       stored.state.workflow_version)
+        verdict = judge(stored.state if stored else None, req, self.name, workflow)
+        tracing.annotate(**{"order.request": verdict.verdict.value})
+        if verdict.verdict is Verdict.IN_FLIGHT and stored is not None:
+            return stored.order
+        if verdict.verdict is Verdict.STALE:
+            log.info("agent %s: %s is stale (%s); dropped", self.name, where, verdict.reason)
+            return None
+        reason = (f"the {self.name} Agent refused a request the app never sent ({where}, key "
+                  f"{req.idempotency_key}): {verdict.reason}; the service was not called")
+        log.error("agent %s: %s", self.name, reason)
+        fingerprint = hashlib.sha256(req.to_json().encode()).hexdigest()[:16]
+        self._records.alerts.raise_alert(OperatorAlert(
+            AlertKind.REQUEST_REFUSED, budget.clip(req.order_id, 128), budget.clip(
+                reason, budget.ERROR_TEXT), self._clock(), step=budget.clip(req.step, 128),
+            key=f"refused.{fingerprint}"))
+        return None
+
+    def _call_with_retries(self, req: AgentRequest, order: dict[str, Any]) -> dict[str, Any]:
+        body: dict[str, Any] = {"order_id": req.order_id, "step": req.step, "order": order}
         if req.action is Action.UNDO:
             compensates = req.compensates or legacy_compensates(req.idempotency_key)
             if not compensates:

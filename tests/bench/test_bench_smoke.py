@@ -21,7 +21,8 @@ from tests.conftest import ROOT
 
 # A fault-free 3-step order; the Supervisor's tick-log writes apart (time drives them). The demo
 # is held to the same figures (tests/e2e/test_demo.py).
-FAULT_FREE_3_STEP = {"table_writes": 10, "scheduler_table_reads": 3, "queue_sends": 6}
+FAULT_FREE_3_STEP = {"table_writes": 10, "scheduler_table_reads": 3, "agent_table_reads": 3,
+                     "queue_sends": 6}
 # Round numbers, not Azure's: the test checks the arithmetic, not the price.
 SAMPLE_PRICES = {"source": "test", "region": "nowhere", "date": "2026-01-01",
                  "storage_transactions_per_10k": 0.01, "service_bus_operations_per_million": 1.0,
@@ -139,6 +140,8 @@ def test_bench_smoke_writes_a_complete_report(tmp_path: Path) -> None:
     assert three["table_writes"] - three["supervisor_table_writes"] == FAULT_FREE_3_STEP[
         "table_writes"]
     assert three["scheduler_table_reads"] == FAULT_FREE_3_STEP["scheduler_table_reads"]
+    # One read of the order per Agent request: the request checked against the record.
+    assert three["agent_table_reads"] == FAULT_FREE_3_STEP["agent_table_reads"]
     assert three["queue_sends"] == FAULT_FREE_3_STEP["queue_sends"]
     # What the worker would forward and Azure bill: the app's own records only, one per order
     # from a fault-free run (no SDK request dumps); plus the host's two per invocation.

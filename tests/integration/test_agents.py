@@ -11,16 +11,24 @@ import pytest
 from shared.adapters.remote_service import RemoteServiceClient
 from shared.circuit_breaker import CircuitBreaker
 from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
-from shared.handlers.agent import Agent, AgentRetryPolicy
+from shared.domain.workflow import Registry
+from shared.handlers.agent import Agent, AgentRetryPolicy, Records
+from shared.workflows.orders import ORDER_FULFILMENT
 from tests.conftest import wait_until
+from tests.fakes import FakeAlertSink, FakeOrderStore, in_flight
 from tests.integration.conftest import RunningHost
 from tests.integration.helpers import drain_json, enqueue, entities
 
 SIM_ONLY = {"simulated_service"}
 
 
-def request(action: Action = Action.DO, seconds: float = 5, attempt: int = 1,
-            order_id: str = "o-1", operation: str = "charge") -> str:
+def request(h: RunningHost | None, action: Action = Action.DO, seconds: float = 5,
+            attempt: int = 1, order_id: str = "o-1", operation: str = "charge") -> str:
+    """A request for o-1's charge, with the order's record showing it in flight (an Agent does
+    nothing else: tests/unit/test_provenance.py)."""
+    if h is not None:
+        in_flight(h.container.store, order_id, "charge_payment", datetime.now(UTC),
+                  action=action.value, attempt=attempt, workflow=ORDER_FULFILMENT)
     work = new_work_key(order_id, "charge_payment")
     return AgentRequest(
         order_id=order_id, step="charge_payment", action=action, operation=operation,
@@ -38,8 +46,8 @@ def effects(h: RunningHost) -> list[dict[str, Any]]:
 def test_ok_call_replies_and_the_effect_is_recorded_once(run_host: Any) -> None:
     h: RunningHost = run_host(only=SIM_ONLY)
     agent = h.container.agents["payment"]
-    first = agent.handle(request())
-    again = agent.handle(request(attempt=2))  # a retry of the same step: same key
+    first = agent.handle(request(h))
+    again = agent.handle(request(h, attempt=2))  # a retry of the same step: same key
     assert first is not None and first.outcome == "ok"
     assert again is not None and again.outcome == "ok" and again.result["duplicate"] is True
     (effect,) = effects(h)
@@ -50,8 +58,8 @@ def test_the_agents_function_sends_its_reply_on_its_output_binding_and_none_when
         run_host: Any) -> None:
     h: RunningHost = run_host(only=SIM_ONLY | {"payment_agent"})
     requests = h.env["PaymentRequestsQueueName"]
-    enqueue(requests, request(order_id="o-late", seconds=-1))
-    enqueue(requests, request(order_id="o-ok"))
+    enqueue(requests, request(h, order_id="o-late", seconds=-1))
+    enqueue(requests, request(h, order_id="o-ok"))
     queue = h.container.queues.get_queue_client(requests)
     # Both requests deleted: each invocation, with whatever it sent, is over.
     wait_until(lambda: queue.get_queue_properties().approximate_message_count == 0,
@@ -64,7 +72,7 @@ def test_the_agents_function_sends_its_reply_on_its_output_binding_and_none_when
 def test_transient_faults_are_retried_within_the_budget(run_host: Any) -> None:
     h: RunningHost = run_host(only=SIM_ONLY, SimTransientErrorRate="0.6",
                               CircuitBreakerFailures="50")
-    replies = [h.container.agents["payment"].handle(request(order_id=f"o-{i}", seconds=20))
+    replies = [h.container.agents["payment"].handle(request(h, order_id=f"o-{i}", seconds=20))
                for i in range(5)]
     assert all(r is not None and r.outcome == "ok" for r in replies)
     assert len(effects(h)) == 5
@@ -72,23 +80,23 @@ def test_transient_faults_are_retried_within_the_budget(run_host: Any) -> None:
 
 def test_permanent_fault_replies_with_an_error(run_host: Any) -> None:
     h: RunningHost = run_host(only=SIM_ONLY, SimPermanentErrorRate="1")
-    r = h.container.agents["payment"].handle(request())
+    r = h.container.agents["payment"].handle(request(h))
     assert r is not None and r.outcome == "permanent_error" and "422" in (r.error or "")
     assert effects(h) == []
 
 
 def test_expired_request_is_dropped_without_calling_the_service(run_host: Any) -> None:
     h: RunningHost = run_host(only=SIM_ONLY)
-    assert h.container.agents["payment"].handle(request(seconds=-1)) is None
+    assert h.container.agents["payment"].handle(request(h, seconds=-1)) is None
     assert effects(h) == []
     assert h.host.stats.invocations.get("simulated_service", 0) == 0
 
 
 def test_hung_service_gets_no_late_reply_but_its_late_work_can_be_undone(run_host: Any) -> None:
     h: RunningHost = run_host(only=SIM_ONLY, SimHangRate="1", SimHangSeconds="1.5")
-    assert h.container.agents["payment"].handle(request(seconds=0.5)) is None
+    assert h.container.agents["payment"].handle(request(h, seconds=0.5)) is None
     wait_until(lambda: effects(h), timeout=10, message="the hung charge to land")
-    r = h.container.agents["payment"].handle(request(Action.UNDO, operation="refund"))
+    r = h.container.agents["payment"].handle(request(h, Action.UNDO, operation="refund"))
     assert r is not None and r.outcome == "ok"
     (effect,) = effects(h)
     assert effect["Status"] == "undone"
@@ -99,20 +107,20 @@ def test_an_order_named_to_hang_hangs_at_its_service_until_the_work_lands(
     h: RunningHost = run_host(only=SIM_ONLY, SimHangSeconds="1.5")
     agent = h.container.agents["payment"]
     # The service's other orders are answered at once.
-    fine = agent.handle(request(order_id="o-fine", seconds=0.5))
+    fine = agent.handle(request(h, order_id="o-fine", seconds=0.5))
     assert fine is not None and fine.outcome == "ok"
-    assert agent.handle(request(order_id="sim-hang-payment-1", seconds=0.5)) is None
+    assert agent.handle(request(h, order_id="sim-hang-payment-1", seconds=0.5)) is None
     wait_until(lambda: len(effects(h)) == 2, timeout=10, message="the hung charge to land")
-    again = agent.handle(request(order_id="sim-hang-payment-1", attempt=2, seconds=0.5))
+    again = agent.handle(request(h, order_id="sim-hang-payment-1", attempt=2, seconds=0.5))
     assert again is not None and again.outcome == "ok" and again.result["duplicate"] is True
 
 
 def test_undo_before_the_work_voids_it(run_host: Any) -> None:
     h: RunningHost = run_host(only=SIM_ONLY)
     agent = h.container.agents["payment"]
-    undo = agent.handle(request(Action.UNDO, operation="refund"))
+    undo = agent.handle(request(h, Action.UNDO, operation="refund"))
     assert undo is not None and undo.outcome == "ok"
-    late = agent.handle(request())
+    late = agent.handle(request(h))
     assert late is not None and late.outcome == "permanent_error"
     (effect,) = effects(h)
     assert effect["Status"] == "voided"
@@ -139,12 +147,16 @@ class _Refusing:
 def test_circuit_breaker_stops_calling_a_service_that_keeps_failing() -> None:
     remote = _Refusing()
     breaker = CircuitBreaker("payment", 3, 60)
+    store = FakeOrderStore()
+    for oid in ("o-1", "o-2"):
+        in_flight(store, oid, "charge_payment", datetime.now(UTC), workflow=ORDER_FULFILMENT)
     agent = Agent(name="payment", client=remote,  # type: ignore[arg-type]
                   policy=AgentRetryPolicy(0.001, 0.002, 1),
-                  breaker=breaker, clock=lambda: datetime.now(UTC))
-    assert agent.handle(request(seconds=0.5)) is None
+                  breaker=breaker, clock=lambda: datetime.now(UTC),
+                  records=Records(store, Registry.of([ORDER_FULFILMENT]), FakeAlertSink()))
+    assert agent.handle(request(None, seconds=0.5)) is None
     assert remote.calls == 3 and breaker.state == "open"
-    assert agent.handle(request(order_id="o-2", seconds=0.5)) is None
+    assert agent.handle(request(None, order_id="o-2", seconds=0.5)) is None
     assert remote.calls == 3  # open: the Agent waited out its budget without calling
 
 

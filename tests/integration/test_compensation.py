@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
+
 from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
 from tests.conftest import wait_until
 from tests.integration.conftest import RunningHost
@@ -36,13 +38,14 @@ def settled(h: RunningHost, order_id: str) -> dict[str, Any] | None:
 def test_refused_payment_undoes_the_reservation_exactly_once(run_host: Any) -> None:
     h: RunningHost = run_host(only=PIPELINE)
     function("intake")(msg=sb_message(order("o-1"), message_id="o-1"))
-    # Refuse the charge by voiding its key first: the service then answers 409 (permanent).
-    h.container.agents["payment"].handle(AgentRequest(
-        order_id="o-1", step="charge_payment", action=Action.UNDO, operation="refund",
-        attempt=1, complete_by=h.container.scheduler._clock().replace(year=2100),
-        idempotency_key=undo_key(new_work_key("o-1", "charge_payment")),
-        compensates=new_work_key("o-1", "charge_payment"),
-        order={}).to_json())
+    # Refuse the charge by voiding its key at the service first (an Agent would not: the app
+    # never asked): the service then answers 409 (permanent).
+    work = new_work_key("o-1", "charge_payment")
+    voided = httpx.post(f"http://127.0.0.1:{h.port}/api/sim/payment/refund",
+                        json={"order_id": "o-1", "compensates": work}, timeout=10,
+                        headers={"Idempotency-Key": undo_key(work),
+                                 "x-functions-key": h.host.keys.function})
+    assert voided.json()["status"] == "voided"
     final = wait_until(lambda: settled(h, "o-1"), timeout=30, message="order settled")
     assert isinstance(final, dict)
     assert final["ProcessState"] == "Error" and final["Compensation"] == "Done"
@@ -54,21 +57,20 @@ def test_refused_payment_undoes_the_reservation_exactly_once(run_host: Any) -> N
                for e in entities(h.env["SimulatorTableName"])}
     assert effects == {("inventory", "o-1.reserve_inventory.do"): "undone",
                        ("payment", "o-1.charge_payment.do"): "voided"}
-    # A duplicate of the release request is harmless: the service de-duplicates it, and the
-    # reply the Agent's function sends for it changes nothing.
+    # A duplicate of the release request is harmless: the Agent sees on the record that the
+    # release is done and drops it, without calling the service or replying.
     duplicate = AgentRequest(
         order_id="o-1", step="reserve_inventory", action=Action.UNDO, operation="release",
         attempt=2, complete_by=h.container.scheduler._clock().replace(year=2100),
         idempotency_key=undo_key(new_work_key("o-1", "reserve_inventory")),
         compensates=new_work_key("o-1", "reserve_inventory"),
         order={}).to_json()
-    again = h.container.agents["inventory"].handle(duplicate)
-    assert again is not None and again.result and again.result["duplicate"] is True
-    replies_before = h.host.stats.invocations["scheduler_replies"]
+    assert h.container.agents["inventory"].handle(duplicate) is None
+    agents_before = h.host.stats.invocations["inventory_agent"]
     enqueue(h.env["InventoryRequestsQueueName"], duplicate)
-    wait_until(lambda: h.host.stats.invocations["scheduler_replies"] > replies_before,
-               timeout=10, message="the duplicate's reply to be handled")
-    assert state(h, "o-1") == final  # a stale reply changes nothing
+    wait_until(lambda: h.host.stats.invocations["inventory_agent"] > agents_before,
+               timeout=10, message="the duplicate to be handled")
+    assert state(h, "o-1") == final
     assert {(e["PartitionKey"], e["RowKey"]): e["Status"]
             for e in entities(h.env["SimulatorTableName"])} == effects
     assert index_entries(h.env) == []

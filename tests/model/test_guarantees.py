@@ -40,6 +40,7 @@ from shared.circuit_breaker import CircuitBreaker
 from shared.domain import due_index
 from shared.domain.alerts import AlertKind
 from shared.domain.due_index import IndexKey
+from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
 from shared.domain.order import parse_order
 from shared.domain.state import (
     CompensationState,
@@ -50,7 +51,7 @@ from shared.domain.state import (
     receive,
 )
 from shared.domain.workflow import Registry
-from shared.handlers.agent import Agent, AgentRetryPolicy
+from shared.handlers.agent import Agent, AgentRetryPolicy, Records
 from shared.handlers.health import HealthProbe
 from shared.handlers.intake import IntakeHandler
 from shared.handlers.operator import Operator, ResubmitRefused
@@ -207,11 +208,13 @@ class PipelineMachine(RuleBasedStateMachine):
                 name=name, client=ModelClient(name, self.model, self),  # type: ignore[arg-type]
                 policy=AgentRetryPolicy(base_delay=2, max_delay=8, call_timeout=5),
                 breaker=CircuitBreaker(name, 10**6, 1),
-                clock=self.clock, sleep=lambda s: self.clock.advance(seconds=s))
+                clock=self.clock, records=Records(self.store, self.workflows, self.alerts),
+                sleep=lambda s: self.clock.advance(seconds=s))
             for name in AGENT_QS
         }
         self.orders: dict[str, bytes] = {}
         self.bad: set[str] = set()
+        self.forged = 0  # requests an attacker put on the Agents' queues
         # Completed ticks in a row that found a readable order overdue and left it as it was.
         self.overdue_ticks: dict[str, int] = {}
         self.storage_down = False
@@ -399,6 +402,28 @@ class PipelineMachine(RuleBasedStateMachine):
         body.pop("outbox_seq", None)
         m.body = json.dumps(body)
 
+    @rule(i=st.integers(0, len(ORDER_IDS) - 1), step=st.sampled_from(list(SERVICE_OF_STEP)),
+          action=st.sampled_from(list(Action)), attempt=st.integers(1, 4),
+          generation=st.integers(0, 2), made_up=st.booleans())
+    def an_attacker_sends_a_request(self, i: int, step: str, action: Action, attempt: int,
+                                    generation: int, made_up: bool) -> None:
+        """Anyone with write access to an Agent's queue (or the master key, through the host's
+        admin API) hands it a request: an undo of a processed order's work, work for a failed
+        order, an attempt never sent, a key of its own. The Agent does only what the order's
+        record says the Scheduler asked for now."""
+        oid = ORDER_IDS[i]
+        work = new_work_key(oid, step, generation)
+        key = f"{oid}.{step}.forged" if made_up else (
+            work if action is Action.DO else undo_key(work))
+        wf_step = self.workflow.step(step)
+        self.queues.send(AGENT_QS[SERVICE_OF_STEP[step]], AgentRequest(
+            order_id=oid, step=step, action=action,
+            operation=wf_step.operation_for(action.value), attempt=attempt,
+            complete_by=self.clock() + wf_step.budget, idempotency_key=key,
+            compensates=work if action is Action.UNDO else None,
+            order={"order_id": oid}).to_json())
+        self.forged += 1
+
     @rule(seconds=st.sampled_from([1, 10, 60]))
     def time_passes(self, seconds: int) -> None:
         self.clock.advance(seconds=seconds)
@@ -427,6 +452,14 @@ class PipelineMachine(RuleBasedStateMachine):
         self.run(fault, resubmit)
 
     # --- what must always hold -----------------------------------------------------------------
+
+    @invariant()
+    def only_a_request_the_app_never_sent_is_refused(self) -> None:
+        refused = [a for a in self.alerts.alerts.values()
+                   if a.kind is AlertKind.REQUEST_REFUSED]
+        assert len(refused) <= self.forged, (
+            f"{len(refused)} refusals, {self.forged} forged: the app's own request was refused: "
+            + "; ".join(a.reason for a in refused))
 
     @invariant()
     def no_business_effect_stands_twice(self) -> None:

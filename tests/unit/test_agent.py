@@ -10,8 +10,11 @@ from typing import Any
 from shared.adapters.remote_service import TransientServiceError
 from shared.circuit_breaker import CircuitBreaker
 from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
-from shared.handlers.agent import Agent, AgentRetryPolicy
+from shared.domain.workflow import Registry
+from shared.handlers.agent import Agent, AgentRetryPolicy, Records
 from tests.conftest import FakeClock
+from tests.fakes import FakeAlertSink, FakeOrderStore, in_flight
+from tests.workflow import FLOW
 
 
 class Script:
@@ -32,10 +35,15 @@ class Script:
         return answer
 
 
-def agent(clock: FakeClock, script: Script) -> Agent:
+def agent(clock: FakeClock, script: Script, action: Action = Action.DO,
+          generation: int = 0) -> Agent:
+    """The beta Agent, with o-1's take step in flight as ``action`` at attempt 1."""
+    store = FakeOrderStore()
+    in_flight(store, "o-1", "take", clock.now, action=action.value, generation=generation)
     return Agent(name="beta", client=script,  # type: ignore[arg-type]
                  policy=AgentRetryPolicy(0.1, 1, 5),
                  breaker=CircuitBreaker("beta", 100, 1), clock=clock,
+                 records=Records(store, Registry.of([FLOW]), FakeAlertSink()),
                  sleep=lambda s: clock.advance(seconds=s))
 
 
@@ -68,7 +76,7 @@ def test_retry_after_past_complete_by_gives_up_without_a_reply() -> None:
 def test_an_undo_names_the_recorded_work_key_and_nothing_else() -> None:
     clock = FakeClock()
     script = Script(clock, {"status": "undone"})
-    agent(clock, script).handle(request(clock, action=Action.UNDO))
+    agent(clock, script, Action.UNDO).handle(request(clock, action=Action.UNDO))
     ((_, key, body),) = script.calls
     assert key == "o-1.take.undo"
     assert body["compensates"] == "o-1.take.do"
@@ -84,7 +92,7 @@ def test_an_undo_sent_by_a_release_before_work_keys_names_the_work_its_key_impli
            "operation": "give_back", "attempt": 1,
            "complete_by": (clock.now + timedelta(seconds=30)).isoformat(),
            "idempotency_key": "o-1.take.g2.undo", "order": {}}
-    reply = agent(clock, script).handle(json.dumps(old))
+    reply = agent(clock, script, Action.UNDO, generation=2).handle(json.dumps(old))
     assert reply is not None and reply.outcome == "ok"
     ((_, key, body),) = script.calls
     assert (key, body["compensates"]) == ("o-1.take.g2.undo",

@@ -201,7 +201,7 @@ def test_an_order_in_flight_at_the_upgrade_settles(path: Path, make_pipeline: An
             name=name, client=PlannedService(name, model, refuse),  # type: ignore[arg-type]
             policy=AgentRetryPolicy(base_delay=1, max_delay=4, call_timeout=5),
             breaker=CircuitBreaker(name, 10**6, 1), clock=p.clock,
-            sleep=lambda s: p.clock.advance(seconds=s))
+            records=c.agents[name]._records, sleep=lambda s: p.clock.advance(seconds=s))
     install(p, fx)
 
     if fx["after_upgrade"].get("redeliver_order"):

@@ -1,0 +1,132 @@
+"""An Agent does only what the order's record says the Scheduler asked for now. Each request
+an attacker could put on an Agent's queue (or send through the host's admin API) is refused
+without calling the service; each request the app itself sent, however late, is not reported."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from shared.circuit_breaker import CircuitBreaker
+from shared.domain.alerts import AlertKind
+from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
+from shared.domain.provenance import Verdict, judge
+from shared.domain.state import OrderState
+from shared.domain.workflow import Registry
+from shared.handlers.agent import Agent, AgentRetryPolicy, Records
+from tests.conftest import FakeClock
+from tests.fakes import FakeAlertSink, FakeOrderStore, in_flight
+from tests.workflow import FLOW
+
+CLOCK = FakeClock()
+
+
+def req(action: str = "do", attempt: int = 1, step: str = "take", key: str | None = None,
+        operation: str | None = None, order_id: str = "o-1", **extra: Any) -> AgentRequest:
+    work = new_work_key(order_id, step)
+    declared = {s.name: s for s in FLOW.steps}
+    return AgentRequest(
+        order_id=order_id, step=step, action=Action(action),
+        operation=operation or (declared[step].operation_for(action) if step in declared
+                                else "x"),
+        attempt=attempt, complete_by=CLOCK.now + timedelta(seconds=30),
+        idempotency_key=key or (work if action == "do" else undo_key(work)),
+        order={"order_id": order_id, "amount": "0.01"}, **extra)
+
+
+def record(action: str = "do", attempt: int = 1, generation: int = 0) -> OrderState:
+    store = FakeOrderStore()
+    return in_flight(store, "o-1", "take", CLOCK.now, action=action, attempt=attempt,
+                     generation=generation)
+
+
+@pytest.mark.parametrize("action", ["do", "undo"])
+def test_the_request_the_record_shows_in_flight_is_done(action: str) -> None:
+    assert judge(record(action), req(action), "beta", FLOW).verdict is Verdict.IN_FLIGHT
+    # A newer release's order (no workflow here): its record alone decides.
+    assert judge(record(action), req(action), "beta", None).verdict is Verdict.IN_FLIGHT
+
+
+FORGERIES = {
+    "no such order": (record(), req(order_id="o-404")),
+    "no such step": (record(), req(step="mint", operation="mint")),
+    "another service's step": (record(), req(step="hold")),
+    "another operation": (record(), req(operation="give_back")),
+    "an undo of a processed order": (record("do"), req("undo", attempt=2)),
+    "an undo of work never compensating": (record("do", attempt=3), req("undo", attempt=1)),
+    "a key of another order": (record(), req(key="o-2.take.do")),
+    "a key it made up": (record(), req(key="anything")),
+    "an undo naming other work": (record("undo"), req("undo", compensates="o-2.take.do")),
+    "an attempt never sent": (record(attempt=1), req(attempt=2)),
+    "a do while the step is undone": (record("undo", attempt=2), req("do", attempt=3)),
+}
+
+
+@pytest.mark.parametrize("name", FORGERIES)
+def test_a_request_the_app_never_sent_is_forged(name: str) -> None:
+    state, forged = FORGERIES[name]
+    if name == "no such order":
+        state = None  # type: ignore[assignment]
+    judgement = judge(state, forged, "beta", FLOW)
+    assert judgement.verdict is Verdict.FORGED, judgement
+    assert judgement.reason
+
+
+STALE = {
+    "an earlier attempt of the step": (record(attempt=3), req(attempt=2)),
+    "the do of a step now being undone": (record("undo", attempt=2), req("do", attempt=1)),
+    "a request of the order before it was resubmitted": (record(generation=1), req()),
+}
+
+
+@pytest.mark.parametrize("name", STALE)
+def test_a_request_the_app_sent_for_a_moment_gone_by_is_stale(name: str) -> None:
+    state, late = STALE[name]
+    assert judge(state, late, "beta", FLOW).verdict is Verdict.STALE
+
+
+class Service:
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def call(self, operation: str, key: str, body: dict[str, Any],
+             timeout: float) -> dict[str, Any]:
+        self.calls.append(body)
+        return {"status": "applied"}
+
+
+def agent_over(store: FakeOrderStore, alerts: FakeAlertSink, service: Service) -> Agent:
+    return Agent(name="beta", client=service,  # type: ignore[arg-type]
+                 policy=AgentRetryPolicy(0.1, 1, 5), breaker=CircuitBreaker("beta", 100, 1),
+                 clock=CLOCK, records=Records(store, Registry.of([FLOW]), alerts),
+                 sleep=lambda s: None)
+
+
+def test_a_forged_request_is_not_done_and_the_operator_is_told_once() -> None:
+    store, alerts, service = FakeOrderStore(), FakeAlertSink(), Service()
+    in_flight(store, "o-1", "take", CLOCK.now)  # processing; nothing compensating
+    agent = agent_over(store, alerts, service)
+    refund = req("undo", attempt=2).to_json()
+    assert agent.handle(refund) is None
+    assert agent.handle(refund) is None  # the same message again
+    assert service.calls == []
+    (alert,) = alerts.of("o-1", AlertKind.REQUEST_REFUSED)
+    assert "never sent" in alert.reason and alert.step == "take"
+
+
+def test_a_stale_request_is_dropped_without_an_alert() -> None:
+    store, alerts, service = FakeOrderStore(), FakeAlertSink(), Service()
+    in_flight(store, "o-1", "take", CLOCK.now, attempt=2)
+    assert agent_over(store, alerts, service).handle(req(attempt=1).to_json()) is None
+    assert service.calls == [] and alerts.alerts == {}
+
+
+def test_the_service_is_sent_the_order_as_stored_not_as_the_request_carries_it() -> None:
+    store, alerts, service = FakeOrderStore(), FakeAlertSink(), Service()
+    in_flight(store, "o-1", "take", CLOCK.now)
+    reply = agent_over(store, alerts, service).handle(req().to_json())
+    assert reply is not None and reply.outcome == "ok"
+    (body,) = service.calls
+    assert "amount" not in body["order"] and body["order"]["customer_id"] == "c"
