@@ -326,8 +326,8 @@ class Bench:
     # -- scenarios ---------------------------------------------------------------------------
 
     def transactions(self) -> list[dict[str, Any]]:
-        from shared.domain.order import Order
         from shared.domain.workflow import Step, Workflow
+        from shared.workflows.orders.message import Order
 
         one_step = Workflow("one-step", (Step("charge_payment", "payment", "charge", "refund",
                                               timedelta(seconds=30)),), message=Order)
@@ -648,9 +648,9 @@ class Bench:
         from localrun.metering import StorageMeter
         from shared import bootstrap
         from shared.adapters.state_store import state_to_entity
-        from shared.domain.order import parse_order
         from shared.domain.state import ProcessState, claim, receive
         from shared.settings import load_settings
+        from shared.workflows.orders.message import parse_order
 
         # The clock jumps hours between ticks here: that is not an outage.
         # ... and the same orders are rescued tick after tick: none may run out of rescues.

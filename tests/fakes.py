@@ -260,8 +260,8 @@ class FakeRejections:
 def accepted(store: Any, order_id: str, at: datetime,
              workflow: Any = None) -> OrderState:
     """An order as intake leaves it in the fake store: indexed, stored, Pending."""
-    from shared.domain.order import parse_order
     from shared.domain.state import receive
+    from shared.workflows.orders.message import parse_order
     from tests.workflow import FLOW
 
     o = parse_order(json.dumps({"order_id": order_id, "customer_id": "c",

@@ -15,10 +15,10 @@ import azure.functions as func
 from localrun.index import functions_of
 from shared import blueprints, bootstrap
 from shared.contracts.services import services_document
-from shared.domain.order import Order
 from shared.domain.workflow import Registry, Step, Workflow
 from shared.settings import load_settings
 from shared.workflows import REGISTRY
+from shared.workflows.orders.message import Order
 from tests.conftest import ROOT
 from tests.infra.drift import bicep_names
 from tests.integration.helpers import drain_json, order

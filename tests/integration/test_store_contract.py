@@ -20,10 +20,10 @@ from shared.adapters.state_store import (
 from shared.adapters.tick_log import TableTickLog, TickLogStore
 from shared.domain import budget
 from shared.domain.due_index import IndexKey
-from shared.domain.order import parse_order
 from shared.domain.outages import TickLog
 from shared.domain.state import ProcessState, receive
 from shared.workflows.orders import ORDER_FULFILMENT
+from shared.workflows.orders.message import parse_order
 from tests.fakes import FakeOrderStore, FakeTickLog
 from tests.integration.helpers import order
 

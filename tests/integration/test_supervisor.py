@@ -12,9 +12,9 @@ from azure.core.exceptions import ServiceRequestError
 from azure.data.tables import UpdateMode
 from azure.storage.queue import QueueServiceClient
 
-from shared.domain.order import parse_order
 from shared.domain.state import ProcessState, receive
 from shared.handlers.supervisor import TickReport
+from shared.workflows.orders.message import parse_order
 from tests.integration.conftest import Pipeline
 from tests.integration.helpers import drain_json, entities, index_entries, order, race_on_save
 from tests.integration.test_scheduler import accept, drain_json_eventually, reply, state

@@ -41,7 +41,6 @@ from shared.domain import due_index
 from shared.domain.alerts import AlertKind
 from shared.domain.due_index import IndexKey
 from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
-from shared.domain.order import parse_order
 from shared.domain.state import (
     CompensationState,
     ProcessState,
@@ -58,6 +57,7 @@ from shared.handlers.operator import Operator, ResubmitRefused
 from shared.handlers.relay import EffectRelay
 from shared.handlers.scheduler import Queues, Scheduler
 from shared.handlers.supervisor import Supervisor
+from shared.workflows.orders.message import parse_order
 from tests.conftest import FakeClock
 from tests.fakes import (
     Crash,

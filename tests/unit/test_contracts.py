@@ -16,8 +16,8 @@ from schemathesis import GenerationMode
 from shared.contracts.__main__ import SCHEMAS, main, rendered
 from shared.contracts.messages import asyncapi_document, order_schema
 from shared.contracts.openapi import openapi_document
-from shared.domain.order import InvalidOrder, parse_order
 from shared.workflows import REGISTRY
+from shared.workflows.orders.message import InvalidOrder, parse_order
 from tests.conftest import ROOT
 
 ASYNCAPI_SPEC = ROOT / "node_modules/@asyncapi/specs/schemas/3.0.0-without-$id.json"

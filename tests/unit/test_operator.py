@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.domain.order import parse_order
 from shared.domain.state import (
     CompensationState,
     ProcessState,
@@ -19,6 +18,7 @@ from shared.domain.workflow import Registry
 from shared.handlers.health import HealthProbe
 from shared.handlers.operator import Operator, ResubmitRequest
 from shared.handlers.relay import EffectRelay
+from shared.workflows.orders.message import parse_order
 from tests.conftest import FakeClock
 from tests.fakes import (
     FakeAlertSink,

@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shared.domain import budget
-from shared.domain.order import InvalidOrder, parse_order
 from shared.settings import SettingsError, load_settings, service_setting_names
 from shared.workflows import REGISTRY
 from shared.workflows.orders import ORDER_FULFILMENT
+from shared.workflows.orders.message import InvalidOrder, parse_order
 
 GOOD = {"order_id": "o-1", "customer_id": "c-1",
         "items": [{"sku": "A", "quantity": 2, "unit_price": "9.99"}]}

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from shared.domain.order import parse_order
+from shared.workflows.orders.message import parse_order
 from tests.integration.conftest import Pipeline
 from tests.integration.helpers import drain_json
 from tests.integration.test_scheduler import reply, state

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from shared.domain.order import Order
 from shared.domain.workflow import Step, Workflow
+from shared.workflows.orders.message import Order
 
 DIGITAL_DELIVERY = Workflow(
     name="digital-delivery",

@@ -1,12 +1,12 @@
 """The shipped example: order fulfilment. Reserve the stock, charge the card, book the parcel;
-undo them in reverse when the order fails. Its message model: ``shared/domain/order.py``."""
+undo them in reverse when the order fails. Its message model: ``message.py`` beside this file."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from shared.domain.order import Order
 from shared.domain.workflow import Step, Workflow
+from shared.workflows.orders.message import Order
 
 ORDER_FULFILMENT = Workflow(
     name="order-fulfilment",
