@@ -25,6 +25,7 @@ from shared.adapters.state_store import (
     OrderAlreadyExists,
     OrderNotStorable,
     StoredOrder,
+    state_to_entity,
 )
 from shared.domain import budget, due_index
 from shared.domain.alerts import OperatorAlert
@@ -84,6 +85,12 @@ class FakeOrderStore:
         self._versions = itertools.count(1)
 
     def _stamp(self, state: OrderState) -> OrderState:
+        # Stricter than Table Storage, which would refuse the write (PropertyValueTooLarge) and
+        # so stall the order: a record past a property's limit is a defect a test must see.
+        for name, value in state_to_entity(state).items():
+            if isinstance(value, str) and budget.utf16_units(value) > budget.STRING_PROPERTY:
+                raise AssertionError(f"Table Storage would refuse {state.order_id}'s record: "
+                                     f"{name} is {budget.utf16_units(value):,} units")
         stored = copy.deepcopy(state)
         stored.version = f"v{next(self._versions)}"
         self.states[state.order_id] = stored

@@ -2,6 +2,9 @@
 
 Table Storage counts a string property in UTF-16 code units (32K at most, 64 KiB a property),
 so a budget is in those units: a character outside the Basic Multilingual Plane counts two.
+Texts are stored inside JSON (a record's steps, history, timeline and outbox; every message), where
+a control character takes six units and a quote two, so a text's budget counts its JSON form:
+counted raw, an error of 2,000 control characters would take 12,000 units of its record.
 Every text that comes from outside (a remote service's error body, an operator's reason) or
 grows (a record's history) is held to its budget here before it is written. The budgets and
 the limits they serve: docs/limits.md.
@@ -16,12 +19,22 @@ from typing import Any
 STRING_PROPERTY = 32_768
 # Any one error text kept on a record, in an alert or a status message.
 ERROR_TEXT = 2_000
-# An operator's reason for a resubmission.
+# An operator's reason for a resubmission: the API takes up to REASON_TEXT characters, and keeps
+# all of them (at most six units each as JSON).
 REASON_TEXT = 1_000
+REASON_JSON = 6 * REASON_TEXT
 # A record's whole history (its JSON): the oldest entries go first.
 HISTORY = 16_000
 # A record's event timeline (its JSON), likewise.
 TIMELINE = 24_000
+# A record's outbox (its JSON). Effects a transition can't show were carried out are carried
+# into the next outbox; past this, the carried ones give up their texts first (state.py).
+OUTBOX = 24_000
+# A carried effect's text once its outbox is over budget.
+SHORT_TEXT = 200
+# The part of a remote service's answer an ok reply passes on (UTF-8 bytes of its JSON): a storage
+# queue message holds 64 KiB, base64-encoded (48 KiB of text).
+RESULT_BYTES = 16_384
 
 _MARK = " [cut]"
 
@@ -30,19 +43,30 @@ def utf16_units(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
+def text_units(text: str) -> int:
+    """The UTF-16 units ``text`` takes inside a JSON document (without its quotes)."""
+    return utf16_units(json.dumps(text, ensure_ascii=False)) - 2
+
+
 def clip(text: str, units: int) -> str:
-    """``text`` itself when it fits in ``units`` UTF-16 code units; else its start, marked as
-    cut, that fits (never half of a surrogate pair)."""
-    if utf16_units(text) <= units:
+    """``text`` itself when its JSON form fits in ``units`` UTF-16 code units; else its start,
+    marked as cut, that fits (never half of a surrogate pair, never half of an escape)."""
+    if text_units(text) <= units:
         return text
     room = units - len(_MARK)
     out: list[str] = []
     for ch in text:
-        room -= 2 if ord(ch) > 0xFFFF else 1
+        room -= _char_units(ch)
         if room < 0:
             break
         out.append(ch)
     return "".join(out) + _MARK
+
+
+def _char_units(ch: str) -> int:
+    if ch < " " or ch in '"\\':
+        return text_units(ch)
+    return 2 if ord(ch) > 0xFFFF else 1
 
 
 def clip_error(text: str | None) -> str | None:

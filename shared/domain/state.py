@@ -27,6 +27,7 @@ from shared.domain.effects import (
     SendCommand,
     SendStatus,
     has_dispatch,
+    outbox_to_json,
 )
 from shared.domain.messages import (
     Action,
@@ -381,7 +382,7 @@ def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
     # Held to its budget by size, not only by count: an operator's reason can be any length.
     new.history = budget.newest_within([*new.history, {
         "at": now.isoformat(), "event": "resubmitted", "by": by,
-        "reason": budget.clip(reason, budget.REASON_TEXT), "forced": force,
+        "reason": budget.clip(reason, budget.REASON_JSON), "forced": force,
         "previous_error": budget.clip_error(state.last_error),
         "failure_count": state.failure_count,
         "compensation": state.compensation.value if state.compensation else None,
@@ -524,12 +525,53 @@ def _emit(new: OrderState, cause: str, now: datetime, events: list[Event],
     statuses: list[Effect] = [
         SendStatus(event=e.kind, at=now, id=f"{prefix}.{i}", step=e.step, detail=e.detail)
         for i, e in enumerate(events)] if new.reply_to else []
+    fresh: list[Effect] = [*alerts, *statuses, *([command] if command is not None else [])]
+    carried = _within_budget(carried, fresh)
     effects = [*(e for e in carried if isinstance(e, RaiseAlert)), *alerts,
                *(e for e in carried if isinstance(e, SendStatus)), *statuses]
     if command is not None:
         effects.append(command)
     _finish(new, cause, effects)
     _record(new, cause, now, events, note, by)
+
+
+def _within_budget(carried: list[Effect], fresh: list[Effect]) -> list[Effect]:
+    """The carried effects, held with the fresh ones to the outbox's budget.
+
+    Effects are carried only while no transition proves them sent, so a run of such transitions
+    (a reply to an earlier request, a Supervisor's retry, another refusal) could grow the outbox
+    past what a property holds, and then no write of the record would succeed. Over budget, the
+    carried effects first give up their texts (the timeline keeps each whole); then the carried
+    status updates go, oldest first (the submitter's courtesy copy: the record is the truth);
+    then a carried alert that a newer alert of the same kind and step repeats. Every alert of a
+    distinct kind and step stays, so the outbox stays bounded and no operator goes unwarned.
+    """
+    def fits(kept: list[Effect]) -> bool:
+        return budget.utf16_units(outbox_to_json([*kept, *fresh])) <= budget.OUTBOX
+
+    if fits(carried):
+        return carried
+    kept = [_shortened(e) for e in carried]
+    for doomed in [*(e for e in kept if isinstance(e, SendStatus)), *_repeated_alerts(kept, fresh)]:
+        if fits(kept):
+            break
+        kept.remove(doomed)
+    return kept
+
+
+def _shortened(e: Effect) -> Effect:
+    if isinstance(e, RaiseAlert):
+        return e.model_copy(update={"reason": budget.clip(e.reason, budget.SHORT_TEXT)})
+    if isinstance(e, SendStatus) and e.detail is not None:
+        return e.model_copy(update={"detail": budget.clip(e.detail, budget.SHORT_TEXT)})
+    return e
+
+
+def _repeated_alerts(carried: list[Effect], fresh: list[Effect]) -> list[Effect]:
+    """Carried alerts, oldest first, that a later alert of the same kind and step repeats."""
+    alerts = [e for e in [*carried, *fresh] if isinstance(e, RaiseAlert)]
+    return [a for i, a in enumerate(alerts) if a in carried and any(
+        (b.alert, b.step) == (a.alert, a.step) for b in alerts[i + 1:])]
 
 
 def _record(new: OrderState, cause: str, now: datetime, events: list[Event],

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -119,7 +120,8 @@ class Agent:
         try:
             result = self._call_with_retries(req, order)
             reply = AgentReply(order_id=req.order_id, step=req.step, action=req.action,
-                               attempt=req.attempt, outcome=ReplyOutcome.OK, result=result,
+                               attempt=req.attempt, outcome=ReplyOutcome.OK,
+                               result=_within_budget(result, where),
                                outbox_seq=req.outbox_seq,
                                traceparent=tracing.current_traceparent() or req.traceparent)
         except PermanentServiceError as e:
@@ -222,3 +224,16 @@ class Agent:
         return retrying(attempt)
 
 
+def _within_budget(result: dict[str, Any] | None, where: str) -> dict[str, Any] | None:
+    """The service's answer, if it fits a reply; else a note of its size. The work is done
+    either way, and a reply too large for its queue would fail every attempt to send it, so
+    the step would time out and the order fail over an answer nothing in the engine reads."""
+    if result is None:
+        return None
+    size = len(json.dumps(result, ensure_ascii=False).encode())
+    if size <= budget.RESULT_BYTES:
+        return result
+    log.warning("agent: %s: the service answered %d bytes; the reply passes on only its size",
+                where, size)
+    return {"omitted": f"the service's answer was {size:,} bytes of JSON; a reply passes on "
+                       f"at most {budget.RESULT_BYTES:,}", "bytes": size}

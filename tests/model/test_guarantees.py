@@ -141,7 +141,9 @@ class ModelClient:
             raise TransientServiceError("HTTP 503")
         undo = "compensates" in body
         if outcome == "refuse":
-            raise PermanentServiceError(f"HTTP 422 {operation} refused")
+            # A service's error body of any size and content: as stored, each control character
+            # takes six units, so refusals test every budget of the record (docs/limits.md).
+            raise PermanentServiceError(f"HTTP 422 {operation} refused: " + "\x01" * 5_000)
         if undo:
             result = self._model.undo(self._service, body["compensates"], body["order_id"],
                                       body["step"])
