@@ -150,7 +150,7 @@ def build(settings: Settings, *, clock: Clock = utc_now,
             store=store, rejections=TableRejectionStore(
                 tables.get_table_client(settings.rejected_table)),
             alerts=alerts, relay=relay.handing_commands_to(scheduler), workflows=registry,
-            reply_allowed=settings.reply_queue_allowed, clock=clock),
+            reply_allowed=settings.reply_check(registry.services), clock=clock),
         scheduler=scheduler,
         supervisor=Supervisor(
             store=store, ticks=TableTickLog(tables.get_table_client(settings.inflight_table)),

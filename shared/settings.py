@@ -7,10 +7,10 @@ names it.
 
 from __future__ import annotations
 
-import fnmatch
 import os
+import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Annotated
 
@@ -74,7 +74,9 @@ class Settings(BaseModel):
     outage_gap: Seconds | None = Field(None, alias="OutageGapSeconds")
     max_recoveries_per_tick: int = Field(200, alias="SupervisorMaxRecoveriesPerTick", ge=1)
     step_budgets: str = Field("", alias="StepBudgetSeconds")
-    reply_allow_list: str = Field("order-status-*", alias="ReplyQueueAllowList")
+    # Prefixes of the queues an order's reply_to may name; empty: none. The app's own queues are
+    # never among them, whatever this says (reply_check).
+    reply_allow_list: str = Field("", alias="ReplyQueueAllowList")
     scheduler_instance_id: str = Field(
         default_factory=_default_instance_id, alias="SchedulerInstanceId", min_length=1
     )
@@ -111,6 +113,12 @@ class Settings(BaseModel):
     @classmethod
     def _unset_when_empty(cls, v: object) -> object:
         return None if v == "" else v
+
+    @field_validator("reply_allow_list")
+    @classmethod
+    def _prefixes(cls, v: str) -> str:
+        reply_prefixes(v)
+        return v
 
     @field_validator("step_budgets")
     @classmethod
@@ -159,9 +167,20 @@ class Settings(BaseModel):
             return AZURITE_CONNECTION
         return self.storage_connection
 
-    def reply_queue_allowed(self, queue: str) -> bool:
-        patterns = [p.strip() for p in self.reply_allow_list.split(",") if p.strip()]
-        return any(fnmatch.fnmatchcase(queue, p) for p in patterns)
+    def reply_check(self, services: list[str]) -> Callable[[str], bool]:
+        """Whether an order's reply_to may name a queue: one under a ReplyQueueAllowList
+        prefix, and never one the app itself reads (its commands, replies and every service's
+        requests, their poison queues, the host's own): a status update put there would be
+        taken for the app's own message."""
+        prefixes = reply_prefixes(self.reply_allow_list)
+        own = {self.scheduler_queue, self.responses_queue,
+               *(s.queue for s in self.services(services).values())}
+        own |= {f"{q}-poison" for q in own}
+
+        def allowed(queue: str) -> bool:
+            return (queue not in own and not queue.startswith(HOST_QUEUES)
+                    and any(queue.startswith(p) for p in prefixes))
+        return allowed
 
     def registry(self, base: Registry) -> Registry:
         """The workflows with step budgets from settings; every service they call must have its
@@ -171,6 +190,27 @@ class Settings(BaseModel):
             return base.with_budgets(_parse_budgets(self.step_budgets))
         except ValueError as e:
             raise SettingsError(f"StepBudgetSeconds={self.step_budgets!r}: {e}") from None
+
+
+# The Functions host's own queues (blob triggers' receipts, its diagnostics).
+HOST_QUEUES = "azure-webjobs-"
+
+
+def reply_prefixes(allow_list: str) -> tuple[str, ...]:
+    """ReplyQueueAllowList as prefixes. Earlier releases took glob patterns, and the shipped
+    one was ``order-status-*``: a trailing ``*`` still reads as the prefix before it. Any other
+    pattern, or one that matches every queue, is refused: a prefix must be meant."""
+    out: list[str] = []
+    for given in (p.strip() for p in allow_list.split(",")):
+        if not given:
+            continue
+        stem = given.removesuffix("*")
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,61}", stem):
+            raise ValueError(
+                f"{given!r} is not a queue-name prefix: lower-case letters, digits and '-', "
+                "starting with a letter or digit (a '*' only at the end, and it adds nothing)")
+        out.append(stem)
+    return tuple(out)
 
 
 # Where the Agents find the simulated services when no <Service>ServiceUrl is set: this app's

@@ -98,7 +98,8 @@ def asyncapi_document(workflows: Registry) -> dict[str, Any]:
             "address": "{replyTo}",
             "title": "Status updates",
             "description": "What happened to an order, sent to the Storage queue its sender "
-                           "named in reply_to (one of ReplyQueueAllowList). Each update may "
+                           "named in reply_to (under a ReplyQueueAllowList prefix, never a "
+                           "queue the app reads). Each update may "
                            "arrive more than once: drop a copy whose event_id you have seen.",
             "parameters": {"replyTo": {"description": "The order's reply_to."}},
             "servers": [{"$ref": "#/servers/storageQueues"}],

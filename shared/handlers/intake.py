@@ -70,7 +70,8 @@ class IntakeHandler:
         try:
             order = self._workflows.parse(body)
             if order.reply_to and not self._reply_allowed(order.reply_to):
-                raise InvalidOrder(f"reply_to: queue {order.reply_to!r} is not on the allow-list")
+                raise InvalidOrder(f"reply_to: queue {order.reply_to!r} is not one this app sends "
+                                   "status updates to (ReplyQueueAllowList)")
             workflow = self._workflows.get(order.workflow)
         except InvalidOrder as e:
             reason = str(e)

@@ -123,7 +123,7 @@ def test_same_id_with_different_content_is_a_recorded_conflict(env: dict[str, st
     (b"{not json", "Invalid JSON"),
     (json.dumps(order("bad/id")).encode(), "order_id"),
     (json.dumps(order("ok", items=[])).encode(), "items"),
-    (json.dumps(order("ok", reply_to="elsewhere")).encode(), "allow-list"),
+    (json.dumps(order("ok", reply_to="elsewhere")).encode(), "ReplyQueueAllowList"),
 ])
 def test_invalid_message_is_recorded_with_its_reason_and_not_retried(
         env: dict[str, str], body: bytes, reason: str) -> None:
@@ -192,6 +192,17 @@ def test_allowed_reply_queue_gets_received_status(env: dict[str, str]) -> None:
     intake(msg=sb_message(order("o-1", reply_to=reply_q)))
     (status,) = drain_json(reply_q)
     assert (status["order_id"], status["event"]) == ("o-1", "received")
+
+
+def test_reply_to_naming_the_apps_own_queue_is_rejected_whatever_the_allow_list_says(
+        app_env: Callable[..., dict[str, str]]) -> None:
+    """The attack: status updates put on the Scheduler's queue would be read as its commands."""
+    base = app_env()
+    env = app_env(ReplyQueueAllowList=base["SchedulerQueueName"][0])  # a prefix covering it
+    intake(msg=sb_message(order("o-1", reply_to=env["SchedulerQueueName"]), message_id="m-1"))
+    (rej,) = entities(env["RejectedOrdersTableName"])
+    assert rej["Kind"] == "invalid" and "reply_to" in rej["Reason"]
+    assert entities(env["StateTableName"]) == [] and drain_json(env["SchedulerQueueName"]) == []
 
 
 def test_storage_outage_raises_so_service_bus_redelivers(

@@ -88,7 +88,36 @@ def test_defaults_are_sensible() -> None:
     assert s.effective_storage_connection and "127.0.0.1:10002" in s.effective_storage_connection
     assert s.registry(REGISTRY) == REGISTRY
     assert s.services(["inventory"])["inventory"].queue == "inventory-requests"
-    assert s.reply_queue_allowed("order-status-42") and not s.reply_queue_allowed("orders")
+    assert not s.reply_check(["inventory"])("order-status-42")  # no reply queue by default
+
+
+@pytest.mark.parametrize("allow_list", ["order-status-", "order-status-*", " x-, order-status-"])
+def test_a_reply_queue_is_one_under_an_allowed_prefix(allow_list: str) -> None:
+    """A trailing * is what earlier releases' glob setting said: it reads as the prefix."""
+    allowed = load_settings({**BASE, "ReplyQueueAllowList": allow_list}).reply_check(["inventory"])
+    assert allowed("order-status-42")
+    assert not allowed("orders-status-42") and not allowed("order-statu")
+
+
+@pytest.mark.parametrize("queue", [
+    "scheduler-commands", "agent-responses", "inventory-requests", "inventory-requests-poison",
+    "scheduler-commands-poison", "azure-webjobs-blobtrigger-x", "fraud-q"])
+def test_reply_to_never_names_a_queue_the_app_reads_whatever_the_allow_list_says(
+        queue: str) -> None:
+    """The widest list the setting takes, every letter and digit: the app's own queues (and
+    those of a service renamed by its setting) stay out."""
+    widest = ",".join("abcdefghijklmnopqrstuvwxyz0123456789")
+    s = load_settings({**BASE, "ReplyQueueAllowList": widest, "FraudRequestsQueueName": "fraud-q"})
+    allowed = s.reply_check(["inventory", "fraud"])
+    assert not allowed(queue)
+    assert allowed("order-status-42")
+
+
+@pytest.mark.parametrize("allow_list", ["*", "order-*-status", "order-status-?", "Order-", "-x"])
+def test_an_allow_list_that_is_no_prefix_stops_the_app_and_names_the_setting(
+        allow_list: str) -> None:
+    with pytest.raises(SettingsError, match="ReplyQueueAllowList"):
+        load_settings({**BASE, "ReplyQueueAllowList": allow_list})
 
 
 @pytest.mark.parametrize(("name", "value"), [
