@@ -36,7 +36,7 @@ def check_settings() -> Settings:
     tracing from the standard OpenTelemetry variables (nothing when none is set)."""
     settings = load_settings()
     settings.registry(bootstrap.configured())
-    tracing.configure()
+    tracing.configure(sample_ratio=settings.trace_sample_ratio)
     return settings
 
 

@@ -17,6 +17,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from shared.domain.workflow import Registry
+from shared.tracing import DEFAULT_SAMPLE_RATIO
 
 # The well-known Azurite account; Core Tools users write UseDevelopmentStorage=true.
 AZURITE_CONNECTION = (
@@ -90,6 +91,10 @@ class Settings(BaseModel):
     breaker_failures: int = Field(5, alias="CircuitBreakerFailures", ge=1)
     breaker_reset: Seconds = Field(30, alias="CircuitBreakerResetSeconds")
     breaker_window: Seconds = Field(20, alias="CircuitBreakerWindowSeconds")
+
+    # The share of fault-free orders whose whole trace is exported (1: every order); an order in
+    # trouble is kept from then on whatever this says (shared/tracing.py, OrderSampler).
+    trace_sample_ratio: Rate = Field(DEFAULT_SAMPLE_RATIO, alias="OrderTraceSampleRatio")
 
     simulators_enabled: bool = Field(False, alias="SimulatorsEnabled")
     # Where the simulated services are served: each service's URL is <this>/<service> unless

@@ -20,10 +20,15 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace.span import TraceState
+from opentelemetry.util.types import Attributes
 
 TRACEPARENT = "traceparent"
+# The share of fault-free orders whose whole trace is kept (OrderTraceSampleRatio).
+DEFAULT_SAMPLE_RATIO = 0.05
 _W3C = TraceContextTextMapPropagator()
 _provider: TracerProvider | None = None
 
@@ -38,7 +43,8 @@ def tracer() -> trace.Tracer:
     return (_provider or trace.get_tracer_provider()).get_tracer("order_pipeline")
 
 
-def configure(env: Mapping[str, str] = os.environ) -> TracerProvider | None:
+def configure(env: Mapping[str, str] = os.environ,
+              sample_ratio: float = DEFAULT_SAMPLE_RATIO) -> TracerProvider | None:
     """Set up exporting from the standard variables, once per process.
 
     In Azure the Python worker sets up the Azure Monitor distro itself before it imports the app
@@ -55,12 +61,15 @@ def configure(env: Mapping[str, str] = os.environ) -> TracerProvider | None:
 
     configured = trace.get_tracer_provider()
     if isinstance(configured, SdkProvider):  # by the worker: a second set-up would export twice
+        # Its sampler is the one the worker read from OTEL_TRACES_SAMPLER; the app decides per
+        # order. The provider hands each new tracer its sampler (tracer() asks every time).
+        configured.sampler = OrderSampler(sample_ratio)
         use_provider(configured)
         return configured
     exporter_name = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
     if env.get("APPLICATIONINSIGHTS_CONNECTION_STRING") and exporter_name in ("",
                                                                            "azure_monitor"):
-        return _azure_monitor(env)
+        return _azure_monitor(env, sample_ratio)
     if exporter_name in ("", "none"):
         return None
     from opentelemetry.sdk.resources import Resource
@@ -84,7 +93,7 @@ def configure(env: Mapping[str, str] = os.environ) -> TracerProvider | None:
         from shared.settings import SettingsError
 
         raise SettingsError(f"OTEL_TRACES_EXPORTER={exporter_name!r}: use console, otlp or none")
-    provider = SdkProvider(resource=Resource.create(
+    provider = SdkProvider(sampler=OrderSampler(sample_ratio), resource=Resource.create(
         {"service.name": env.get("OTEL_SERVICE_NAME", "order-pipeline")}))
     provider.add_span_processor(BatchSpanProcessor(exporter))
     use_provider(provider)
@@ -98,30 +107,76 @@ NOT_INSTRUMENTED = ("azure_sdk", "django", "fastapi", "flask", "httpx", "httpx2"
                     "requests", "urllib", "urllib3")
 
 
-# Every order's whole trace is kept: the fixed-percentage sampler decides by trace id, so lowering
-# OTEL_TRACES_SAMPLER_ARG keeps or drops whole orders. The distro's default (no OTEL_TRACES_SAMPLER)
-# is rate-limited, about 5 spans a second, adapting as it goes: an order's spans were kept or
-# dropped one by one, and at any real load most orders could not be followed. The Bicep gives the
-# worker the same pair.
+# The distro's own sampler (no OTEL_TRACES_SAMPLER) is rate-limited, about 5 spans a second,
+# deciding span by span: an order's spans were kept or dropped one by one. Whatever the worker set
+# up, the app's OrderSampler decides (configure()); the Bicep still names the fixed-percentage
+# one for the worker, so that nothing it starts before the app loads is rate-limited.
 TRACES_SAMPLER = ("microsoft.fixed_percentage", "1.0")
+# The Azure Monitor exporter turns this span attribute into the item's sample rate (a percentage),
+# from which Application Insights counts each kept item as 100/rate items.
+SAMPLE_RATE_ATTRIBUTE = "_MS.sampleRate"
 
 
-def _azure_monitor(env: Mapping[str, str]) -> TracerProvider:
+class OrderSampler(Sampler):
+    """Whole orders, and every order in trouble from the moment it is known.
+
+    An order is kept or dropped by its trace id (every span of it decides alike, in whichever
+    process), so ``ratio`` of fault-free orders are kept whole. An order in trouble is kept
+    from then on: where the app learns of it (an Agent's refusal, the Supervisor's recovery, an
+    operator's resubmit) it marks the context it passes on as sampled (``keep``), and a span
+    whose parent is sampled is always kept. Its earlier spans are not, if its trace id was not
+    chosen: its record's timeline (``orders trace``) has every step. A true tail decision would
+    need every span held until the order settles, across processes: the SDK has no such thing.
+    """
+
+    def __init__(self, ratio: float) -> None:
+        if not 0 <= ratio <= 1:
+            raise ValueError(f"a sample ratio is between 0 and 1, not {ratio}")
+        self.ratio = ratio
+        self._bound = round(ratio * (1 << 64))
+
+    def chosen(self, trace_id: int) -> bool:
+        # The trace id's low 64 bits are random (W3C trace context, level 1 and 2).
+        return (trace_id & ((1 << 64) - 1)) < self._bound
+
+    def should_sample(self, parent_context: otel_context.Context | None, trace_id: int,
+                      name: str, kind: SpanKind | None = None,
+                      attributes: Attributes = None, links: Sequence[Link] | None = None,
+                      trace_state: TraceState | None = None) -> SamplingResult:
+        parent = trace.get_current_span(parent_context).get_span_context()
+        chosen = self.chosen(trace_id)
+        if not (chosen or (parent.is_valid and parent.trace_flags.sampled)):
+            return SamplingResult(Decision.DROP, None, parent.trace_state)
+        # Kept for trouble, the order is one of all such: counted once, not 1/ratio times.
+        rate = 100.0 * self.ratio if chosen else 100.0
+        return SamplingResult(Decision.RECORD_AND_SAMPLE,
+                              {**(attributes or {}), SAMPLE_RATE_ATTRIBUTE: rate},
+                              parent.trace_state)
+
+    def get_description(self) -> str:
+        return f"OrderSampler{{{self.ratio}}}"
+
+
+def keep(traceparent: str | None) -> str | None:
+    """``traceparent`` marked sampled: the order is in trouble, keep its trace from here on."""
+    if traceparent is None or len(traceparent) != 55:
+        return traceparent
+    return traceparent[:53] + format(int(traceparent[53:], 16) | 1, "02x")
+
+
+def _azure_monitor(env: Mapping[str, str], sample_ratio: float) -> TracerProvider:
     """Traces and logs to Application Insights (the Azure Monitor distro). The exporter itself
     reads APPLICATIONINSIGHTS_AUTHENTICATION_STRING: with Authorization=AAD (as the Bicep sets
     it, Application Insights having local authentication off) it sends as the managed identity."""
     from azure.monitor.opentelemetry import configure_azure_monitor
     from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider as SdkProvider
 
     from shared.settings import SettingsError
 
-    # An operator's own OTEL_TRACES_SAMPLER (read by the distro) stands; otherwise ours.
-    sampling = ({} if env.get("OTEL_TRACES_SAMPLER")
-                else {"sampling_ratio": float(TRACES_SAMPLER[1])})
     try:
         configure_azure_monitor(
             connection_string=env["APPLICATIONINSIGHTS_CONNECTION_STRING"],
-            **sampling,
             instrumentation_options={name: {"enabled": False} for name in NOT_INSTRUMENTED},
             # Per-interval metrics nobody here reads; each is an ingested item.
             enable_live_metrics=False, enable_performance_counters=False,
@@ -130,6 +185,8 @@ def _azure_monitor(env: Mapping[str, str]) -> TracerProvider:
     except ValueError as e:
         raise SettingsError(f"APPLICATIONINSIGHTS_CONNECTION_STRING: {e}") from None
     provider = trace.get_tracer_provider()
+    if isinstance(provider, SdkProvider):
+        provider.sampler = OrderSampler(sample_ratio)  # as for the worker's (configure())
     use_provider(provider)
     return provider
 
@@ -158,10 +215,13 @@ def order_attributes(order_id: str | None = None, step: str | None = None,
 
 @contextmanager
 def span(name: str, *, parent: str | None, kind: SpanKind = SpanKind.CONSUMER,
-         links: Sequence[str | None] = (), attributes: Mapping[str, Any] | None = None
-         ) -> Iterator[Span]:
+         links: Sequence[str | None] = (), attributes: Mapping[str, Any] | None = None,
+         trouble: bool = False) -> Iterator[Span]:
     """A span whose parent is the sender's context (a traceparent), not whatever ran before on
-    this thread: an invocation belongs to its order's trace. With no parent, a new trace."""
+    this thread: an invocation belongs to its order's trace. With no parent, a new trace.
+    ``trouble``: the order is in trouble, so this span and all after it are kept (keep())."""
+    if trouble:
+        parent = keep(parent)
     parent_ctx = _W3C.extract({TRACEPARENT: parent}) if parent else otel_context.Context()
     span_links = [Link(trace.get_current_span(_W3C.extract({TRACEPARENT: t})).get_span_context())
                   for t in links if t]

@@ -130,7 +130,9 @@ class Agent:
                                # A service's error body can be any size; a reply cannot.
                                error=budget.clip(str(e), budget.ERROR_TEXT),
                                outbox_seq=req.outbox_seq,
-                               traceparent=tracing.current_traceparent() or req.traceparent)
+                               # Refused: the order is in trouble; its trace is kept from here.
+                               traceparent=tracing.keep(
+                                   tracing.current_traceparent() or req.traceparent))
         except (TransientServiceError, CircuitOpen, _Expired) as e:
             log.warning("agent %s: %s gave up, no reply: %s", self.name, where, e)
             return None

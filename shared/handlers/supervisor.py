@@ -211,8 +211,10 @@ class Supervisor:
         else:
             # The recovery belongs to the order's trace (as a child of its recorded context),
             # and is linked to the tick that found it.
+            # A recovery is trouble: the order's trace is kept from here on (OrderSampler).
             with tracing.span(f"supervisor {decision.kind.value}", parent=state.trace,
                               kind=SpanKind.INTERNAL, links=[tracing.current_traceparent()],
+                              trouble=True,
                               attributes=tracing.order_attributes(
                                   state.order_id,
                                   state.current_step.name if state.current_step else None,

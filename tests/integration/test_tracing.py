@@ -156,9 +156,10 @@ handlers = list(logging.getLogger().handlers)
 from shared import tracing
 got = tracing.configure({"APPLICATIONINSIGHTS_CONNECTION_STRING":
                          "InstrumentationKey=00000000-0000-0000-0000-000000000000;"
-                         "IngestionEndpoint=http://127.0.0.1:9/"})
+                         "IngestionEndpoint=http://127.0.0.1:9/"}, sample_ratio=1.0)
 assert got is worker, got
 assert logging.getLogger().handlers == handlers, logging.getLogger().handlers
+assert isinstance(worker.sampler, tracing.OrderSampler), worker.sampler  # the app's, not its
 with tracing.span("s", parent=None) as s:
     assert s.is_recording()
 """
@@ -168,24 +169,29 @@ with tracing.span("s", parent=None) as s:
     assert r.returncode == 0, r.stderr
 
 
-@pytest.mark.parametrize(("sampler", "expected"), [
-    (None, "ApplicationInsightsSampler1.0"),
-    ("microsoft.fixed_percentage", "ApplicationInsightsSampler0.25"),
+@pytest.mark.parametrize(("sampler", "ratio", "expected"), [
+    (None, None, f"OrderSampler{{{tracing.DEFAULT_SAMPLE_RATIO}}}"),
+    ("microsoft.fixed_percentage", "1", "OrderSampler{1.0}"),
 ])
-def test_every_orders_whole_trace_is_kept_unless_the_operator_samples(
-        sampler: str | None, expected: str) -> None:
+def test_the_app_samples_by_order_whatever_sampler_the_distro_was_given(
+        sampler: str | None, ratio: str | None, expected: str) -> None:
     """The distro's own default is rate-limited (about 5 spans a second, adapting): it dropped
-    spans of an order one by one. The app asks for every trace, by trace id; an operator's
-    OTEL_TRACES_SAMPLER stands."""
+    spans of an order one by one. Set up with a connection string, the distro's provider takes
+    the app's OrderSampler, at OrderTraceSampleRatio, as the worker's does (configure())."""
     script = """
 import os
 from shared import tracing
-got = tracing.configure(os.environ)
+from shared.settings import load_settings
+got = tracing.configure(os.environ, load_settings().trace_sample_ratio)
 print(got.sampler.get_description())
 """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_TRACES_SAMPLER")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("OTEL_TRACES_SAMPLER") and k != "OrderTraceSampleRatio"}
+    env |= {"AzureWebJobsStorage": "UseDevelopmentStorage=true", "SimulatorsEnabled": "true"}
     if sampler:
         env |= {"OTEL_TRACES_SAMPLER": sampler, "OTEL_TRACES_SAMPLER_ARG": "0.25"}
+    if ratio:
+        env |= {"OrderTraceSampleRatio": ratio}
     r = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
                        env={**env, "APPLICATIONINSIGHTS_STATSBEAT_DISABLED_ALL": "true",
                             "APPLICATIONINSIGHTS_CONNECTION_STRING":
