@@ -106,6 +106,9 @@ var appSettings = union(services.queueSettings, {
   PendingGraceSeconds: '60'
   StepBudgetSeconds: ''
   ReplyQueueAllowList: 'order-status-*'
+  // The share of fault-free orders whose whole trace is exported; orders in trouble are kept
+  // whatever it says. '1' for full fidelity (docs/tracing.md).
+  OrderTraceSampleRatio: '0.05'
   AgentRetryBaseSeconds: '0.2'
   AgentRetryMaxSeconds: '5'
   AgentCallTimeoutSeconds: '10'

@@ -152,8 +152,8 @@ resource settings 'Microsoft.Web/sites/config@2024-04-01' = {
     // arrives once, with its dimensions. The same list as shared/tracing.py NOT_INSTRUMENTED.
     PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY: 'true'
     OTEL_PYTHON_DISABLED_INSTRUMENTATIONS: 'azure_sdk,django,fastapi,flask,httpx,httpx2,psycopg2,requests,urllib,urllib3'
-    // Every order's whole trace (shared/tracing.py TRACES_SAMPLER), not the distro's default of
-    // about 5 spans a second. Lower the percentage to sample: it keeps or drops whole traces.
+    // Whole traces until the app loads (shared/tracing.py TRACES_SAMPLER), not the distro's
+    // default of about 5 spans a second; the app then samples by order (OrderTraceSampleRatio).
     OTEL_TRACES_SAMPLER: 'microsoft.fixed_percentage'
     OTEL_TRACES_SAMPLER_ARG: '1.0'
     SimulatorsEnabled: string(simulatorsEnabled)
