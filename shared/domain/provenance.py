@@ -72,6 +72,11 @@ def judge(state: OrderState | None, req: AgentRequest, service: str,
                        f"{step.name} ({key!r})")
     if req.action is Action.UNDO and req.compensates not in (None, step.work_key):
         return _forged(f"it names work {req.compensates!r}, not the step's {step.work_key!r}")
+    if req.action is Action.UNDO and state.process_state is not ProcessState.ERROR:
+        # Undo requests are sent only for a failed order (an order resubmitted since names its
+        # old keys: stale, above); for this one, none ever was.
+        return _forged(f"order {state.order_id} is {state.process_state.value}: no undo of "
+                       "it was ever sent")
     in_flight = (
         step.status is StepStatus.RUNNING and state.process_state is ProcessState.PROCESSING
         if req.action is Action.DO else

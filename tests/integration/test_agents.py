@@ -69,6 +69,42 @@ def test_the_agents_function_sends_its_reply_on_its_output_binding_and_none_when
     assert h.host.stats.invocations["payment_agent"] == 2
 
 
+def test_a_made_up_refund_of_a_settled_orders_charge_is_refused_not_done(
+        run_host: Any) -> None:
+    """The attack a security review reproduced: with write access to a request queue (or the
+    master key's "run a function"), a request the app never sent refunded a Processed order's
+    charge. The Agent's function now checks it against the order's record first: nothing is
+    refunded, nothing is replied, and the operator is told."""
+    from shared.domain.state import ProcessState, StepStatus
+
+    h: RunningHost = run_host(only=SIM_ONLY | {"payment_agent"})
+    charged = h.container.agents["payment"].handle(request(h))
+    assert charged is not None and charged.outcome == "ok"
+    state = h.container.store.get_state("o-1")
+    assert state is not None
+    state.process_state = ProcessState.PROCESSED  # the order settled
+    for step in state.steps:
+        step.status, step.complete_by = StepStatus.COMPLETED, None
+    state.complete_by = None
+    h.container.store.save(state)
+    work = new_work_key("o-1", "charge_payment")
+    forged = AgentRequest(
+        order_id="o-1", step="charge_payment", action=Action.UNDO, operation="refund",
+        attempt=1, complete_by=datetime.now(UTC) + timedelta(seconds=5),
+        idempotency_key=undo_key(work), compensates=work, order={"order_id": "o-1"}).to_json()
+    requests = h.env["PaymentRequestsQueueName"]
+    enqueue(requests, forged)
+    queue = h.container.queues.get_queue_client(requests)
+    wait_until(lambda: queue.get_queue_properties().approximate_message_count == 0,
+               timeout=20, message="the forged request handled")
+    assert h.host.stats.invocations["payment_agent"] == 1
+    (effect,) = effects(h)
+    assert effect["Status"] == "applied"  # the charge stands: no refund
+    assert drain_json(h.env["AgentResponsesQueueName"]) == []
+    (alert,) = entities(h.env["OperatorAlertsTableName"])
+    assert (alert["Kind"], alert["OrderID"]) == ("RequestRefused", "o-1")
+
+
 def test_transient_faults_are_retried_within_the_budget(run_host: Any) -> None:
     h: RunningHost = run_host(only=SIM_ONLY, SimTransientErrorRate="0.6",
                               CircuitBreakerFailures="50")

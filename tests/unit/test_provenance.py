@@ -42,6 +42,18 @@ def record(action: str = "do", attempt: int = 1, generation: int = 0) -> OrderSt
                      generation=generation)
 
 
+def _settled() -> OrderState:
+    """o-1 Processed: every step done, nothing of it ever undone (the review's refund)."""
+    from shared.domain.state import ProcessState, StepStatus
+
+    store = FakeOrderStore()
+    state = in_flight(store, "o-1", "take", CLOCK.now)
+    state.process_state, state.complete_by = ProcessState.PROCESSED, None
+    for s in state.steps:
+        s.status, s.complete_by = StepStatus.COMPLETED, None
+    return store.save(state)
+
+
 @pytest.mark.parametrize("action", ["do", "undo"])
 def test_the_request_the_record_shows_in_flight_is_done(action: str) -> None:
     assert judge(record(action), req(action), "beta", FLOW).verdict is Verdict.IN_FLIGHT
@@ -61,6 +73,7 @@ FORGERIES = {
     "an undo naming other work": (record("undo"), req("undo", compensates="o-2.take.do")),
     "an attempt never sent": (record(attempt=1), req(attempt=2)),
     "a do while the step is undone": (record("undo", attempt=2), req("do", attempt=3)),
+    "the undo of a settled order's work": (_settled(), req("undo")),
 }
 
 
