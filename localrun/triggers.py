@@ -97,6 +97,7 @@ def service_bus_message(function: str, *, body: bytes, message_id: str, content_
         "EnqueuedSequenceNumber": Datum(0, "int"),
         "EnqueuedTimeUtc": _unspecified_time(enqueued),
         "EnqueuedTime": _unspecified_time(enqueued),
+        "TimeToLive": Datum(_timespan(time_to_live), "string"),
         "ExpiresAtUtc": _unspecified_time(enqueued + time_to_live),
         "ExpiresAt": _unspecified_time(enqueued + time_to_live),
         "LockedUntil": _unspecified_time(locked_until),
@@ -108,6 +109,17 @@ def service_bus_message(function: str, *, body: bytes, message_id: str, content_
         "sys": _sys(function),
     }.items() if v is not None}
     return ServiceBusMessageInConverter.decode(_text(body), trigger_metadata=metadata)
+
+
+def _timespan(td: timedelta) -> str:
+    """As .NET writes a TimeSpan (the extension's TimeToLive): ``[d.]hh:mm:ss[.fffffff]``."""
+    ticks = round(td.total_seconds() * 10_000_000)
+    seconds, fraction = divmod(ticks, 10_000_000)
+    minutes, s = divmod(seconds, 60)
+    hours, m = divmod(minutes, 60)
+    days, h = divmod(hours, 24)
+    text = f"{days}.{h:02d}:{m:02d}:{s:02d}" if days else f"{h:02d}:{m:02d}:{s:02d}"
+    return f"{text}.{fraction:07d}" if fraction else text
 
 
 def timer_request(*, past_due: bool, last: datetime | None, next: datetime) -> func.TimerRequest:

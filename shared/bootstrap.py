@@ -15,6 +15,7 @@ from azure.core.exceptions import ResourceExistsError
 from azure.data.tables import TableServiceClient
 from azure.storage.queue import QueueServiceClient
 
+from shared import bindings_compat
 from shared.adapters.alerts import TableAlertSink
 from shared.adapters.queues import StorageQueueSender
 from shared.adapters.rejections import TableRejectionStore
@@ -180,6 +181,7 @@ def configure(workflows: Registry) -> None:
     """Hand the app its workflows (function_app.py does, before any function runs)."""
     global _registry
     _registry = workflows
+    bindings_compat.install()  # before the worker converts a first message
 
 
 def configured() -> Registry:
