@@ -131,6 +131,14 @@ class Event:
     detail: str | None = None
 
 
+# What a submitter's status update says of a failure: its category, never a remote service's
+# error text (which may carry another party's data, or the service's internals). The record,
+# its timeline and the operator's alert keep the whole text.
+_FOR_SUBMITTER: dict[str, str] = {
+    "failed": "the step could not be done; what was done before it is being undone",
+    "compensation_failed": "the step could not be undone; an operator has been alerted",
+}
+
 _ALERTS: dict[str, AlertKind] = {
     "failed": AlertKind.ORDER_FAILED,
     "compensation_failed": AlertKind.COMPENSATION_FAILED,
@@ -523,7 +531,8 @@ def _emit(new: OrderState, cause: str, now: datetime, events: list[Event],
         for i, e in enumerate(events) if e.kind in _ALERTS
     ]
     statuses: list[Effect] = [
-        SendStatus(event=e.kind, at=now, id=f"{prefix}.{i}", step=e.step, detail=e.detail)
+        SendStatus(event=e.kind, at=now, id=f"{prefix}.{i}", step=e.step,
+                   detail=_FOR_SUBMITTER.get(e.kind, e.detail))
         for i, e in enumerate(events)] if new.reply_to else []
     fresh: list[Effect] = [*alerts, *statuses, *([command] if command is not None else [])]
     carried = _within_budget(carried, fresh)

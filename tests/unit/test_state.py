@@ -234,6 +234,19 @@ def test_compensation_undoes_completed_steps_in_reverse_order() -> None:
         "compensated", "hold, take, send")
 
 
+def test_a_submitter_hears_a_failures_category_and_the_operator_its_text() -> None:
+    """A service's error text stays with the app (record, timeline, alert): the submitter's
+    status update says which step failed and what happens now."""
+    s = after_steps(1)
+    s = apply_reply(s, refused(s, "take"), "s1", T0, WF).state
+    (status,) = [e for e in s.outbox if isinstance(e, SendStatus) and e.event == "failed"]
+    (alert,) = [e for e in s.outbox if isinstance(e, RaiseAlert)]
+    error = s.step("take").last_error
+    assert error and error in alert.reason and status.step == "take"
+    assert status.detail and error not in status.detail
+    assert any(e.get("detail") == error for e in s.timeline if e["event"] == "failed")
+
+
 def test_undo_reply_when_not_compensating_is_stale() -> None:
     s = after_steps(1)
     with pytest.raises(IllegalTransition):
