@@ -111,6 +111,7 @@ var appSettings = union(services.queueSettings, {
   // The share of fault-free orders whose whole trace is exported; orders in trouble are kept
   // whatever it says. '1' for full fidelity (docs/tracing.md).
   OrderTraceSampleRatio: '0.05'
+  RejectedRetentionDays: '30'
   AgentRetryBaseSeconds: '0.2'
   AgentRetryMaxSeconds: '5'
   AgentCallTimeoutSeconds: '10'

@@ -149,7 +149,8 @@ def build(settings: Settings, *, clock: Clock = utc_now,
         # message, redelivered until intake returns, is what makes it durable (relay.py).
         intake=IntakeHandler(
             store=store, rejections=TableRejectionStore(
-                tables.get_table_client(settings.rejected_table)),
+                tables.get_table_client(settings.rejected_table),
+                timedelta(days=settings.rejected_retention_days)),
             alerts=alerts, relay=relay.handing_commands_to(scheduler), workflows=registry,
             reply_allowed=settings.reply_check(registry.services), clock=clock),
         scheduler=scheduler,

@@ -62,6 +62,8 @@ class Settings(BaseModel):
     alerts_table: TableName = Field("OperatorAlerts", alias="OperatorAlertsTableName")
     simulator_table: TableName = Field("SimulatedEffects", alias="SimulatorTableName")
 
+    # How long a rejected message's row is kept (RejectedOrders): senders' input, so bounded.
+    rejected_retention_days: int = Field(30, alias="RejectedRetentionDays", ge=1, le=3650)
     supervisor_schedule: str = Field("*/30 * * * * *", alias="SupervisorSchedule")
     failure_threshold: int = Field(3, alias="FailureThreshold", ge=1, le=100)
     compensation_threshold: int = Field(10, alias="CompensationFailureThreshold", ge=1, le=1000)

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
+from azure.core.exceptions import AzureError, ResourceNotFoundError
 from azure.data.tables import TableClient, UpdateMode
 
 from shared.domain import budget
 
+log = logging.getLogger(__name__)
+
 REJECTED_PARTITION = "rejected"
+# Rows past their retention that one recorded rejection deletes: a flood of rejections drains
+# what an earlier one left at the same pace it adds.
+EXPIRE_PER_RECORD = 10
 # What of a body is kept: its start, in UTF-16 units (its size and digest name the whole).
 BODY_KEPT = 30_000
 
@@ -39,17 +48,26 @@ class RejectionStore(Protocol):
     def record(self, r: Rejection) -> None: ...
 
 
+def _countdown(at: datetime) -> str:
+    return f"{10**13 - int(at.timestamp() * 1000):013d}"
+
+
 def rejection_row_key(r: Rejection) -> str:
     """Newest first (the key counts down from when the message was sent), and the same for every
     delivery of one message, so a redelivery updates its own row instead of adding one."""
-    countdown = 10**13 - int((r.sent_at or r.at).timestamp() * 1000)
+    countdown = _countdown(r.sent_at or r.at)
     digest = hashlib.sha256(r.message_id.encode() + b"\0" + r.body).hexdigest()[:24]
-    return f"{countdown:013d}-{digest}"
+    return f"{countdown}-{digest}"
 
 
 class TableRejectionStore:
-    def __init__(self, table: TableClient) -> None:
+    """``retention``: how long a row is kept. Rejections come from outside, so the table would
+    otherwise grow for as long as anyone sends; each one recorded deletes up to
+    EXPIRE_PER_RECORD rows past their retention (the oldest sort last: one range query)."""
+
+    def __init__(self, table: TableClient, retention: timedelta = timedelta(days=30)) -> None:
         self._table = table
+        self._retention = retention
 
     def record(self, r: Rejection) -> None:
         body = r.body.decode("utf-8", errors="replace")
@@ -68,3 +86,20 @@ class TableRejectionStore:
             "DeliveryCount": r.delivery_count,
             "RejectedAt": r.at,
         }, mode=UpdateMode.REPLACE)
+        self._expire(r.at - self._retention, keep=rejection_row_key(r))
+
+    def _expire(self, before: datetime, keep: str) -> None:
+        # Keys older than ``before`` count down past its own; "." sorts after "-", so a row sent
+        # in the same millisecond as ``before`` is kept.
+        query = (f"PartitionKey eq '{REJECTED_PARTITION}' and "
+                 f"RowKey gt '{_countdown(before)}.'")
+        try:
+            page: Iterable[dict[str, Any]] = next(self._table.query_entities(
+                query, select=["PartitionKey", "RowKey"],
+                results_per_page=EXPIRE_PER_RECORD + 1).by_page(), [])
+            doomed = [row["RowKey"] for row in page if row["RowKey"] != keep]
+            for key in doomed[:EXPIRE_PER_RECORD]:
+                with contextlib.suppress(ResourceNotFoundError):  # another intake's, at once
+                    self._table.delete_entity(REJECTED_PARTITION, key)
+        except AzureError as e:  # the rejection itself is recorded; the next one tries again
+            log.warning("expiring rejected orders: %s", e)

@@ -11,6 +11,7 @@ import pytest
 from azure.core.exceptions import ServiceRequestError
 
 from shared import bootstrap
+from shared.adapters.rejections import Rejection, RejectionKind
 from tests.integration.helpers import (
     drain_json,
     entities,
@@ -174,6 +175,26 @@ def test_a_valid_order_storage_refuses_is_recorded_and_alerted_not_retried(
     assert (alert["Kind"], alert["OrderID"]) == ("OrderNotStorable", "o-1")
     assert entities(env["StateTableName"]) == [] and index_entries(env) == []
     assert drain_json(env["SchedulerQueueName"]) == []
+
+
+def test_rejections_past_their_retention_are_deleted_as_new_ones_arrive(
+        app_env: Callable[..., dict[str, str]]) -> None:
+    """Senders' input, so bounded: each rejection recorded deletes up to ten rows sent before
+    RejectedRetentionDays; one sent just inside it stays, and so does the one just recorded."""
+    env = app_env(RejectedRetentionDays="30")
+    rejections = bootstrap.container().intake._rejections
+    now = datetime.now(UTC)
+    for i, days in enumerate([31] * 12 + [29]):
+        sent = now - timedelta(days=days, minutes=i)
+        rejections.record(Rejection(RejectionKind.INVALID, "bad", f"m-{days}-{i}", b"{",
+                                    1, sent, sent))  # recorded when it was sent
+    assert len(entities(env["RejectedOrdersTableName"])) == 13
+    intake(msg=sb_message(b"{late", message_id="late", enqueued=now - timedelta(days=31)))
+    ids = [e["MessageId"] for e in entities(env["RejectedOrdersTableName"])]
+    assert len([i for i in ids if i.startswith("m-31-")]) == 2 and "late" in ids
+    intake(msg=sb_message(b"{new", message_id="new", enqueued=now))
+    ids = sorted(e["MessageId"] for e in entities(env["RejectedOrdersTableName"]))
+    assert ids == ["m-29-12", "new"]
 
 
 def test_a_rejected_body_past_the_property_limit_is_kept_in_part_and_named_whole(
