@@ -86,19 +86,19 @@ class TableRejectionStore:
             "DeliveryCount": r.delivery_count,
             "RejectedAt": r.at,
         }, mode=UpdateMode.REPLACE)
-        self._expire(r.at - self._retention, keep=rejection_row_key(r))
+        self._expire(r.at - self._retention)
 
-    def _expire(self, before: datetime, keep: str) -> None:
-        # Keys older than ``before`` count down past its own; "." sorts after "-", so a row sent
-        # in the same millisecond as ``before`` is kept.
+    def _expire(self, before: datetime) -> None:
+        # Rows sent before ``before`` count down past its key ("." sorts after "-", so one sent
+        # in the same millisecond is kept): a range from the partition's old end. Of those, only
+        # rows also recorded before it go (a message may be rejected long after it was sent).
         query = (f"PartitionKey eq '{REJECTED_PARTITION}' and "
-                 f"RowKey gt '{_countdown(before)}.'")
+                 f"RowKey gt '{_countdown(before)}.' and RejectedAt lt @before")
         try:
             page: Iterable[dict[str, Any]] = next(self._table.query_entities(
-                query, select=["PartitionKey", "RowKey"],
-                results_per_page=EXPIRE_PER_RECORD + 1).by_page(), [])
-            doomed = [row["RowKey"] for row in page if row["RowKey"] != keep]
-            for key in doomed[:EXPIRE_PER_RECORD]:
+                query, parameters={"before": before}, select=["PartitionKey", "RowKey"],
+                results_per_page=EXPIRE_PER_RECORD).by_page(), [])
+            for key in [row["RowKey"] for row in page]:
                 with contextlib.suppress(ResourceNotFoundError):  # another intake's, at once
                     self._table.delete_entity(REJECTED_PARTITION, key)
         except AzureError as e:  # the rejection itself is recorded; the next one tries again

@@ -179,8 +179,9 @@ def test_a_valid_order_storage_refuses_is_recorded_and_alerted_not_retried(
 
 def test_rejections_past_their_retention_are_deleted_as_new_ones_arrive(
         app_env: Callable[..., dict[str, str]]) -> None:
-    """Senders' input, so bounded: each rejection recorded deletes up to ten rows sent before
-    RejectedRetentionDays; one sent just inside it stays, and so does the one just recorded."""
+    """Senders' input, so bounded: each rejection recorded deletes up to ten rows sent and
+    recorded before RejectedRetentionDays; one sent just inside it stays, and so does one sent
+    long ago but rejected now."""
     env = app_env(RejectedRetentionDays="30")
     rejections = bootstrap.container().intake._rejections
     now = datetime.now(UTC)
@@ -194,7 +195,7 @@ def test_rejections_past_their_retention_are_deleted_as_new_ones_arrive(
     assert len([i for i in ids if i.startswith("m-31-")]) == 2 and "late" in ids
     intake(msg=sb_message(b"{new", message_id="new", enqueued=now))
     ids = sorted(e["MessageId"] for e in entities(env["RejectedOrdersTableName"]))
-    assert ids == ["m-29-12", "new"]
+    assert ids == ["late", "m-29-12", "new"]
 
 
 def test_a_rejected_body_past_the_property_limit_is_kept_in_part_and_named_whole(
