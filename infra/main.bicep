@@ -81,12 +81,11 @@ var ordersQueueName = 'orders'
 
 var appSettings = union(services.queueSettings, {
   // The Python worker runs every synchronous function on one pool of this many threads, and an
-  // Agent holds its thread for up to a step's budget while a service hangs. Sized so that no
-  // invocation ever waits for a thread even with every function on one instance (Premium,
-  // Dedicated, locally): 6 queue functions (the Scheduler's two, one Agent per service) x
-  // (batchSize 16 + newBatchThreshold 8), Service Bus maxConcurrentCalls 16, the timer 1,
-  // HTTP 16 = 177; room for one more service (tests/infra/test_thread_pool.py).
-  PYTHON_THREADPOOL_THREAD_COUNT: '200'
+  // Agent holds its thread for up to a step's budget while a service hangs. Sized from the
+  // registry and host.json so that no invocation ever waits for a thread even with every
+  // function on one instance (shared/contracts/services.py thread_pool; tests/infra/
+  // test_thread_pool.py): a service added to a workflow adds its share.
+  PYTHON_THREADPOOL_THREAD_COUNT: services.threadPool
   OrdersQueueName: ordersQueueName
   SchedulerQueueName: queues.scheduler
   AgentResponsesQueueName: queues.responses

@@ -9,12 +9,13 @@ from pathlib import Path
 import yaml  # a development dependency: this script is not part of the running app
 
 from shared.contracts.messages import asyncapi_document, order_schema
-from shared.contracts.services import services_document
+from shared.contracts.services import services_document, thread_pool
 from shared.workflows import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas"
 INFRA = ROOT / "infra"
+TEMPLATE = ROOT / "local.settings.template.json"
 
 
 def rendered() -> dict[Path, str]:
@@ -25,7 +26,17 @@ def rendered() -> dict[Path, str]:
             asyncapi_document(REGISTRY), sort_keys=False, width=100, allow_unicode=True),
         # Read by infra/main.bicep (loadJsonContent): JSON has no comments, so no header.
         INFRA / "services.json": json.dumps(services_document(REGISTRY), indent=2) + "\n",
+        # Local runs size the worker's pool as the deployment does.
+        TEMPLATE: json.dumps(_with_thread_pool(json.loads(TEMPLATE.read_text())), indent=2)
+        + "\n",
     }
+
+
+def _with_thread_pool(template: dict[str, object]) -> dict[str, object]:
+    values = dict(template["Values"])  # type: ignore[call-overload]
+    values["PYTHON_THREADPOOL_THREAD_COUNT"] = str(
+        thread_pool(REGISTRY, json.loads((ROOT / "host.json").read_text())))
+    return {**template, "Values": values}
 
 
 def main(argv: list[str]) -> int:

@@ -8,13 +8,34 @@ deployed with no edit to the Bicep. The drift check holds the file to the regist
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from shared.domain.workflow import Registry, agent_function
 from shared.settings import default_queue, service_setting_names
 
+HOST_JSON = Path(__file__).resolve().parents[2] / "host.json"
+# The Scheduler's two queue-triggered functions; the Agents are one per service.
+SCHEDULER_QUEUE_FUNCTIONS = 2
+# infra/main.bicep's httpPerInstanceConcurrency default (tests/infra/test_thread_pool.py).
+HTTP_PER_INSTANCE = 16
 
-def services_document(workflows: Registry) -> dict[str, Any]:
+
+def thread_pool(workflows: Registry, host_json: dict[str, Any]) -> int:
+    """PYTHON_THREADPOOL_THREAD_COUNT: every invocation the host may start at once has a
+    thread, even with every function on one instance, so a hung Agent never keeps the Scheduler,
+    the Supervisor or /health waiting. Rounded up to a multiple of 50, for headroom."""
+    ext = host_json.get("extensions", {})
+    queues, service_bus = ext.get("queues", {}), ext.get("serviceBus", {})
+    per_queue_function = queues.get("batchSize", 16) + queues.get("newBatchThreshold", 8)
+    need = ((SCHEDULER_QUEUE_FUNCTIONS + len(workflows.services)) * per_queue_function
+            + service_bus.get("maxConcurrentCalls", 16) + 1 + HTTP_PER_INSTANCE)
+    return int(-(-need // 50) * 50)
+
+
+def services_document(workflows: Registry,
+                      host_json: dict[str, Any] | None = None) -> dict[str, Any]:
     """The services, and what the Bicep takes from them as it is (it has no loops over them:
     the lambdas they would need are past what the checks' Bicep parsers read)."""
     services = []
@@ -33,4 +54,7 @@ def services_document(workflows: Registry) -> dict[str, Any]:
         "queues": [s["queue"] for s in services],
         "queueSettings": {s["queueSetting"]: s["queue"] for s in services},
         "urlSettings": [s["urlSetting"] for s in services],
+        # A string: the Bicep sets it as an app setting as it is.
+        "threadPool": str(thread_pool(
+            workflows, host_json if host_json is not None else json.loads(HOST_JSON.read_text()))),
     }

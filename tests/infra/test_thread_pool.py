@@ -57,3 +57,22 @@ def test_a_larger_batch_in_host_json_would_outgrow_the_pool() -> None:
     host_json["extensions"]["queues"]["batchSize"] = 32
     pool = int(bicep_names(INFRA).app_settings["PYTHON_THREADPOOL_THREAD_COUNT"])
     assert most_invocations_at_once(host_json, 16) > pool
+
+
+def test_a_service_added_to_a_workflow_grows_the_pool_with_no_edit_but_its_declaration() -> None:
+    """The pool is derived (shared/contracts/services.py): the Bicep and the local template take
+    it from the contracts, which the drift check holds to the registry."""
+    from datetime import timedelta
+
+    from shared.contracts.services import thread_pool
+    from shared.domain.workflow import Registry, Step, Workflow
+
+    host_json = json.loads((ROOT / "host.json").read_text())
+    base = REGISTRY.get()
+    extra = [Step(f"check_{i}", agent=f"extra{i}", operation="check", compensation=None,
+                  budget=timedelta(seconds=5)) for i in range(3)]
+    grown = Registry.of([*REGISTRY.workflows, Workflow(
+        name="grown", steps=(*base.steps, *extra), message=base.message)])
+    assert thread_pool(grown, host_json) >= most_invocations_at_once(host_json, 16) + 3 * 24
+    assert bicep_names(INFRA).app_settings["PYTHON_THREADPOOL_THREAD_COUNT"] == str(
+        thread_pool(REGISTRY, host_json))
