@@ -1,7 +1,10 @@
 """Run the function app locally: ``python -m localrun host``.
 
 App settings come from the environment, then from local.settings.json's Values (as Core Tools
-does). Stops cleanly on Ctrl-C or SIGTERM and prints what it ran as JSON.
+does). The simulated services it serves are reached on the port it serves them on, whatever the
+settings say (appsettings.follow_port). On Ctrl-C or SIGTERM it stops as the host does: the
+invocations under way get a few seconds to finish, the rest are abandoned; it prints what it ran
+as JSON.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# Ctrl-C to exit within 5 s: 3 for the work under way, the rest to close and flush.
+GRACE_SECONDS = 3.0
 
 
 def _load_local_settings(path: Path) -> None:
@@ -40,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("demo", help="the whole pipeline with faults, one command (make demo)")
     sub.add_parser("bench", help="transactions, throughput, latency, supervisor cost (make bench)")
     host = sub.add_parser("host", help="run the function app against Azurite")
-    host.add_argument("--port", type=int, default=7071, help="HTTP port (default 7071)")
+    host.add_argument("--port", type=int, default=7071,
+                      help="HTTP port (default 7071; 0: any free one); the simulated services' "
+                           "URLs follow it")
     host.add_argument("--poll-interval", type=float, default=None,
                       help="longest queue polling interval in seconds (default: host.json)")
     host.add_argument("--settings", type=Path, default=ROOT / "local.settings.json")
@@ -53,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     host.add_argument("--lock-seconds", type=float, default=60.0,
                       help="the Service Bus stand-in's message lock, renewed the same way "
                            "(default 60, the orders queue's lockDuration)")
+    host.add_argument("--grace-seconds", type=float, default=GRACE_SECONDS,
+                      help="on Ctrl-C, how long the invocations under way may take to finish "
+                           "before they are abandoned (their messages come back when their "
+                           f"leases run out; default {GRACE_SECONDS:g})")
     host.add_argument("--record-messages", type=Path, default=None, metavar="FILE",
                       help="append every message delivered to a function to FILE as JSON "
                            "lines (queue, function, body): for contract tests and debugging")
@@ -62,8 +73,26 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _load_local_settings(args.settings)
     sys.path.insert(0, str(ROOT))
-    from localrun.host import HostConfigError, LocalFunctionHost, init_worker_telemetry
+    from localrun.appsettings import follow_port
+    from localrun.azurite import free_port
+    from localrun.host import (
+        HostConfigError,
+        LocalFunctionHost,
+        exit_abandoning,
+        init_worker_telemetry,
+    )
     from shared.settings import SettingsError
+
+    # Set here, not inherited: a shell that starts a job in the background ignores SIGINT for
+    # it, and Ctrl-C (or a test's SIGINT) must stop the host however it was started.
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    # The port is settled before the app reads its settings: they name it.
+    port = args.port or free_port()
+    for key, (was, now) in follow_port(os.environ, port).items():
+        print(f"note: {key} is {now} (the simulated services this host serves are on "
+              f"port {port}; the settings said {was})", file=sys.stderr)
 
     try:
         init_worker_telemetry(os.environ)
@@ -77,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         runner = LocalFunctionHost(
             function_app.app, settings=dict(os.environ),
             storage_connection=settings.effective_storage_connection or "",
-            host_json=ROOT / "host.json", http_port=args.port, poll_interval=args.poll_interval,
+            host_json=ROOT / "host.json", http_port=port, poll_interval=args.poll_interval,
             lease_seconds=args.lease_seconds, lock_seconds=args.lock_seconds,
             record_messages=args.record_messages)
     except (SettingsError, HostConfigError) as e:
@@ -91,24 +120,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except OSError as e:  # the HTTP port
         runner.stop()
-        print(f"error: cannot serve HTTP on port {args.port}: {e.strerror or e} "
+        print(f"error: cannot serve HTTP on port {port}: {e.strerror or e} "
               "(another host running? choose one with --port)", file=sys.stderr)
         return 2
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     # `kill -USR1 <pid>`: every thread's stack to stderr, to see what a busy or stuck host does.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     # As the host, HTTP routes check keys by auth level: pass one as x-functions-key or ?code=.
     print(json.dumps({"event": "started", "functions": runner.functions,
                       "http": f"http://127.0.0.1:{runner.http_port}/api",
+                      "simulators": settings.simulator_base_url if settings.simulators_enabled
+                      else None,
                       "keys": {"function": runner.keys.function, "master": runner.keys.master}}),
           flush=True)
     stop.wait()
-    runner.stop()
+    abandoned = runner.stop(grace=args.grace_seconds)
     s = runner.stats
     print(json.dumps({"event": "stopped", "invocations": s.invocations, "failures": s.failures,
-                      "poisoned": s.poisoned, "dead_lettered": s.dead_lettered}), flush=True)
+                      "poisoned": s.poisoned, "dead_lettered": s.dead_lettered,
+                      "abandoned": abandoned}), flush=True)
+    if abandoned:
+        exit_abandoning(0)
     return 0
 
 

@@ -26,7 +26,11 @@ def _die_with_parent() -> None:
         import ctypes
 
         pr_set_pdeathsig = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        except OSError:  # not glibc (Alpine's musl): the parent's stop() is all there is
+            return
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -74,7 +78,7 @@ class Azurite:
               timeout: float = 30.0) -> Azurite:
         binary = ROOT / "node_modules" / ".bin" / "azurite"
         if not binary.exists():
-            raise AzuriteError(f"{binary} not found: run 'npm ci' first")
+            raise AzuriteError(f"{binary} not found: run 'npm ci' first (make demo does)")
         owns = location is None
         loc = Path(tempfile.mkdtemp(prefix="azurite-")) if location is None else location
         loc.mkdir(parents=True, exist_ok=True)
@@ -93,7 +97,7 @@ class Azurite:
         try:
             for port in (blob, queue, table):
                 _wait_for_port(port, deadline, proc)
-        except AzuriteError:
+        except BaseException:  # Ctrl-C while it starts too: no server left behind
             cls._kill(proc)
             raise
         return cls(blob, queue, table, loc, proc, owns)

@@ -36,15 +36,16 @@ import os
 import random
 import re
 import secrets
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import azure.functions as func
@@ -76,6 +77,10 @@ def current_function() -> str | None:
 
 class HostConfigError(RuntimeError):
     pass
+
+
+class HostStopping(RuntimeError):
+    """An invocation asked for once the host had stopped taking work: it never runs."""
 
 
 def _timespan(value: str) -> float:
@@ -213,17 +218,32 @@ class HostStats:
     # Invocations under way and messages not yet settled: whoever counts the app's requests
     # (the demo, the bench) waits for 0, when every request the work made has been metered.
     busy: int = 0
+    # Of those, the invocations under way (what a stop abandons if they outlast its grace).
+    invoking: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _idle: threading.Condition = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._idle = threading.Condition(self._lock)
 
     @contextlib.contextmanager
-    def working(self) -> Iterator[None]:
+    def working(self, invocation: bool = False) -> Iterator[None]:
         with self._lock:
             self.busy += 1
+            self.invoking += invocation
         try:
             yield
         finally:
             with self._lock:
                 self.busy -= 1
+                self.invoking -= invocation
+                if self.busy == 0:
+                    self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for nothing to be under way; whether it came to that."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self.busy == 0, timeout)
 
     def count(self, name: str, ok: bool, cpu: float = 0.0) -> None:
         with self._lock:
@@ -410,6 +430,8 @@ class LocalFunctionHost:
         self._watchers: dict[str, list[threading.Event]] = {}
         self._watchers_lock = threading.Lock()
         self._http: ThreadingHTTPServer | None = None
+        # Set once a stop's grace is over: no invocation starts, HTTP answers 503.
+        self._closing = threading.Event()
         self.stats = HostStats()
 
     # -- index -------------------------------------------------------------------------------
@@ -477,12 +499,45 @@ class LocalFunctionHost:
         t.start()
         self._threads.append(t)
 
-    def stop(self) -> None:
+    def stop(self, grace: float | None = None) -> int:
+        """Stop as the host does when it shuts down: no message is received and no timer fires
+        from now on; the invocations under way (HTTP ones too, served meanwhile) may finish,
+        for up to ``grace`` seconds (None: however long they take). Then HTTP closes (a request
+        still arriving is answered 503) and whatever still runs is abandoned: its message is
+        neither deleted nor released, so it comes back when its lease or lock runs out, as
+        after any host that stops. Returns how many invocations were abandoned; their threads
+        hold the process until they end, so whoever exits then calls exit_abandoning."""
         self._stop.set()
         with self._watchers_lock:
             for wakes in self._watchers.values():
                 for wake in wakes:
                     wake.set()
+        if grace is None:
+            self._stop_waiting()
+            return 0
+        self.stats.wait_idle(grace)
+        self._closing.set()
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+        # The listeners' loops end at their next wake-up; a timer's thread may be in an
+        # abandoned invocation, so none is waited for long.
+        deadline = time.monotonic() + 1.0
+        for t in self._threads:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        for listener in self._listeners:
+            listener.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        abandoned = self.stats.invoking
+        if self._worker is not None:
+            self._worker.stop()
+        if abandoned:
+            log.warning("stopped with %d invocation(s) still running, abandoned: their "
+                        "messages come back when their leases run out", abandoned)
+        return abandoned
+
+    def _stop_waiting(self) -> None:
+        # Every invocation under way finishes first (tests and the bench count its requests).
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
@@ -490,9 +545,15 @@ class LocalFunctionHost:
             t.join(timeout=10)
         for listener in self._listeners:
             listener.shutdown(wait=True, cancel_futures=True)
+        self._closing.set()
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self._worker is not None:
             self._worker.stop()
+
+    @property
+    def closing(self) -> bool:
+        """The host no longer starts invocations (a stop's grace is over)."""
+        return self._closing.is_set()
 
     def __enter__(self) -> LocalFunctionHost:
         return self.start()
@@ -516,13 +577,22 @@ class LocalFunctionHost:
         this process, or, with a worker process, on that process's (worker.py). Then, as the
         host does with the worker's answer, send what it set on its output bindings: if that
         fails, the invocation has failed."""
-        with self.stats.working():
+        if self._closing.is_set():
+            raise HostStopping(f"the host is stopping: {f.name} not run")
+        with self.stats.working(invocation=True):
             if self._worker is not None:
                 outcome = self._worker.invoke(f.name, trigger)
                 self.stats.count(f.name, ok=outcome.ok, cpu=outcome.cpu_seconds)
                 result, outputs = outcome.result(), outcome.outputs
             else:
-                result, outputs = self._pool.submit(self.call, f, trigger.build()).result()
+                try:
+                    future = self._pool.submit(self.call, f, trigger.build())
+                    result, outputs = future.result()
+                except (RuntimeError, CancelledError):
+                    # The pool shut down before it started the invocation: the host stopped.
+                    if not self._closing.is_set():
+                        raise
+                    raise HostStopping(f"the host is stopping: {f.name} not run") from None
             self.send_outputs(f, outputs)
             return result
 
@@ -630,6 +700,12 @@ class LocalFunctionHost:
             else:
                 held.queue.update_message(held.message, visibility_timeout=int(visible_after))
 
+    def _abandon(self, held: _Held) -> None:
+        """Leave the message as it is: it comes back when its lease runs out (a host that stops
+        before it runs a message it received does not settle it either)."""
+        with self._leases_lock:
+            self._leases.pop(id(held), None)
+
     def _renew_leases(self) -> None:
         # The host's renewal timer: at half the lease, extend it by a whole lease, for as long as
         # the function runs (Service Bus: up to maxAutoLockRenewalDuration).
@@ -678,6 +754,9 @@ class LocalFunctionHost:
                     function=f.name, body=body, id=m.id, dequeue_count=m.dequeue_count,
                     inserted_on=m.inserted_on, expires_on=m.expires_on,
                     next_visible_on=m.next_visible_on, pop_receipt=m.pop_receipt)))
+            except HostStopping:
+                self._abandon(held)
+                return
             except Exception:
                 if m.dequeue_count >= opts.max_dequeue_count:
                     _ensure(poison)
@@ -718,6 +797,9 @@ class LocalFunctionHost:
                     enqueued=env.enqueued_time_utc, time_to_live=env.time_to_live,
                     lock_token=m.pop_receipt,
                     locked_until=datetime.now(UTC) + timedelta(seconds=self._lock))))
+            except HostStopping:
+                self._abandon(held)
+                return
             except Exception:
                 if m.dequeue_count >= self._max_delivery:
                     envelope = json.loads(m.content)
@@ -757,6 +839,23 @@ class LocalFunctionHost:
             with contextlib.suppress(Exception):
                 self.run(f, request)
             last = due
+
+
+def exit_abandoning(code: int) -> NoReturn:
+    """End this process at once, though invocations a stop abandoned still run on its threads
+    (the interpreter would wait for them at exit; a host that stops does not). What it printed,
+    logged and traced is flushed first."""
+    with contextlib.suppress(Exception):
+        from opentelemetry import trace
+
+        flush = getattr(trace.get_tracer_provider(), "force_flush", None)
+        if flush is not None:
+            flush(2000)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def receiver(queue: QueueClient, lease: float) -> Callable[[int], list[Any]]:
@@ -804,6 +903,8 @@ def _serve_http(host: LocalFunctionHost, functions: list[_Function],
             url = urlsplit(self.path)
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
+            if host.closing:  # a kept-alive connection's request after the host stopped
+                return self._stopping()
             path = url.path
             if not path.startswith("/api/"):
                 return self._reply(404, b"not found", {})
@@ -830,6 +931,8 @@ def _serve_http(host: LocalFunctionHost, functions: list[_Function],
                     body=body))
                 try:
                     resp = host.run(f, req)
+                except HostStopping:
+                    return self._stopping()
                 except Exception:
                     log.exception("%s failed", f.name)
                     return self._reply(500, b"", {})  # the host answers with an empty body
@@ -838,6 +941,13 @@ def _serve_http(host: LocalFunctionHost, functions: list[_Function],
                     headers["Content-Type"] = f"{resp.mimetype}; charset={resp.charset or 'utf-8'}"
                 return self._reply(resp.status_code, resp.get_body(), headers)
             return self._reply(404, b"", {})
+
+        def _stopping(self) -> None:
+            # What a host that is shutting down answers: try again (elsewhere, or later).
+            self.close_connection = True
+            self._reply(503, b"the function host is stopping\n",
+                        {"Content-Type": "text/plain; charset=utf-8", "Connection": "close",
+                         "Retry-After": "5"})
 
         def _reply(self, status: int, body: bytes, headers: dict[str, str]) -> None:
             try:
