@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -20,13 +21,17 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from azure.data.tables import TableClient
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / ".azurite" / "demo"
@@ -52,6 +57,9 @@ DEMO_SETTINGS = {
     "CircuitBreakerFailures": "8",
     "CircuitBreakerResetSeconds": "3",
 }
+# On Ctrl-C, how long the invocations under way may take to finish before they are abandoned:
+# with Azurite's stop, everything is down within 5 s.
+GRACE_SECONDS = 3.0
 # How long the summary waits, after the last order settled, for the app to finish with the
 # orders: a call to a hung service goes on for up to SimHangSeconds.
 METERING_WAIT_SECONDS = 60
@@ -112,7 +120,10 @@ def _progress_table(snap: Snapshot, elapsed: float) -> Table:
 def run_demo(orders: int, port: int, timeout: float, console: Console,
              data: Path = DATA, serve: bool = False, faults: bool = True,
              workflows: list[str] | None = None) -> int:
-    from localrun.azurite import Azurite
+    """Run the demo; returns its exit code (130 after Ctrl-C). Ends the process itself when
+    Ctrl-C left invocations running (exit_abandoning): it does not wait for them."""
+    from localrun.azurite import Azurite, AzuriteError
+    from localrun.host import exit_abandoning
 
     log_file = data.parent / "demo.log"
 
@@ -125,21 +136,28 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
     # The app's own log goes to a file: the screen is for the progress.
     logging.basicConfig(filename=log_file, filemode="w", level=logging.WARNING, force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    console.print(f"starting Azurite (data in {data}) ...")
-    az = Azurite.start(location=data)
-    host = None
-    container = None
-    stopping = False
+    # The user's environment, before the app's settings join it: what the `orders` CLI sees.
+    user_env = dict(os.environ)
 
-    def on_term(*_: object) -> None:
+    def interrupt(*_: object) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, on_term)
+    # Set here, not inherited: a shell that starts a job in the background ignores SIGINT for
+    # it, and Ctrl-C (or a test's SIGINT) must stop the demo however it was started.
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+    az = None
+    host = None
+    container = None
+    code = 1
+    abandoned = 0
     try:
+        console.print(f"starting Azurite (data in {data}) ...")
+        az = Azurite.start(location=data)
         from azure.data.tables import TableServiceClient
         from azure.storage.queue import QueueServiceClient
 
-        from localrun.appsettings import local_app_settings
+        from localrun.appsettings import follow_port, local_app_settings
         from localrun.host import LocalFunctionHost
         from localrun.metering import StorageMeter, per_order_counts, wait_metered
         from orderctl.samples import sample_orders
@@ -150,6 +168,9 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
         env = local_app_settings(az.connection_string, port,
                                  **{**DEMO_SETTINGS, **({} if faults else NO_FAULTS)})
         os.environ.update(env)
+        # A <Service>ServiceUrl the user's environment sets for another local host is not this
+        # run's simulated service.
+        follow_port(os.environ, port)
         import function_app  # it checks the settings on import, as the host would
 
         meter = StorageMeter()
@@ -174,6 +195,11 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
         # soft_wrap: a URL cut across two lines cannot be clicked or copied.
         console.print(f"operator console: {console_url} (resubmit asks for the master key)",
                       soft_wrap=True)
+        # Orders go in once the Supervisor has a tick on record. Before its first tick there is
+        # no record that anything could make progress, so it would take every step begun
+        # earlier as begun in an outage (from 00:00:00 on) and excuse it: an outage that never
+        # happened, in the summary's place of the real timeouts.
+        _wait_first_tick(inflight, settings.supervisor_schedule)
         sender = LocalSender(QueueServiceClient.from_connection_string(az.connection_string),
                              settings.orders_queue)
         batch = list(sample_orders(orders, workflows=workflows))
@@ -182,10 +208,10 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
         meter.reset()
         started = time.monotonic()
         ids = sender.send((o["order_id"], json.dumps(o).encode()) for o in batch)
-        console.print(f"sent {len(ids)} orders with faults: "
-                      f"{float(env['SimTransientErrorRate']):.0%} transient errors, "
-                      f"{float(env['SimPermanentErrorRate']):.0%} refusals, "
-                      f"{float(env['SimHangRate']):.0%} hangs")
+        console.print(f"sent {len(ids)} orders; the simulated services fault at random: "
+                      f"{float(env['SimTransientErrorRate']):.0%} of calls fail transiently, "
+                      f"{float(env['SimPermanentErrorRate']):.0%} are refused, "
+                      f"{float(env['SimHangRate']):.0%} hang")
 
         def look() -> Snapshot:
             return Snapshot(orders, list(watcher.query_entities("RowKey eq 'state'")))
@@ -213,10 +239,10 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
         metered = not unsettled and wait_metered(
             snap.states, inflight, host, time.monotonic() + METERING_WAIT_SECONDS)
         _summary(console, snap, elapsed, per_order_counts(orders, meter.per_function()))
-        result = 0
+        code = 0
         if unsettled:
             console.print(f"[red]{unsettled} orders not settled after {timeout:.0f}s[/]")
-            result = 1
+            code = 1
         elif not metered:
             console.print(f"[yellow]the app was still at work on these orders "
                           f"{METERING_WAIT_SECONDS}s after the last one settled: the counts "
@@ -224,22 +250,91 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
         if serve:
             console.print(f"still serving the operator console: {console_url} "
                           "(Ctrl-C stops everything)", soft_wrap=True)
+            console.print("the orders CLI reaches this run from another shell with:")
+            for line in cli_commands(env, user_env):
+                console.print(f"  {line}", soft_wrap=True, markup=False)
             with contextlib.suppress(KeyboardInterrupt):  # the way out we offered
                 threading.Event().wait()
-        stopping = True
-        return result
+        return code
+    except AzuriteError as e:
+        console.print(f"[red]error:[/] {e}")
+        code = 2
+        return code
     except KeyboardInterrupt:
+        _ignore_signals()
         console.print("interrupted: stopping everything ...")
-        return 130
+        code = 130
+        return code
     finally:
+        # Stopping takes a few seconds at most: a second Ctrl-C must not cut it short.
+        _ignore_signals()
         if host is not None:
-            host.stop()
+            abandoned = host.stop(grace=GRACE_SECONDS)
         if container is not None:
             container.close()
-        az.stop()
-        if stopping:
-            console.print(f"stopped the function app and Azurite; the app's log is in "
-                          f"{log_file}")
+        if az is not None:
+            az.stop()
+        if az is not None:
+            console.print(("stopped the function app and Azurite" if host else "stopped Azurite")
+                          + (f" ({abandoned} invocations still under way abandoned, as a "
+                             "stopping host abandons them)" if abandoned else "")
+                          + f"; the app's log is in {log_file}")
+        if abandoned:
+            exit_abandoning(code)
+
+
+def _ignore_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def _wait_first_tick(inflight: TableClient, schedule: str) -> None:
+    """Until the Supervisor has recorded a completed tick (its first comes within one
+    interval), or a few intervals have passed."""
+    from shared.adapters.tick_log import TableTickLog
+    from shared.settings import schedule_interval
+
+    ticks = TableTickLog(inflight)
+    deadline = time.monotonic() + 3 * schedule_interval(schedule) + 5
+    while ticks.read()[0].last_tick is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def cli_commands(env: Mapping[str, str], user_env: Mapping[str, str]) -> list[str]:
+    """Shell lines that point the `orders` CLI at this run: the storage connection, and any
+    setting it needs that it would otherwise read differently (from local.settings.json or
+    the user's environment, which it reads in that order), then a few commands."""
+    seen: dict[str, str] = {}
+    settings_file = ROOT / "local.settings.json"
+    if settings_file.exists():
+        with contextlib.suppress(ValueError, OSError):
+            seen.update({k: str(v) for k, v in
+                         json.loads(settings_file.read_text()).get("Values", {}).items()})
+    seen.update(user_env)
+    # Its queues and tables, where unset, are the defaults the demo's template names too.
+    names = [k for k in env if k.endswith(("QueueName", "TableName"))
+             and seen.get(k, env[k]) != env[k]]
+    # Where the services are: the CLI's settings check asks (though it calls none of them).
+    names += [k for k in ("SimulatorBaseUrl",) if seen.get(k) != env[k]]
+    lines = [f"export AzureWebJobsStorage={shlex.quote(env['AzureWebJobsStorage'])}"]
+    if seen.get("AzureWebJobsStorage__accountName"):
+        lines.append("unset AzureWebJobsStorage__accountName")
+    lines += [f"export {k}={shlex.quote(env[k])}" for k in sorted(names)]
+    orders = _orders_command()
+    lines += [f"{orders} list", f"{orders} send --local --count 5",
+              f"{orders} watch ORDER_ID"]
+    return lines
+
+
+def _orders_command() -> str:
+    """The `orders` CLI of this environment, as a user would type it."""
+    here = Path(sys.executable).parent / "orders"
+    found = shutil.which("orders")
+    if found and here.exists() and Path(found).resolve() == here.resolve():
+        return "orders"
+    if here.exists():
+        return shlex.quote(str(here))
+    return f"{shlex.quote(sys.executable)} -m orderctl"
 
 
 def _summary(console: Console, snap: Snapshot, elapsed: float, cost: dict[str, Any]) -> None:
