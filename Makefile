@@ -1,7 +1,14 @@
-# make test: everything a clean clone needs, then lint and the whole test suite.
+# Two commands, each installing only what it needs:
+#   make demo: Python 3.11+ and Node.js (for Azurite), nothing else; no root, no browser. Installs
+#              the app, the local host and the `orders` CLI into .venv, and Azurite (npm ci).
+#   make test: all that, then the test tooling (requirements-dev.txt, checkov, the ARM models,
+#              Chromium for the console's browser tests), then lint and the whole test suite.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# What the demo needs (requirements-local.txt and the package with its `cli` extra).
+LOCAL_STAMP := $(VENV)/.installed-local
+# All the test tooling beside it.
 STAMP := $(VENV)/.installed
 # checkov pins an old pycep-parser, so it lives in a virtual environment of its own.
 CHECKOV_VENV := .venv-checkov
@@ -12,10 +19,16 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 ORDERS ?= 100
 PORT ?= 7071
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -r requirements-dev.txt
-	$(PY) -m pip install --quiet --no-deps -e .
+$(LOCAL_STAMP): requirements.txt requirements-local.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+		echo "error: Python 3.11 or later is needed ($(PYTHON) is not): make demo PYTHON=python3.12"; \
+		exit 1; }
+	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-local.txt -e ".[cli]"
+	touch $(LOCAL_STAMP)
+
+$(STAMP): $(LOCAL_STAMP) requirements-dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $(STAMP)
 
 $(CHECKOV_STAMP): requirements-checkov.txt
@@ -24,6 +37,9 @@ $(CHECKOV_STAMP): requirements-checkov.txt
 	touch $(CHECKOV_STAMP)
 
 node_modules/.package-lock.json: package.json package-lock.json
+	@command -v npm >/dev/null || { \
+		echo "error: Node.js (npm) is needed for Azurite, the storage emulator: https://nodejs.org"; \
+		exit 1; }
 	npm ci --no-audit --no-fund
 
 # Each ARM model package on its own (two releases of one package are needed): see the file.
@@ -57,19 +73,21 @@ test: install lint
 	$(PY) -m pytest
 
 # The whole pipeline on this machine with faults: Azurite, the function app, live progress.
-# SERVE=1 keeps the app and its operator console up after the run, until Ctrl-C.
-demo: install
+# SERVE=1 keeps the app and its operator console up after the run, until Ctrl-C, and prints the
+# commands that point the `orders` CLI at it. Installs only what that needs (see the top).
+demo: $(LOCAL_STAMP) node_modules/.package-lock.json
 	$(PY) -m localrun demo --orders $(ORDERS) --port $(PORT) $(if $(SERVE),--serve)
 
 # Transactions per order, throughput, latency, Supervisor cost, recovery: bench-report/.
-bench: install
+# (Its CPU meter and charts come with the test tooling; no browser, checkov or ARM models.)
+bench: $(STAMP) node_modules/.package-lock.json
 	$(PY) -m localrun bench --out bench-report
 
-# The last bench report priced again, running nothing (prices change, the counts do not):
-# make price PRICES=my-prices.json, a copy of docs/prices.template.json filled in.
+# The last bench report priced again, running nothing (prices change, the counts do not): at the
+# prices the bench ships with, or at yours with PRICES=my-prices.json (a copy of
+# docs/prices.template.json filled in).
 price: $(STAMP)
-	$(if $(PRICES),,$(error PRICES=FILE is needed: copy docs/prices.template.json and fill it in))
-	$(PY) -m localrun bench --out bench-report --prices $(PRICES) --price-only
+	$(PY) -m localrun bench --out bench-report --price-only $(if $(PRICES),--prices $(PRICES))
 
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit
