@@ -4,7 +4,9 @@ Starts a private Azurite (data in .azurite/demo, wiped first), runs the function
 local host (HTTP on http://localhost:7071/api, as `func start` would), sends a batch of orders
 through the local orders channel with faults injected, shows progress live, and ends with a
 summary read back from the store and the storage meter. Stops everything it started, on
-Ctrl-C too.
+Ctrl-C too, within 5 s: what is still under way then is abandoned, as a stopping host
+abandons it. With --serve it stays up after the summary and prints how to point the `orders`
+CLI at it.
 """
 
 from __future__ import annotations
@@ -274,7 +276,6 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
             container.close()
         if az is not None:
             az.stop()
-        if az is not None:
             console.print(("stopped the function app and Azurite" if host else "stopped Azurite")
                           + (f" ({abandoned} invocations still under way abandoned, as a "
                              "stopping host abandons them)" if abandoned else "")
