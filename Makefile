@@ -19,10 +19,16 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 ORDERS ?= 100
 PORT ?= 7071
 
+# What a clean machine may lack, said in one line before anything is installed.
+NEED_PYTHON = @$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	echo "error: Python 3.11 or later is needed ($(PYTHON) is not): make demo PYTHON=python3.12"; \
+	exit 1; }
+NEED_NPM = @command -v npm >/dev/null || { \
+	echo "error: Node.js (npm) is needed for Azurite, the storage emulator: https://nodejs.org"; \
+	exit 1; }
+
 $(LOCAL_STAMP): requirements.txt requirements-local.txt pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
-		echo "error: Python 3.11 or later is needed ($(PYTHON) is not): make demo PYTHON=python3.12"; \
-		exit 1; }
+	$(NEED_PYTHON)
 	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-local.txt -e ".[cli]"
 	touch $(LOCAL_STAMP)
@@ -37,9 +43,7 @@ $(CHECKOV_STAMP): requirements-checkov.txt
 	touch $(CHECKOV_STAMP)
 
 node_modules/.package-lock.json: package.json package-lock.json
-	@command -v npm >/dev/null || { \
-		echo "error: Node.js (npm) is needed for Azurite, the storage emulator: https://nodejs.org"; \
-		exit 1; }
+	$(NEED_NPM)
 	npm ci --no-audit --no-fund
 
 # Each ARM model package on its own (two releases of one package are needed): see the file.
@@ -77,6 +81,8 @@ test: install lint
 # commands that point the `orders` CLI at it. Installs only what that needs (see the top).
 # (pip and npm run at once: on a clean clone about 7 s sooner than one after the other.)
 demo:
+	$(NEED_PYTHON)
+	$(NEED_NPM)
 	@$(MAKE) --no-print-directory -j2 $(LOCAL_STAMP) node_modules/.package-lock.json
 	$(PY) -m localrun demo --orders $(ORDERS) --port $(PORT) $(if $(SERVE),--serve)
 
