@@ -6,6 +6,7 @@ Agent replies (one shared response queue) and status updates to a submitter's re
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -58,6 +59,9 @@ class AgentRequest(_Message):
     compensates: str | None = None
     # The state record's outbox that sent it; the reply carries it back.
     outbox_seq: int | None = None
+    # A random value the record keeps for this attempt (StepState.token) and the reply echoes:
+    # only who read the request can answer it. None from releases before it.
+    token: str | None = None
 
 
 class ReplyOutcome(StrEnum):
@@ -74,6 +78,8 @@ class AgentReply(_Message):
     error: str | None = None
     result: dict[str, Any] | None = None
     outbox_seq: int | None = None
+    # The request's token, echoed (AgentRequest.token).
+    token: str | None = None
 
 
 StatusEvent = Literal[
@@ -90,6 +96,11 @@ class StatusUpdate(_Message):
     event_id: str = ""
     step: str | None = None
     detail: str | None = None
+
+
+def new_token() -> str:
+    """An attempt's token: 128 random bits, which nobody guesses from outside the app."""
+    return secrets.token_urlsafe(16)
 
 
 def new_work_key(order_id: str, step: str, generation: int = 0) -> str:

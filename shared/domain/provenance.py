@@ -83,6 +83,12 @@ def judge(state: OrderState | None, req: AgentRequest, service: str,
         step.status is StepStatus.COMPENSATING
         and state.compensation is CompensationState.RUNNING)
     if req.attempt == step.attempt and in_flight:
+        if step.token is not None and req.token != step.token:
+            return _forged(f"it lacks the token of {step.name}'s attempt {step.attempt}")
+        if step.complete_by is not None and req.complete_by > step.complete_by:
+            # A copy given more time would have the Agent work, and answer, past the step's.
+            return _forged(f"its complete-by {req.complete_by.isoformat()} is past the step's "
+                           f"({step.complete_by.isoformat()})")
         return Judgement(Verdict.IN_FLIGHT)
     if req.attempt <= step.attempt and step.status in _SENT[req.action]:
         return Judgement(Verdict.STALE, f"attempt {req.attempt}; the step is {step.status.value} "

@@ -35,6 +35,7 @@ from shared.domain.messages import (
     CommandKind,
     ReplyOutcome,
     StatusEvent,
+    new_token,
     new_work_key,
 )
 from shared.domain.outages import TickLog
@@ -43,6 +44,17 @@ from shared.domain.workflow import Workflow
 
 class IllegalTransition(Exception):
     """The transition does not apply to the state the order is in."""
+
+
+class ForgedReply(IllegalTransition):
+    """A reply to the step's attempt in flight that does not carry that attempt's token: the app
+    never sent the request it answers. Refused like a stale reply, and an operator is told."""
+
+    def __init__(self, message: str, step: str, attempt_due: datetime | None) -> None:
+        super().__init__(message)
+        self.step = step
+        # The attempt's complete-by: the same for every copy of the reply, so the alert is one.
+        self.attempt_due = attempt_due
 
 
 class ProcessState(StrEnum):
@@ -96,6 +108,9 @@ class StepState:
     in_doubt: bool = False
     # The key the step's work is done under, recorded when it first runs; its undo names it.
     work_key: str | None = None
+    # This attempt's token (messages.new_token), sent in its request; a reply must echo it. None
+    # on a step last sent by a release before it: its reply is taken as before.
+    token: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,6 +121,7 @@ class StepState:
             "last_error": self.last_error,
             "in_doubt": self.in_doubt,
             "work_key": self.work_key,
+            "token": self.token,
         }
 
     @classmethod
@@ -119,6 +135,7 @@ class StepState:
             last_error=d.get("last_error"),
             in_doubt=bool(d.get("in_doubt", False)),
             work_key=d.get("work_key"),
+            token=d.get("token"),
         )
 
 
@@ -299,6 +316,14 @@ def claim(state: OrderState, scheduler_id: str, now: datetime, workflow: Workflo
     return Transition(new)
 
 
+def _check_token(state: OrderState, step: StepState, reply: AgentReply) -> None:
+    if step.token is not None and reply.token != step.token:
+        raise ForgedReply(
+            f"a {reply.action.value} reply for {state.order_id}/{step.name} attempt "
+            f"{reply.attempt} without the token of the request the app sent: refused, the "
+            "step waits for its own reply", step.name, step.complete_by)
+
+
 def apply_reply(
     state: OrderState, reply: AgentReply, scheduler_id: str, now: datetime, workflow: Workflow
 ) -> Transition:
@@ -314,6 +339,7 @@ def apply_reply(
                 f"stale reply for {state.order_id}/{step.name} attempt {reply.attempt}: "
                 f"order {state.process_state}, step {step.status} attempt {step.attempt}"
             )
+        _check_token(state, step, reply)
         new = state._copy(now)
         new.rescues = 0
         events = _after_do(new, new.step(step.name), reply, scheduler_id, now, workflow)
@@ -327,6 +353,7 @@ def apply_reply(
             f"stale undo reply for {state.order_id}/{step.name} attempt {reply.attempt}: "
             f"compensation {state.compensation}, step {step.status} attempt {step.attempt}"
         )
+    _check_token(state, step, reply)
     new = state._copy(now)
     new.rescues = 0
     step = new.step(step.name)
@@ -506,6 +533,7 @@ def supervise(state: OrderState, now: datetime, policy: RetryPolicy,
 def _run(state: OrderState, step: StepState, now: datetime, workflow: Workflow) -> None:
     step.status = StepStatus.RUNNING
     step.attempt += 1
+    step.token = new_token()
     step.complete_by = now + workflow.step(step.name).budget
     if step.work_key is None:
         step.work_key = new_work_key(state.order_id, step.name, state.generation)
@@ -681,6 +709,7 @@ def _next_compensation(new: OrderState, scheduler_id: str, now: datetime, workfl
             s.name for s in new.steps if s.status is StepStatus.COMPENSATED) or "nothing to undo")]
     step.status = StepStatus.COMPENSATING
     step.attempt += 1
+    step.token = new_token()
     step.complete_by = now + workflow.step(step.name).budget
     new.compensation = CompensationState.RUNNING
     new.locked_by = scheduler_id

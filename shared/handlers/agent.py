@@ -122,14 +122,14 @@ class Agent:
             reply = AgentReply(order_id=req.order_id, step=req.step, action=req.action,
                                attempt=req.attempt, outcome=ReplyOutcome.OK,
                                result=_within_budget(result, where),
-                               outbox_seq=req.outbox_seq,
+                               outbox_seq=req.outbox_seq, token=req.token,
                                traceparent=tracing.current_traceparent() or req.traceparent)
         except PermanentServiceError as e:
             reply = AgentReply(order_id=req.order_id, step=req.step, action=req.action,
                                attempt=req.attempt, outcome=ReplyOutcome.PERMANENT_ERROR,
                                # A service's error body can be any size; a reply cannot.
                                error=budget.clip(str(e), budget.ERROR_TEXT),
-                               outbox_seq=req.outbox_seq,
+                               outbox_seq=req.outbox_seq, token=req.token,
                                # Refused: the order is in trouble; its trace is kept from here.
                                traceparent=tracing.keep(
                                    tracing.current_traceparent() or req.traceparent))

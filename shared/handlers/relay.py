@@ -77,6 +77,10 @@ class EffectRelay:
         self._clock = clock
         self._scheduler: CommandTaker | None = None  # see handing_commands_to
 
+    def alert(self, alert: OperatorAlert) -> None:
+        """An alert no transition records (a message refused before any transition)."""
+        self._alerts.raise_alert(alert)
+
     def handing_commands_to(self, scheduler: CommandTaker) -> EffectRelay:
         """This relay, but a command due now is carried out by ``scheduler`` in this process.
 
@@ -165,6 +169,7 @@ class EffectRelay:
             idempotency_key=undo_key(step.work_key) if undo else step.work_key,
             compensates=step.work_key if undo else None,
             order=order, outbox_seq=state.outbox_seq, traceparent=traceparent,
+            token=step.token,
         )
         self._sender.send(self._agent_queues[definition.agent], request.to_json())
         return order

@@ -18,9 +18,12 @@ from shared import tracing
 from shared.adapters.queues import MessageSender
 from shared.adapters.state_store import ConcurrencyConflict, OrderStore
 from shared.clock import Clock
+from shared.domain import budget
+from shared.domain.alerts import AlertKind, OperatorAlert
 from shared.domain.messages import AgentReply, CommandKind, SchedulerCommand
 from shared.domain.state import (
     Cause,
+    ForgedReply,
     IllegalTransition,
     OrderState,
     Transition,
@@ -76,6 +79,12 @@ class Scheduler:
         # A version this release does not have raises UnknownWorkflow before anything is
         # written (see _defer_if_newer).
         return self._workflows.get(state.workflow, state.workflow_version)
+
+    def _refused(self, state: OrderState, e: ForgedReply, cause: str) -> None:
+        log.error("order %s: %s", state.order_id, e)
+        self._relay.alert(OperatorAlert(
+            AlertKind.REQUEST_REFUSED, state.order_id, budget.clip(str(e), budget.ERROR_TEXT),
+            e.attempt_due or self._clock(), e.step, key=f"refused.{cause}.{e.attempt_due}"))
 
     def _defer_if_newer(self, e: UnknownWorkflow, queue: str, body: str) -> SchedulerResult:
         """A newer release's order, met while both releases run in a rolling deployment: the
@@ -155,7 +164,10 @@ class Scheduler:
                     self._relay.carry_out(current.state, current.order)
                     tracing.outcome(Outcome.REPLAYED.value)
                     return SchedulerResult(Outcome.REPLAYED, str(e))
-                log.info("ignored: %s", e)
+                if isinstance(e, ForgedReply):
+                    self._refused(current.state, e, cause)
+                else:
+                    log.info("ignored: %s", e)
                 tracing.outcome(Outcome.IGNORED.value)
                 return SchedulerResult(Outcome.IGNORED, str(e))
             try:

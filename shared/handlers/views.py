@@ -87,7 +87,10 @@ def state_view(s: domain.OrderState, order: dict[str, Any] | None = None) -> Ord
         CurrentStep=s.current_step.name if s.current_step else None, LastError=s.last_error,
         FailedStep=s.failed_step, Resubmissions=s.generation, CreatedAt=s.created_at,
         UpdatedAt=s.updated_at, Rescues=s.rescues,
-        Steps=[StepView.model_validate(st.to_dict()) for st in s.steps],
+        # Not the attempt's token: only the request and its reply may carry it (a reader of the
+        # API could otherwise answer for the Agent).
+        Steps=[StepView.model_validate({k: v for k, v in st.to_dict().items() if k != "token"})
+               for st in s.steps],
         History=s.history, Outbox=[e.model_dump(mode="json") for e in s.outbox],
         TraceId=tracing.trace_id(s.trace),
         Timeline=([TimelineEntry.model_validate(e) for e in s.timeline]

@@ -32,7 +32,8 @@ def reply(request: dict[str, Any], outcome: str = "ok", error: str | None = None
     return AgentReply(order_id=request["order_id"], step=request["step"],
                       action=request["action"], attempt=request["attempt"],
                       outcome=outcome, error=error,  # type: ignore[arg-type]
-                      outbox_seq=request.get("outbox_seq")).to_json()
+                      outbox_seq=request.get("outbox_seq"),
+                      token=request.get("token")).to_json()
 
 
 def state(p: Pipeline, order_id: str = "o-1") -> dict[str, Any]:

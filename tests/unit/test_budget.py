@@ -49,7 +49,8 @@ def failed_order(error: str) -> OrderState:
     s = claim(receive("o-1", WF, T0), "s1", T0, WF).state
     s = apply_reply(s, AgentReply(order_id="o-1", step="reserve_inventory", action="do",
                                   attempt=1, outcome=ReplyOutcome.PERMANENT_ERROR, error=error,
-                                  outbox_seq=s.outbox_seq), "s1", T0, WF).state
+                                  outbox_seq=s.outbox_seq,
+                                  token=s.step("reserve_inventory").token), "s1", T0, WF).state
     assert s.process_state is ProcessState.ERROR
     return s
 
@@ -90,7 +91,8 @@ def _fail_again(s: OrderState, error: str) -> OrderState:
     assert step is not None
     return apply_reply(s, AgentReply(order_id="o-1", step=step.name, action="do",
                                      attempt=step.attempt, outcome=ReplyOutcome.PERMANENT_ERROR,
-                                     error=error, outbox_seq=s.outbox_seq), "s1", T0, WF).state
+                                     error=error, outbox_seq=s.outbox_seq, token=step.token),
+                       "s1", T0, WF).state
 
 
 # --- What the budgets make of each stored property, by arithmetic (docs/limits.md) ------------
@@ -111,7 +113,8 @@ def _reply(s: OrderState, step: str, action: Action, error: str | None = None,
     return apply_reply(s, AgentReply(
         order_id=s.order_id, step=step, action=action, attempt=s.step(step).attempt,
         outcome=ReplyOutcome.PERMANENT_ERROR if error else ReplyOutcome.OK,
-        error=budget.clip_error(error), outbox_seq=s.outbox_seq if seq is None else seq),
+        error=budget.clip_error(error), outbox_seq=s.outbox_seq if seq is None else seq,
+        token=s.step(step).token),
         "s1", T0, WF).state
 
 

@@ -56,7 +56,7 @@ def as_written_before_work_keys(state: OrderState) -> OrderState:
 def ok(state: OrderState, step: str, action: Action = Action.DO) -> AgentReply:
     return AgentReply(order_id=state.order_id, step=step, action=action,
                       attempt=state.step(step).attempt, outcome=ReplyOutcome.OK,
-                      outbox_seq=state.outbox_seq)
+                      outbox_seq=state.outbox_seq, token=state.step(step).token)
 
 
 def two_done_third_running() -> OrderState:

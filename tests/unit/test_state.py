@@ -44,13 +44,14 @@ STEPS = [s.name for s in WF.steps]
 def ok(state: OrderState, step: str, action: Action = Action.DO) -> AgentReply:
     return AgentReply(order_id=state.order_id, step=step, action=action,
                       attempt=state.step(step).attempt, outcome=ReplyOutcome.OK,
-                      outbox_seq=state.outbox_seq)
+                      outbox_seq=state.outbox_seq, token=state.step(step).token)
 
 
 def refused(state: OrderState, step: str, action: Action = Action.DO) -> AgentReply:
     return AgentReply(order_id=state.order_id, step=step, action=action,
                       attempt=state.step(step).attempt, outcome=ReplyOutcome.PERMANENT_ERROR,
-                      error="refused by the service", outbox_seq=state.outbox_seq)
+                      error="refused by the service", outbox_seq=state.outbox_seq,
+                      token=state.step(step).token)
 
 
 def fresh() -> OrderState:
