@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+from collections.abc import Callable
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,14 @@ from shared import bootstrap, tracing
 from shared.adapters.state_store import CorruptRecord
 from shared.contracts.openapi import openapi_document
 from shared.handlers.operator import OrderNotFound, ResubmitRefused, ResubmitRequest
+from shared.handlers.principal import (
+    READ_ROLE,
+    RESUBMIT_ROLE,
+    Forbidden,
+    Principal,
+    Unauthenticated,
+    authorise,
+)
 from shared.settings import Settings, load_settings
 
 CONSOLE_PAGE = Path(__file__).parent / "console" / "console.html"
@@ -85,7 +95,23 @@ def _error(status: int, message: str) -> func.HttpResponse:
     return _json({"error": message}, status)
 
 
-def get_order(req: func.HttpRequest) -> func.HttpResponse:
+def _as_operator(role: str, handle: Callable[[func.HttpRequest, Principal], func.HttpResponse]
+                 ) -> Callable[[func.HttpRequest], func.HttpResponse]:
+    """An operator route: the caller's identity with ``role`` first (shared/handlers/principal.py),
+    whatever key came with the request: keys are for machine callers, not operators."""
+    def route(req: func.HttpRequest) -> func.HttpResponse:
+        try:
+            principal = authorise(req.headers, role, os.environ,
+                                  bootstrap.container().settings.operator_development_roles)
+        except Unauthenticated as e:
+            return _json({"error": str(e)}, 401)
+        except Forbidden as e:
+            return _error(403, str(e))
+        return handle(req, principal)
+    return route
+
+
+def _get_order(req: func.HttpRequest, _: Principal) -> func.HttpResponse:
     order_id = req.route_params.get("order_id", "")
     try:
         return _json(bootstrap.container().operator.get(order_id))
@@ -97,7 +123,7 @@ def get_order(req: func.HttpRequest) -> func.HttpResponse:
         return _error(500, str(e))
 
 
-def list_orders(req: func.HttpRequest) -> func.HttpResponse:
+def _list_orders(req: func.HttpRequest, _: Principal) -> func.HttpResponse:
     state = req.params.get("state")  # present but empty is a bad state, not "any"
     try:
         limit = int(req.params.get("limit", "50"))
@@ -108,12 +134,12 @@ def list_orders(req: func.HttpRequest) -> func.HttpResponse:
     return _json({"orders": page.items, "continuation": page.continuation})
 
 
-def resubmit_order(req: func.HttpRequest) -> func.HttpResponse:
+def _resubmit_order(req: func.HttpRequest, principal: Principal) -> func.HttpResponse:
     order_id = req.route_params.get("order_id", "")
     try:
         body = ResubmitRequest.from_body(req.get_body())
-        return _json(bootstrap.container().operator.resubmit(order_id, body.reason, body.force),
-                     202)
+        return _json(bootstrap.container().operator.resubmit(
+            order_id, body.reason, body.force, by=principal.label()), 202)
     except ValueError as e:  # the body, the reason or the id
         return _error(400, str(e))
     except OrderNotFound:
@@ -124,11 +150,11 @@ def resubmit_order(req: func.HttpRequest) -> func.HttpResponse:
         return _error(500, str(e))
 
 
-def overview(req: func.HttpRequest) -> func.HttpResponse:
+def _overview(req: func.HttpRequest, _: Principal) -> func.HttpResponse:
     return _json(bootstrap.container().operator.overview())
 
 
-def list_rejected(req: func.HttpRequest) -> func.HttpResponse:
+def _list_rejected(req: func.HttpRequest, _: Principal) -> func.HttpResponse:
     try:
         limit = int(req.params.get("limit", "50"))
         page = bootstrap.container().operator.rejected(limit, req.params.get("continuation"))
@@ -137,7 +163,16 @@ def list_rejected(req: func.HttpRequest) -> func.HttpResponse:
     return _json({"rejected": page.items, "continuation": page.continuation})
 
 
+get_order = _as_operator(READ_ROLE, _get_order)
+list_orders = _as_operator(READ_ROLE, _list_orders)
+resubmit_order = _as_operator(RESUBMIT_ROLE, _resubmit_order)
+overview = _as_operator(READ_ROLE, _overview)
+list_rejected = _as_operator(READ_ROLE, _list_rejected)
+
+
 def console(req: func.HttpRequest) -> func.HttpResponse:
+    # The page itself holds no data: every figure on it comes from a route above, with the
+    # operator's identity (the platform's session cookie in Azure).
     return func.HttpResponse(CONSOLE_PAGE.read_bytes(), mimetype="text/html", headers={
         # The page runs only its own script and talks only to this app.
         "Content-Security-Policy": "default-src 'self'; script-src 'self' 'unsafe-inline'; "

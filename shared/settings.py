@@ -17,6 +17,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from shared.domain.workflow import Registry
+from shared.handlers.principal import running_in_azure
 from shared.tracing import DEFAULT_SAMPLE_RATIO
 
 # The well-known Azurite account; Core Tools users write UseDevelopmentStorage=true.
@@ -99,6 +100,9 @@ class Settings(BaseModel):
     trace_sample_ratio: Rate = Field(DEFAULT_SAMPLE_RATIO, alias="OrderTraceSampleRatio")
 
     simulators_enabled: bool = Field(False, alias="SimulatorsEnabled")
+    # Local runs only: the app roles of the principal a request without one is given (no
+    # platform sign-in here). Refused in Azure (load_settings), where the platform signs in.
+    operator_development_roles: str = Field("", alias="OperatorDevelopmentRoles")
     # Where the simulated services are served: each service's URL is <this>/<service> unless
     # its <Service>ServiceUrl says otherwise (a demo deployment sets it to its own host).
     simulator_base_url: str | None = Field(None, alias="SimulatorBaseUrl",
@@ -306,6 +310,10 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         except ValueError as e:
             raise SettingsError(f"SupervisorSchedule={settings.supervisor_schedule!r}: {e}"
                                 ) from None
+    if settings.operator_development_roles.strip() and running_in_azure(env):
+        raise SettingsError(
+            "OperatorDevelopmentRoles is set, and this app runs in Azure: it would give every "
+            "caller those operator roles; remove it (operators sign in through the platform)")
     if settings.retry_backoff_max < settings.retry_backoff:
         raise SettingsError("RetryBackoffMaxSeconds must not be below RetryBackoffSeconds")
     if settings.breaker_window < settings.agent_call_timeout:

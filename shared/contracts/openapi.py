@@ -36,10 +36,20 @@ def _json(model: type[BaseModel], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": _ref(model)}}}
 
 
+def _operator_errors(*codes: int) -> dict[str, Any]:
+    """An operator route's: its 401 is the app's (no operator identity), with a JSON body."""
+    out = _errors(403, *codes)
+    if 401 in codes:
+        out["401"] = _json(ErrorBody, "No operator identity came with the request (sign in), "
+                                      "or it could not be read: the error says which.")
+    return out
+
+
 def _errors(*codes: int) -> dict[str, Any]:
     what = {
         400: "The request is wrong: the error says how.",
         401: "No key, or a key without the rights this route needs. The body is empty.",
+        403: "Signed in, without the app role this route needs: the error names it.",
         404: "No such order.",
         409: "The order's state does not allow it now: the error says why.",
         500: "A stored record this version cannot read: the error names it.",
@@ -67,17 +77,21 @@ def openapi_document() -> dict[str, Any]:
                                         HealthReport, ErrorBody)]
         + [(ResubmitRequest, "validation")], ref_template=_REF)
     function_key: list[dict[str, list[str]]] = [{"functionKey": []}, {"functionKeyQuery": []}]
+    operator: list[dict[str, list[str]]] = [{"operator": []}]
     return {
         "openapi": "3.1.0",
         "info": {
             "title": "Order pipeline operator API",
             "version": VERSION,
             "description": "Look orders up, list them, resubmit a failed one, see what is in "
-                           "flight, failed or rejected, and check health. Every route needs a "
-                           "key (function or host key; resubmit needs the master key).",
+                           "flight, failed or rejected, and check health. An operator signs in "
+                           "(App Service Authentication, Entra ID) and needs the app role "
+                           "Orders.Read to read, Orders.Resubmit to resubmit; no key opens "
+                           "those routes. Health and this document take a function key "
+                           "(machine callers).",
         },
         "servers": [{"url": "/api"}],
-        "security": function_key,
+        "security": operator,
         "paths": {
             "/orders": {"get": {
                 "operationId": "listOrders",
@@ -87,14 +101,14 @@ def openapi_document() -> dict[str, Any]:
                      "schema": {"type": "string", "enum": [p.value for p in ProcessState]}},
                     _LIMIT, _CONTINUATION],
                 "responses": {"200": _json(OrderPage, "A page of orders."),
-                              **_errors(400, 401)},
+                              **_operator_errors(400, 401)},
             }},
             "/orders/{order_id}": {"get": {
                 "operationId": "getOrder",
                 "summary": "One order: its state record, steps, history and the order itself.",
                 "parameters": [_ORDER_ID],
                 "responses": {"200": _json(OrderView, "The order."),
-                              **_errors(400, 401, 404, 500)},
+                              **_operator_errors(400, 401, 404, 500)},
             }},
             "/orders/{order_id}/resubmit": {"post": {
                 "operationId": "resubmitOrder",
@@ -102,44 +116,46 @@ def openapi_document() -> dict[str, Any]:
                 "description": "Only an order in Error whose compensation is over. After a "
                                "failed compensation, only with force, once the services have "
                                "been checked.",
-                "security": [{"masterKey": []}],
                 "parameters": [_ORDER_ID],
                 "requestBody": {"required": False, "content": {
                     "application/json": {"schema": _ref(ResubmitRequest)}}},
                 "responses": {"202": _json(OrderView, "Resubmitted: the order as it is now."),
-                              **_errors(400, 401, 404, 409, 500)},
+                              **_operator_errors(400, 401, 404, 409, 500)},
             }},
             "/rejected": {"get": {
                 "operationId": "listRejected",
                 "summary": "Intake that was refused, with the reason, newest sent first.",
                 "parameters": [_LIMIT, _CONTINUATION],
                 "responses": {"200": _json(RejectedPage, "A page of rejected messages."),
-                              **_errors(400, 401)},
+                              **_operator_errors(400, 401)},
             }},
             "/overview": {"get": {
                 "operationId": "overview",
                 "summary": "Counts by state, in-flight (most overdue first), failed, "
                            "compensation failed, recent alerts and rejections.",
                 "responses": {"200": _json(Overview, "What the console shows."),
-                              **_errors(401)},
+                              **_operator_errors(401)},
             }},
             "/health": {"get": {
                 "operationId": "health",
                 "summary": "Whether storage answers; within 5 s even when it does not.",
+                "security": function_key,
                 "responses": {"200": _json(HealthReport, "Healthy."),
                               "503": _json(HealthReport, "A check failed: it says which."),
                               **_errors(401)},
             }},
             "/console": {"get": {
                 "operationId": "console",
-                "summary": "The operator's console, a web page.",
+                "summary": "The operator's console, a web page (it holds no data: it reads "
+                           "the routes above as the signed-in operator).",
+                "security": [],
                 "responses": {"200": {"description": "The page.",
-                                      "content": {"text/html": {"schema": {"type": "string"}}}},
-                              **_errors(401)},
+                                      "content": {"text/html": {"schema": {"type": "string"}}}}},
             }},
             "/openapi.json": {"get": {
                 "operationId": "openapi",
                 "summary": "This document.",
+                "security": function_key,
                 "responses": {"200": {"description": "OpenAPI 3.1.",
                                       "content": {"application/json": {
                                           "schema": {"type": "object"}}}},
@@ -153,8 +169,12 @@ def openapi_document() -> dict[str, Any]:
                                 "description": "A function key, or a host key."},
                 "functionKeyQuery": {"type": "apiKey", "in": "query", "name": "code",
                                      "description": "The same key as a query parameter."},
-                "masterKey": {"type": "apiKey", "in": "header", "name": "x-functions-key",
-                              "description": "The host's master key (_master)."},
+                "operator": {"type": "apiKey", "in": "header", "name": "X-MS-CLIENT-PRINCIPAL",
+                             "description": "The signed-in operator, as App Service "
+                                            "Authentication hands it to the app after an Entra "
+                                            "ID sign-in (a bearer token or the session cookie); "
+                                            "the platform strips one a client sends. See "
+                                            "docs/security-operators.md."},
             },
         },
     }

@@ -15,9 +15,16 @@ import pytest
 import function_app
 from localrun.index import functions_of
 from shared.contracts.openapi import openapi_document
+from shared.handlers.principal import READ_ROLE, RESUBMIT_ROLE
 from tests.integration.conftest import RunningHost
-from tests.integration.test_operator_api import accept, compensation_failed, failed_and_compensated
+from tests.integration.test_operator_api import (
+    accept,
+    compensation_failed,
+    failed_and_compensated,
+    signed_in,
+)
 
+OPERATOR = signed_in(READ_ROLE, RESUBMIT_ROLE)["X-MS-CLIENT-PRINCIPAL"]
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
 # Every HTTP route but the simulated services (a stand-in for remote services, not the API).
 ROUTES = {f.name for f in functions_of(function_app.app)
@@ -55,8 +62,10 @@ def test_schemathesis_finds_no_5xx_and_no_answer_off_the_document(h: RunningHost
     run = subprocess.run(
         [str(SCHEMATHESIS), "--config-file", str(Path(__file__).with_name("schemathesis.toml")),
          "run", f"{base}/openapi.json?code=fn-key", "--url", base,
-         # The master key opens every route; the checks also send no key and expect a 401.
-         "-H", "x-functions-key: master-key",
+         # An operator with both app roles, and a function key for the machine routes; the
+         # checks also send neither and expect a 401.
+         "-H", "X-MS-CLIENT-PRINCIPAL: " + OPERATOR,
+         "-H", "x-functions-key: fn-key",
          "--checks", "all",
          # The Functions host answers 404, not 405, to a method a route does not take
          # (azure-functions-host#10098); the local host does the same.

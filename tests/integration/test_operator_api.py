@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from shared.domain import budget
 from shared.domain.state import CompensationState, ProcessState
 from shared.handlers.operator import MAX_REASON
+from shared.handlers.principal import READ_ROLE, RESUBMIT_ROLE
 from tests.integration.conftest import RunningHost
 from tests.integration.helpers import (
     drain_json,
@@ -22,11 +24,23 @@ from tests.integration.test_scheduler import reply
 API = {"get_order", "list_orders", "resubmit_order", "health"}
 
 
-def api(h: RunningHost) -> httpx.Client:
-    # The master key opens every route (the admin-level resubmit too); test_http_keys covers
-    # which key opens what.
+OPERATOR_OID = "5f0c1e2a-0000-4000-8000-0000000000aa"
+
+
+def signed_in(*roles: str, name: str = "Ada Operator", oid: str = OPERATOR_OID) -> dict[str, str]:
+    """The header App Service Authentication hands the app for a signed-in Entra ID user."""
+    claims = [{"typ": "name", "val": name},
+              {"typ": "http://schemas.microsoft.com/identity/claims/objectidentifier", "val": oid},
+              *({"typ": "roles", "val": r} for r in roles)]
+    doc = {"auth_typ": "aad", "claims": claims, "name_typ": "name", "role_typ": "roles"}
+    return {"X-MS-CLIENT-PRINCIPAL": base64.b64encode(json.dumps(doc).encode()).decode()}
+
+
+def api(h: RunningHost, *roles: str) -> httpx.Client:
+    """An operator with both app roles (or the ones given), as the platform presents them: no
+    key (test_http_keys and the tests below hold that keys open no operator route)."""
     return httpx.Client(base_url=f"http://127.0.0.1:{h.port}/api", timeout=10,
-                        headers={"x-functions-key": h.host.keys.master})
+                        headers=signed_in(*(roles or (READ_ROLE, RESUBMIT_ROLE))))
 
 
 def accept(order_id: str) -> str:
@@ -140,6 +154,8 @@ def test_resubmit_a_failed_order(run_host: Any) -> None:
         assert (body["ProcessState"], body["FailureCount"], body["Resubmissions"]) == (
             "Pending", 0, 1)
         assert body["History"][0]["reason"] == "card limit raised"
+        # Who did it, as the platform named them, kept with it.
+        assert body["History"][0]["by"] == f"Ada Operator (oid {OPERATOR_OID})"
         assert "card declined" in body["History"][0]["previous_error"]
         # The Scheduler is asked to start it, and the work is new work for the services.
         (cmd,) = drain_json(h.env["SchedulerQueueName"])
@@ -228,7 +244,9 @@ def test_resubmit_refusals(run_host: Any) -> None:
 
 def test_health(run_host: Any) -> None:
     h: RunningHost = run_host(only=API)
-    with api(h) as c:
+    # A machine route: a monitor's named function key, no identity.
+    with httpx.Client(base_url=f"http://127.0.0.1:{h.port}/api", timeout=10,
+                      headers={"x-functions-key": h.host.keys.function}) as c:
         r = c.get("/health")
         assert r.status_code == 200 and r.json()["status"] == "ok"
         h.container.queues.delete_queue(h.env["PaymentRequestsQueueName"])
@@ -280,3 +298,45 @@ def test_a_bad_order_id_in_a_lookup_is_a_400(run_host: Any) -> None:
     with api(h) as c:
         r = c.get("/orders/a%2Fb")
     assert r.status_code == 400 and "not an order id" in r.json()["error"]
+
+
+def test_operator_routes_need_an_identity_not_a_key(run_host: Any) -> None:
+    """Issue 32: the master key (or any key) used to be how an operator got in."""
+    h: RunningHost = run_host(only=API | {"overview", "list_rejected"},
+                              LOCALRUN_FUNCTION_KEY="fn-key", LOCALRUN_MASTER_KEY="master-key")
+    failed_and_compensated(h, "f-5")
+    base = f"http://127.0.0.1:{h.port}/api"
+    for key in (None, "fn-key", "master-key"):
+        headers = {"x-functions-key": key} if key else {}
+        for method, path in [("GET", "/orders/f-5"), ("GET", "/orders"), ("GET", "/overview"),
+                             ("GET", "/rejected"), ("POST", "/orders/f-5/resubmit")]:
+            r = httpx.request(method, base + path, headers=headers, timeout=10)
+            assert r.status_code == 401 and "sign in" in r.json()["error"], (key, path)
+    assert h.container.operator.get("f-5")["ProcessState"] == "Error"  # nothing resubmitted
+
+
+def test_a_reader_reads_and_is_told_why_it_cannot_resubmit(run_host: Any) -> None:
+    h: RunningHost = run_host(only=API)
+    failed_and_compensated(h, "f-6")
+    with api(h, READ_ROLE) as c:
+        assert c.get("/orders/f-6").json()["ProcessState"] == "Error"
+        r = c.post("/orders/f-6/resubmit", json={"reason": "try again"})
+        assert r.status_code == 403
+        assert r.json()["error"] == ("Ada Operator lacks the app role 'Orders.Resubmit' this "
+                                     "needs (has: Orders.Read)")
+    with api(h, RESUBMIT_ROLE) as c:  # resubmit alone does not read
+        assert c.get("/orders/f-6").status_code == 403
+        assert c.post("/orders/f-6/resubmit", json={"reason": "ok"}).status_code == 202
+    assert h.container.operator.get("f-6")["Resubmissions"] == 1
+
+
+def test_locally_the_development_principal_has_the_roles_it_is_given(run_host: Any) -> None:
+    h: RunningHost = run_host(only=API, OperatorDevelopmentRoles=f"{READ_ROLE},{RESUBMIT_ROLE}")
+    failed_and_compensated(h, "f-7")
+    with httpx.Client(base_url=f"http://127.0.0.1:{h.port}/api", timeout=10) as c:  # no header
+        r = c.post("/orders/f-7/resubmit", json={"reason": "fixed locally"})
+        assert r.status_code == 202, r.text
+        assert r.json()["History"][0]["by"] == "local developer (oid development)"
+        # A request's own principal still counts: the same role check as in Azure.
+        r = c.post("/orders/f-7/resubmit", headers=signed_in(READ_ROLE))
+        assert r.status_code == 403

@@ -34,10 +34,12 @@ from shared import bootstrap
 from shared.adapters.remote_service import PermanentServiceError, RemoteServiceClient
 from shared.domain import budget
 from shared.domain.workflow import agent_function
+from shared.handlers.principal import RESUBMIT_ROLE
 from shared.settings import load_settings
 from shared.workflows import REGISTRY
 from tests.conftest import FakeClock
 from tests.integration.helpers import drain, function, queue_message, sb_message
+from tests.integration.test_operator_api import signed_in
 
 # Table Storage (https://learn.microsoft.com/azure/storage/tables/scalability-targets).
 ENTITY_BYTES = 1024 * 1024
@@ -287,6 +289,8 @@ def resubmit(order_id: str, reason: str) -> None:
     body = json.dumps({"reason": reason, "force": True}).encode()
     answer = function("resubmit_order")(req=func.HttpRequest(
         method="POST", url=f"/api/orders/{order_id}/resubmit", body=body,
+        # The longest name a principal's label keeps: the record holds it with each resubmit.
+        headers=signed_in(RESUBMIT_ROLE, name="n" * 300),
         route_params={"order_id": order_id}))
     assert answer.status_code == 202, answer.get_body()[:300]
 

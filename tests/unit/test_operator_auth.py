@@ -1,0 +1,110 @@
+"""The operator routes' role check: who may read, who may resubmit, and what each is told."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from shared.handlers.principal import (
+    READ_ROLE,
+    RESUBMIT_ROLE,
+    Forbidden,
+    Unauthenticated,
+    authorise,
+)
+from shared.settings import SettingsError, load_settings
+
+OID = "7c1b5d4e-0000-4000-8000-000000000001"
+AZURE = {"WEBSITE_SITE_NAME": "orders-app", "WEBSITE_AUTH_ENABLED": "True"}
+
+
+def principal(*roles: str, name: str = "Jane Operator", oid: str = OID) -> str:
+    """As EasyAuth sends it for an Entra ID user: mapped claim types, roles under role_typ."""
+    claims = [{"typ": "name", "val": name},
+              {"typ": "http://schemas.microsoft.com/identity/claims/objectidentifier", "val": oid},
+              *({"typ": "roles", "val": r} for r in roles)]
+    doc = {"auth_typ": "aad", "claims": claims, "name_typ": "name", "role_typ": "roles"}
+    return base64.b64encode(json.dumps(doc).encode()).decode()
+
+
+def test_no_principal_is_unauthenticated() -> None:
+    with pytest.raises(Unauthenticated, match="sign in"):
+        authorise({}, READ_ROLE, AZURE)
+    with pytest.raises(Unauthenticated, match="sign in"):
+        authorise({}, READ_ROLE, {})  # locally, without a development principal
+
+
+def test_a_reader_reads_and_cannot_resubmit() -> None:
+    headers = {"x-ms-client-principal": principal(READ_ROLE)}
+    p = authorise(headers, READ_ROLE, AZURE)
+    assert (p.name, p.oid, p.label()) == ("Jane Operator", OID, f"Jane Operator (oid {OID})")
+    with pytest.raises(Forbidden) as e:
+        authorise(headers, RESUBMIT_ROLE, AZURE)
+    assert str(e.value) == ("Jane Operator lacks the app role 'Orders.Resubmit' this needs "
+                            "(has: Orders.Read)")
+
+
+def test_resubmit_is_its_own_role() -> None:
+    headers = {"x-ms-client-principal": principal(RESUBMIT_ROLE)}
+    assert authorise(headers, RESUBMIT_ROLE, AZURE).roles == {RESUBMIT_ROLE}
+    with pytest.raises(Forbidden, match=r"has: Orders\.Resubmit\)"):
+        authorise(headers, READ_ROLE, AZURE)
+
+
+def test_a_signed_in_user_with_no_roles_is_forbidden_not_unauthenticated() -> None:
+    with pytest.raises(Forbidden, match="has: none"):
+        authorise({"x-ms-client-principal": principal()}, READ_ROLE, AZURE)
+
+
+def test_an_application_caller_is_named_by_its_app_id() -> None:
+    doc = {"auth_typ": "aad", "name_typ": "name", "role_typ": "roles",
+           "claims": [{"typ": "appid", "val": "monitoring-app"}, {"typ": "oid", "val": OID},
+                      {"typ": "roles", "val": READ_ROLE}]}
+    header = base64.b64encode(json.dumps(doc).encode()).decode()
+    assert authorise({"x-ms-client-principal": header}, READ_ROLE, AZURE).name == "monitoring-app"
+
+
+@pytest.mark.parametrize("header", ["not base64!", base64.b64encode(b"[1]").decode(),
+                                    base64.b64encode(b'{"claims": [{"typ": "name", "val": "x"}]}'
+                                                     ).decode()])
+def test_an_unreadable_principal_is_unauthenticated(header: str) -> None:
+    with pytest.raises(Unauthenticated):
+        authorise({"x-ms-client-principal": header}, READ_ROLE, AZURE)
+
+
+def test_in_azure_without_platform_authentication_a_header_is_not_trusted() -> None:
+    # With EasyAuth off the platform does not strip client-sent X-MS-* headers: anyone could
+    # write this one.
+    with pytest.raises(Unauthenticated, match="App Service Authentication is off"):
+        authorise({"x-ms-client-principal": principal(RESUBMIT_ROLE)}, RESUBMIT_ROLE,
+                  {"WEBSITE_SITE_NAME": "orders-app"})
+
+
+def test_the_development_principal_is_local_only() -> None:
+    dev = authorise({}, RESUBMIT_ROLE, {}, f"{READ_ROLE}, {RESUBMIT_ROLE}")
+    assert dev.label() == "local developer (oid development)"
+    with pytest.raises(Forbidden):
+        authorise({}, RESUBMIT_ROLE, {}, READ_ROLE)
+    # A request's own principal wins over it, so a test can act as a reader.
+    with pytest.raises(Forbidden):
+        authorise({"x-ms-client-principal": principal(READ_ROLE)}, RESUBMIT_ROLE, {},
+                  RESUBMIT_ROLE)
+    with pytest.raises(Unauthenticated):  # ignored in Azure, even if start-up were skipped
+        authorise({}, READ_ROLE, AZURE, READ_ROLE)
+
+
+def test_start_up_refuses_a_development_principal_in_azure() -> None:
+    env = {"AzureWebJobsStorage": "UseDevelopmentStorage=true",
+           "OperatorDevelopmentRoles": READ_ROLE}
+    assert load_settings(env).operator_development_roles == READ_ROLE
+    with pytest.raises(SettingsError, match="OperatorDevelopmentRoles is set, and this app runs "
+                                            "in Azure"):
+        load_settings({**env, "WEBSITE_INSTANCE_ID": "abc123"})
+
+
+def test_the_label_kept_in_history_is_bounded() -> None:
+    p = authorise({"x-ms-client-principal": principal(READ_ROLE, name="n" * 300, oid="o" * 100)},
+                  READ_ROLE, AZURE)
+    assert p.label() == f"{'n' * 63}… (oid {'o' * 39}…)"
