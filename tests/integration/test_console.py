@@ -17,9 +17,16 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from shared.domain.state import ProcessState, due_at
+from shared.handlers.principal import READ_ROLE, RESUBMIT_ROLE
 from tests.integration.conftest import RunningHost
 from tests.integration.helpers import function, sb_message
-from tests.integration.test_operator_api import accept, compensation_failed, failed_and_compensated
+from tests.integration.test_operator_api import (
+    OPERATOR_OID,
+    accept,
+    compensation_failed,
+    failed_and_compensated,
+    signed_in,
+)
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 # Chromium as root, with nothing of its own reaching out to the network (this machine's network
@@ -41,7 +48,10 @@ def browser() -> Iterator[Browser]:
 @pytest.fixture
 def h(run_host: Any) -> RunningHost:
     # Pending orders fall due after 1 s: an accepted order nobody takes soon is overdue.
+    # The development principal (an operator with both roles) stands in for the platform's
+    # sign-in: no key anywhere.
     h: RunningHost = run_host(only=CONSOLE, PendingGraceSeconds="1",
+                              OperatorDevelopmentRoles=f"{READ_ROLE},{RESUBMIT_ROLE}",
                               LOCALRUN_FUNCTION_KEY="fn-key", LOCALRUN_MASTER_KEY="master-key")
     failed_and_compensated(h, "f-1")
     compensation_failed(h, "f-2")
@@ -53,9 +63,12 @@ def h(run_host: Any) -> RunningHost:
     return h
 
 
-@pytest.fixture
-def page(browser: Browser, h: RunningHost) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1300, "height": 1000})
+def open_console(browser: Browser, h: RunningHost, headers: dict[str, str] | None = None,
+                 ) -> tuple[Page, list[str]]:
+    """The console in a fresh browser context; the list collects what it tried to fetch from
+    anywhere but this app (aborted). ``headers``: an operator's principal on every request."""
+    context = browser.new_context(viewport={"width": 1300, "height": 1000},
+                                  extra_http_headers=headers)
     pg = context.new_page()
     foreign: list[str] = []
 
@@ -67,11 +80,18 @@ def page(browser: Browser, h: RunningHost) -> Iterator[Page]:
             route.continue_()
 
     pg.route("**/*", only_this_app)
-    pg.goto(f"http://127.0.0.1:{h.port}/api/console?code=fn-key")
+    pg.goto(f"http://127.0.0.1:{h.port}/api/console")
+    return pg, foreign
+
+
+@pytest.fixture
+def page(browser: Browser, h: RunningHost) -> Iterator[Page]:
+    pg, foreign = open_console(browser, h)
     expect(pg.get_by_test_id("refreshed")).to_contain_text("updated")
     yield pg
-    context.close()
+    pg.context.close()
     assert foreign == [], "the console fetched something from elsewhere"
+    assert "code=" not in pg.url  # no key in the address, ever
 
 
 def store_counts(h: RunningHost) -> Counter[str]:
@@ -84,13 +104,36 @@ def store_counts(h: RunningHost) -> Counter[str]:
             return counts
 
 
-def test_the_console_needs_a_key(h: RunningHost) -> None:
-    r = httpx.get(f"http://127.0.0.1:{h.port}/api/console", timeout=10)
-    assert r.status_code == 401
-    ok = httpx.get(f"http://127.0.0.1:{h.port}/api/console", params={"code": "fn-key"},
-                   timeout=10)
+def test_the_console_needs_no_key(h: RunningHost) -> None:
+    """Issue 32: it was opened with ?code=<key>, which stayed in the address bar and history.
+    The page holds no data; what it shows comes from the operator routes, by identity."""
+    ok = httpx.get(f"http://127.0.0.1:{h.port}/api/console", timeout=10)
     assert ok.status_code == 200 and ok.headers["content-type"].startswith("text/html")
     assert "default-src 'self'" in ok.headers["content-security-policy"]
+    assert "x-functions-key" not in ok.text and "code=" not in ok.text
+
+
+def test_without_an_identity_the_console_offers_the_platform_sign_in(
+        browser: Browser, run_host: Any) -> None:
+    h: RunningHost = run_host(only=CONSOLE)  # no development principal: as Azure, signed out
+    pg, _ = open_console(browser, h)
+    expect(pg.get_by_test_id("refreshed")).to_contain_text("sign in: this route needs an "
+                                                           "operator identity")
+    link = pg.get_by_test_id("sign-in")
+    assert link.get_attribute("href") == (
+        "/.auth/login/aad?post_login_redirect_uri=%2Fapi%2Fconsole")
+    pg.context.close()
+
+
+def test_a_reader_sees_why_they_cannot_resubmit(browser: Browser, h: RunningHost) -> None:
+    pg, foreign = open_console(browser, h, signed_in(READ_ROLE))
+    pg.goto(f"http://127.0.0.1:{h.port}/api/console#/orders/f-1")
+    resubmit(pg, "card limit raised")
+    expect(pg.get_by_test_id("resubmit-result")).to_contain_text(
+        "Ada Operator lacks the app role 'Orders.Resubmit'")
+    assert h.container.store.get_state("f-1").process_state is ProcessState.ERROR
+    pg.context.close()
+    assert foreign == []
 
 
 def test_counts_match_the_store(page: Page, h: RunningHost) -> None:
@@ -133,11 +176,10 @@ def test_the_overview_refreshes_by_itself(page: Page) -> None:
     expect(page.get_by_test_id("by-state-Pending")).to_contain_text("2", timeout=15_000)
 
 
-def resubmit(page: Page, reason: str, key: str, force: bool = False) -> None:
+def resubmit(page: Page, reason: str, force: bool = False) -> None:
     """Fill in the order page's resubmit form and send it."""
     form = page.get_by_test_id("resubmit")
     form.locator("textarea[name=reason]").fill(reason)
-    form.locator("input[name=adminKey]").fill(key)
     if force:
         form.locator("input[name=force]").check()
     form.get_by_role("button", name="Resubmit").click()
@@ -150,24 +192,31 @@ def test_resubmit_from_the_order_page(page: Page, h: RunningHost) -> None:
     expect(page.get_by_test_id("steps").locator('tr[data-step="charge_payment"]')).to_contain_text(
         "compensated")
     expect(page.locator('dd[data-field="last error"]')).to_contain_text("card declined")
-    resubmit(page, "card limit raised", "fn-key")  # not the master key
-    expect(page.get_by_test_id("resubmit-result")).to_contain_text("master key was refused")
-    assert h.container.store.get_state("f-1").process_state is ProcessState.ERROR
-
-    resubmit(page, "card limit raised", "master-key")
+    resubmit(page, "card limit raised")
     expect(page.get_by_test_id("resubmit-result")).to_contain_text("Resubmitted: now Pending")
     state = h.container.store.get_state("f-1")
     assert (state.process_state, state.generation) == (ProcessState.PENDING, 1)
     assert state.history[-1]["reason"] == "card limit raised"
+    assert state.history[-1]["by"] == "local developer (oid development)"
     expect(page.get_by_test_id("history")).to_contain_text("card limit raised")
+    expect(page.get_by_test_id("history")).to_contain_text("local developer (oid development)")
+
+
+def test_a_signed_in_operator_is_named_in_the_history(browser: Browser, h: RunningHost) -> None:
+    pg, _ = open_console(browser, h, signed_in(READ_ROLE, RESUBMIT_ROLE))
+    pg.goto(f"http://127.0.0.1:{h.port}/api/console#/orders/f-1")
+    resubmit(pg, "card limit raised")
+    expect(pg.get_by_test_id("resubmit-result")).to_contain_text("Resubmitted")
+    expect(pg.get_by_test_id("history")).to_contain_text(f"Ada Operator (oid {OPERATOR_OID})")
+    pg.context.close()
 
 
 def test_a_failed_compensation_needs_the_force_confirmation(page: Page, h: RunningHost) -> None:
     page.get_by_test_id("compensation-failed").get_by_role("link", name="f-2").click()
-    resubmit(page, "refunded by hand", "master-key")
+    resubmit(page, "refunded by hand")
     expect(page.get_by_test_id("resubmit-result")).to_contain_text("force")
     assert h.container.store.get_state("f-2").process_state is ProcessState.ERROR
 
-    resubmit(page, "refunded by hand", "master-key", force=True)
+    resubmit(page, "refunded by hand", force=True)
     expect(page.get_by_test_id("resubmit-result")).to_contain_text("Resubmitted")
     assert h.container.store.get_state("f-2").history[-1]["forced"] is True
