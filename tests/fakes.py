@@ -297,7 +297,8 @@ def supervisor_over_fakes(store: FakeOrderStore, clock: Any, policy: Any, *,
 
 def in_flight(store: Any, order_id: str, step: str, at: datetime, *, action: str = "do",
               attempt: int = 1, workflow: Any = None, generation: int = 0,
-              budget: timedelta = timedelta(seconds=30)) -> OrderState:
+              budget: timedelta = timedelta(seconds=30), token: str | None = None
+              ) -> OrderState:
     """An order whose record shows ``step``'s ``action`` at ``attempt`` in flight, in any store
     (fake or real): what an Agent checks the request it is handed against. An order already
     stored is moved there."""
@@ -315,6 +316,7 @@ def in_flight(store: Any, order_id: str, step: str, at: datetime, *, action: str
     state.generation = generation
     s = state.step(step)
     s.attempt = attempt
+    s.token = token  # None: as a release before tokens sent it
     s.work_key = new_work_key(order_id, step, generation)
     s.complete_by = at + budget
     state.complete_by = s.complete_by

@@ -40,7 +40,14 @@ from shared.circuit_breaker import CircuitBreaker
 from shared.domain import due_index
 from shared.domain.alerts import AlertKind
 from shared.domain.due_index import IndexKey
-from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
+from shared.domain.messages import (
+    Action,
+    AgentReply,
+    AgentRequest,
+    ReplyOutcome,
+    new_work_key,
+    undo_key,
+)
 from shared.domain.state import (
     CompensationState,
     ProcessState,
@@ -424,6 +431,21 @@ class PipelineMachine(RuleBasedStateMachine):
             complete_by=self.clock() + wf_step.budget, idempotency_key=key,
             compensates=work if action is Action.UNDO else None,
             order={"order_id": oid}).to_json())
+        self.forged += 1
+
+    @rule(i=st.integers(0, len(ORDER_IDS) - 1), step=st.sampled_from(list(SERVICE_OF_STEP)),
+          action=st.sampled_from(list(Action)), attempt=st.integers(1, 4), ok=st.booleans())
+    def an_attacker_sends_a_reply(self, i: int, step: str, action: Action, attempt: int,
+                                  ok: bool) -> None:
+        """Anyone with write access to the replies queue answers for an Agent: a step done
+        that was never done, an undo that never happened. Only a reply carrying its attempt's
+        token (which only the request held) moves an order; the teardown then finds each
+        Processed order's work standing at the services, and each compensated order's undone."""
+        oid = ORDER_IDS[i]
+        self.queues.send(RESPONSES_Q, AgentReply(
+            order_id=oid, step=step, action=action, attempt=attempt,
+            outcome=ReplyOutcome.OK if ok else ReplyOutcome.PERMANENT_ERROR,
+            error=None if ok else "HTTP 422 made up").to_json())
         self.forged += 1
 
     @rule(seconds=st.sampled_from([1, 10, 60]))

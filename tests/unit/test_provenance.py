@@ -36,10 +36,11 @@ def req(action: str = "do", attempt: int = 1, step: str = "take", key: str | Non
         order={"order_id": order_id, "amount": "0.01"}, **extra)
 
 
-def record(action: str = "do", attempt: int = 1, generation: int = 0) -> OrderState:
+def record(action: str = "do", attempt: int = 1, generation: int = 0,
+           token: str | None = None) -> OrderState:
     store = FakeOrderStore()
     return in_flight(store, "o-1", "take", CLOCK.now, action=action, attempt=attempt,
-                     generation=generation)
+                     generation=generation, token=token)
 
 
 def _settled() -> OrderState:
@@ -74,7 +75,16 @@ FORGERIES = {
     "an attempt never sent": (record(attempt=1), req(attempt=2)),
     "a do while the step is undone": (record("undo", attempt=2), req("do", attempt=3)),
     "the undo of a settled order's work": (_settled(), req("undo")),
+    "a request without its attempt's token": (record(token="t-1"), req()),
+    "a request with another attempt's token": (record(token="t-1"), req(token="t-0")),
+    "a copy given more time than the step": (record(), req().model_copy(
+        update={"complete_by": CLOCK.now + timedelta(days=30)})),
 }
+
+
+def test_the_request_carrying_its_attempts_token_is_done() -> None:
+    assert judge(record(token="t-1"), req(token="t-1"), "beta", FLOW).verdict \
+        is Verdict.IN_FLIGHT
 
 
 @pytest.mark.parametrize("name", FORGERIES)
@@ -143,3 +153,37 @@ def test_the_service_is_sent_the_order_as_stored_not_as_the_request_carries_it()
     assert reply is not None and reply.outcome == "ok"
     (body,) = service.calls
     assert "amount" not in body["order"] and body["order"]["customer_id"] == "c"
+
+
+def test_a_reply_the_app_never_asked_for_is_refused_and_the_operator_told_once() -> None:
+    """The reply side of the same attack: a made-up 'done' for a step in flight would have the
+    order go on without the work. Without the attempt's token it moves nothing; the real reply,
+    echoing the token, still does."""
+    from shared.domain.alerts import AlertKind
+    from shared.domain.messages import AgentReply, ReplyOutcome, SchedulerCommand
+    from shared.handlers.relay import EffectRelay
+    from shared.handlers.scheduler import Outcome, Queues, Scheduler
+    from tests.fakes import FakeQueues, accepted
+
+    clock, store, alerts = FakeClock(), FakeOrderStore(), FakeAlertSink()
+    queues = FakeQueues(clock)
+    registry = Registry.of([FLOW])
+    relay = EffectRelay(store=store, sender=queues, alerts=alerts, workflows=registry,
+                        agent_queues={"alpha": "a", "beta": "b", "gamma": "c"},
+                        scheduler_queue="cmd", clock=clock)
+    scheduler = Scheduler(instance_id="s1", store=store, relay=relay, workflows=registry,
+                          clock=clock, queues=Queues(queues, "cmd", "replies"))
+    accepted(store, "o-1", clock.now)
+    scheduler.handle_command(SchedulerCommand(order_id="o-1", kind="start").to_json())
+    (sent,) = queues.visible("a")
+    request = AgentRequest.model_validate_json(sent.body)
+    assert request.token
+    made_up = AgentReply(order_id="o-1", step="hold", action=Action.DO, attempt=1,
+                         outcome=ReplyOutcome.OK, outbox_seq=request.outbox_seq)
+    for _ in range(2):  # a replay of the same message
+        assert scheduler.handle_reply(made_up.to_json()).outcome is Outcome.IGNORED
+    assert store.states["o-1"].step("hold").status.value == "running"
+    assert [a.kind for a in alerts.alerts.values()] == [AlertKind.REQUEST_REFUSED]
+    real = made_up.model_copy(update={"token": request.token})
+    assert scheduler.handle_reply(real.to_json()).outcome is Outcome.APPLIED
+    assert store.states["o-1"].step("hold").status.value == "completed"
