@@ -14,6 +14,7 @@ provider the API's spans record nothing, while contexts still pass through uncha
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -157,10 +158,13 @@ class OrderSampler(Sampler):
         return f"OrderSampler{{{self.ratio}}}"
 
 
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+
+
 def keep(traceparent: str | None) -> str | None:
     """``traceparent`` marked sampled: the order is in trouble, keep its trace from here on."""
-    if traceparent is None or len(traceparent) != 55:
-        return traceparent
+    if traceparent is None or not _TRACEPARENT.fullmatch(traceparent):
+        return traceparent  # not W3C: a reader starts a new trace from it, as before
     return traceparent[:53] + format(int(traceparent[53:], 16) | 1, "02x")
 
 

@@ -168,7 +168,8 @@ class Agent:
         fingerprint = hashlib.sha256(req.to_json().encode()).hexdigest()[:16]
         self._records.alerts.raise_alert(OperatorAlert(
             AlertKind.REQUEST_REFUSED, budget.clip(req.order_id, 128), budget.clip(
-                reason, budget.ERROR_TEXT), self._clock(), step=budget.clip(req.step, 128),
+                # The request's own time, not the clock: every copy of it is the same alert.
+                reason, budget.ERROR_TEXT), req.complete_by, step=budget.clip(req.step, 128),
             key=f"refused.{fingerprint}"))
         return None
 

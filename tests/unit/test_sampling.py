@@ -38,6 +38,8 @@ def test_keep_marks_a_context_sampled_and_changes_nothing_else() -> None:
     assert tracing.keep(UNSAMPLED) == UNSAMPLED[:-2] + "01"
     assert tracing.keep(UNSAMPLED[:-2] + "03") == UNSAMPLED[:-2] + "03"
     assert tracing.keep(None) is None and tracing.keep("not a context") == "not a context"
+    odd = UNSAMPLED[:-2] + "zz"  # the right length, not hex: left alone, never an error
+    assert tracing.keep(odd) == odd
 
 
 @pytest.mark.parametrize("ratio", [0.0, 0.05, 0.5, 1.0])
