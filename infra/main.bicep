@@ -31,6 +31,12 @@ param remoteServices string = 'real'
 @description('demo only: the function key the Agents present to the simulated services. A new one each deployment unless you give one.')
 param simulatorKey string = newGuid()
 
+@description('Client id of the Entra ID app registration operators sign in to, with the app roles Orders.Read and Orders.Resubmit (docs/security-operators.md); empty: sign-in is off and the operator API answers no one.')
+param operatorAuthClientId string = ''
+
+@description('The Entra ID tenant of that app registration (default: this subscription\'s).')
+param operatorAuthTenantId string = tenant().tenantId
+
 @description('The URL of each real remote service by its setting (urlSettings in services.json), e.g. { InventoryServiceUrl: \'https://...\' } (remoteServices=real); the app will not start without one for every service.')
 param serviceUrls object = {}
 
@@ -212,6 +218,8 @@ module function 'app/function.bicep' = {
     remoteServices: remoteServices
     simulatorKey: simulatorKey
     serviceUrls: serviceUrls
+    operatorAuthClientId: operatorAuthClientId
+    operatorAuthTenantId: operatorAuthTenantId
   }
 }
 

@@ -25,6 +25,10 @@ param serviceUrls object
 @secure()
 @description('demo only: a host function key the Agents present to the simulated services.')
 param simulatorKey string
+@description('Client id of the Entra ID app registration operators sign in to (its app roles Orders.Read and Orders.Resubmit); empty: App Service Authentication stays off and the operator API answers no one.')
+param operatorAuthClientId string
+@description('The Entra ID tenant of that app registration.')
+param operatorAuthTenantId string
 
 resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
   // checkov:skip=CKV_AZURE_225:Zone redundancy on Flex Consumption depends on the region; set zoneRedundant where it is offered.
@@ -42,8 +46,8 @@ resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
 }
 
 resource app 'Microsoft.Web/sites@2024-04-01' = {
-  // checkov:skip=CKV_AZURE_222:No virtual network in this template: the operator API and the simulated services are called over the internet (function keys, HTTPS only).
-  // checkov:skip=CKV_AZURE_17:Callers authenticate with function keys; Agents calling the simulated services present no client certificate.
+  // checkov:skip=CKV_AZURE_222:No virtual network in this template: the operator API (Entra ID sign-in) and the simulated services (function key) are called over the internet, HTTPS only.
+  // checkov:skip=CKV_AZURE_17:Operators sign in with Entra ID (authsettingsV2 below); Agents calling the simulated services present a function key, no client certificate.
   // checkov:skip=CKV_AZURE_78:Flex Consumption has no FTP endpoint to configure (ftpsState does not apply); FTP basic-auth publishing is off below.
   // checkov:skip=CKV_AZURE_212:The app scales to zero on purpose (no cost at rest); add alwaysReady instances for production latency.
   // checkov:skip=CKV_AZURE_213:The work is queue-driven; platform health checks do not apply on Flex Consumption, GET /api/health reports reachability.
@@ -120,10 +124,68 @@ var agentTargets = simulatorsEnabled ? {
 } : serviceUrls
 
 // The simulated services are function-level routes: the Agents present this host key, which
-// exists only in a demo deployment.
+// exists only in a demo deployment. It opens the function-level routes (the simulated services,
+// health, openapi.json) and no operator route: those take an operator identity, never a key.
+// A key on the simulated_service function alone would be narrower, but that function exists
+// only once the code is deployed, after this template runs.
 resource simulatorFunctionKey 'Microsoft.Web/sites/host/functionKeys@2024-04-01' = if (simulatorsEnabled) {
   name: '${app.name}/default/agents'
   value: simulatorKey
+}
+
+// Operators by identity (docs/security-operators.md). The platform signs them in with Entra ID,
+// validates their token or session cookie, strips any X-MS-* header a client sends, and hands
+// the app X-MS-CLIENT-PRINCIPAL; the app checks the app role each route needs (Orders.Read,
+// Orders.Resubmit) and answers 401 without a principal. Unauthenticated requests are let
+// through (AllowAnonymous) rather than refused here because the machine routes (health, the
+// demo's simulated services) share the site and take a function key, not an identity; the
+// operator routes refuse them in the app, and only trust the header while this is enabled
+// (WEBSITE_AUTH_ENABLED). No client secret: sign-in takes an ID token, callers bring an
+// access token for api://<client id>.
+resource authSettings 'Microsoft.Web/sites/config@2024-04-01' = {
+  // These checks read the 'web' config (logging, auth, .NET, Azure Files); this is 'authsettingsV2'.
+  // checkov:skip=CKV_AZURE_66:Not the web config; host logs go to Application Insights.
+  // checkov:skip=CKV_AZURE_63:Not the web config; host logs go to Application Insights.
+  // checkov:skip=CKV_AZURE_65:Not the web config; host logs go to Application Insights.
+  // checkov:skip=CKV_AZURE_222:Not the web config; see the site resource.
+  // checkov:skip=CKV_AZURE_80:Python app, no .NET Framework.
+  // checkov:skip=CKV_AZURE_88:Flex Consumption keeps no content on Azure Files; the package is a blob.
+  // checkov:skip=CKV_AZURE_13:This is App Service Authentication itself (authsettingsV2, checked by tests/infra), which the check does not read; it is on whenever operatorAuthClientId is given.
+  parent: app
+  name: 'authsettingsV2'
+  properties: {
+    platform: {
+      enabled: !empty(operatorAuthClientId)
+    }
+    globalValidation: {
+      requireAuthentication: false
+      unauthenticatedClientAction: 'AllowAnonymous'
+    }
+    httpSettings: {
+      requireHttps: true
+    }
+    identityProviders: {
+      azureActiveDirectory: {
+        enabled: !empty(operatorAuthClientId)
+        registration: {
+          clientId: operatorAuthClientId
+          openIdIssuer: '${environment().authentication.loginEndpoint}${operatorAuthTenantId}/v2.0'
+        }
+        validation: {
+          allowedAudiences: [
+            'api://${operatorAuthClientId}'
+            operatorAuthClientId
+          ]
+        }
+      }
+    }
+    login: {
+      // The app calls nothing on the operator's behalf: no tokens kept.
+      tokenStore: {
+        enabled: false
+      }
+    }
+  }
 }
 
 resource settings 'Microsoft.Web/sites/config@2024-04-01' = {
@@ -133,7 +195,7 @@ resource settings 'Microsoft.Web/sites/config@2024-04-01' = {
   // checkov:skip=CKV_AZURE_65:Not the web config; host logs go to Application Insights.
   // checkov:skip=CKV_AZURE_222:Not the web config; see the site resource.
   // checkov:skip=CKV_AZURE_80:Python app, no .NET Framework.
-  // checkov:skip=CKV_AZURE_13:HTTP functions use function keys; the rest are queue and timer triggers.
+  // checkov:skip=CKV_AZURE_13:Not the web config; App Service Authentication is the authsettingsV2 resource below.
   // checkov:skip=CKV_AZURE_88:Flex Consumption keeps no content on Azure Files; the package is a blob.
   parent: app
   name: 'appsettings'

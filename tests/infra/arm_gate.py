@@ -35,6 +35,8 @@ MODELS: dict[str, tuple[str, str, str]] = {
         ("azure-mgmt-web-8.0.0", "azure.mgmt.web.v2024_04_01.models", "AppServicePlan"),
     "Microsoft.Web/sites/config@2024-04-01":
         ("azure-mgmt-web-8.0.0", "azure.mgmt.web.v2024_04_01.models", "StringDictionary"),
+    "Microsoft.Web/sites/config@2024-04-01/authsettingsV2":
+        ("azure-mgmt-web-8.0.0", "azure.mgmt.web.v2024_04_01.models", "SiteAuthSettingsV2"),
     "Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01":
         ("azure-mgmt-web-8.0.0", "azure.mgmt.web.v2024_04_01.models",
          "CsmPublishingCredentialsPoliciesEntity"),
@@ -228,6 +230,10 @@ def check_file(path: Path) -> list[str]:
     for name, r in bicep.get("resources", {}).items():
         key = f"{r['type']}@{r['api_version']}"
         where = f"{path.name}:{name} ({key})"
+        # sites/config takes a different body by its name: appsettings is a StringDictionary,
+        # authsettingsV2 a SiteAuthSettingsV2.
+        named = f"{key}/{_body(r['config']).get('name')}"
+        key = named if named in MODELS else key
         if key not in MODELS:
             problems.append(f"{where}: no ARM model to check it against (add it to MODELS)")
             continue

@@ -25,6 +25,8 @@ NOT_IN_AZURE = {
     "AzureWebJobsStorage__tableServiceUri": "an alternative to __accountName",
     "AzureWebJobsStorage__queueServiceUri": "an alternative to __accountName",
     "SchedulerInstanceId": "must differ per instance: taken from WEBSITE_INSTANCE_ID",
+    "OperatorDevelopmentRoles": "local runs only: refused at start-up in Azure, where operators "
+                                "sign in through App Service Authentication",
 }
 # Set in Azure for the Functions host or its extensions, not read by our code.
 HOST_SETTINGS = {

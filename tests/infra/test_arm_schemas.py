@@ -47,6 +47,9 @@ def test_every_type_and_version_in_the_bicep_has_a_model() -> None:
      "a number where the schema has string"),
     ("app/storage.bicep", "  location: location\n", "",
      "the required property location is missing"),
+    # authsettingsV2 is checked as App Service Authentication, not as app settings.
+    ("app/function.bicep", "      unauthenticatedClientAction: 'AllowAnonymous'\n",
+     "      unauthenticatedClientAction: 'Allow'\n", "'Allow' is not one of"),
     ("main.bicep", "    name: 'id-${prefix}'\n", "    nmae: 'id-${prefix}'\n",
      "module identity passes nmae, which app/identity.bicep does not declare"),
     ("main.bicep", "monitoring.outputs.connectionString", "monitoring.outputs.connString",

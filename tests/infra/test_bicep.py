@@ -138,3 +138,39 @@ def test_parameters_file_names_only_parameters_main_bicep_declares() -> None:
     assert set(given) <= declared
     required = {"environmentName", "location"}
     assert required <= set(given)
+
+
+def test_operators_sign_in_with_entra_id_and_the_app_roles_are_the_ones_the_code_checks() -> None:
+    """Issue 32: App Service Authentication in front of the operator API (docs/security-
+    operators.md). The platform signs in and hands the app the principal; the app checks the
+    roles, so the roles an operator can be given must be the very names the code checks."""
+    from shared.handlers.principal import READ_ROLE, RESUBMIT_ROLE
+
+    auth = parse(INFRA / "app" / "function.bicep")["resources"]["authSettings"]["config"]
+    assert auth["name"] == "authsettingsV2" and auth["parent"] == "app"
+    p = auth["properties"]
+    on = {"operator": {"type": "not", "operands": {"bool_value": {"function": {
+        "type": "empty", "parameters": {"item_to_test": "operatorAuthClientId"}}}}}}
+    assert p["platform"]["enabled"] == on  # on whenever there is an app registration
+    aad = p["identityProviders"]["azureActiveDirectory"]
+    assert aad["enabled"] == on and aad["registration"]["clientId"] == "operatorAuthClientId"
+    assert aad["registration"]["openIdIssuer"].endswith("${operatorAuthTenantId}/v2.0")
+    assert "api://${operatorAuthClientId}" in aad["validation"]["allowedAudiences"]
+    assert "clientSecretSettingName" not in aad["registration"]  # no secret to keep
+    # Unauthenticated requests reach the app, which refuses them on every operator route; the
+    # machine routes (health, simulated services) take a function key.
+    assert p["globalValidation"] == {"requireAuthentication": False,
+                                     "unauthenticatedClientAction": "AllowAnonymous"}
+    assert p["httpSettings"]["requireHttps"] is True
+    assert p["login"]["tokenStore"]["enabled"] is False
+    # main.bicep gives it the registration, azd from OPERATOR_AUTH_CLIENT_ID.
+    main = parse(INFRA / "main.bicep")
+    assert main["parameters"]["operatorAuthClientId"]["default"] == ""
+    given = json.loads((INFRA / "main.parameters.json").read_text())["parameters"]
+    assert given["operatorAuthClientId"]["value"] == "${OPERATOR_AUTH_CLIENT_ID=}"
+
+    roles = json.loads((INFRA / "operator-app-roles.json").read_text())
+    assert {r["value"] for r in roles} == {READ_ROLE, RESUBMIT_ROLE}
+    assert len({r["id"] for r in roles}) == 2 and all(r["isEnabled"] for r in roles)
+    # People sign in to the console; tools (a monitor, a script) get the role as applications.
+    assert all(set(r["allowedMemberTypes"]) == {"User", "Application"} for r in roles)
