@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from localrun.servicebus import LocalServiceBusChannel
+from orderctl import main as cli_main
 from orderctl.main import run
+from shared.handlers.principal import READ_ROLE, RESUBMIT_ROLE
 from tests.integration.conftest import RunningHost
 from tests.integration.helpers import entities, function, order, sb_message
 from tests.integration.test_operator_api import compensation_failed, failed_and_compensated
@@ -136,6 +140,9 @@ def test_resubmit(run_host: Any, capsys: pytest.CaptureFixture[str]) -> None:
     failed_and_compensated(h, "f-1")
     assert orders("resubmit", "f-1", "--reason", "card replaced") == 0
     assert "resubmitted" in capsys.readouterr().out
+    # Straight to storage: the storage role was the check; the login name is what it knows.
+    assert h.container.store.get_state("f-1").history[-1]["by"] == (
+        f"{getpass.getuser()} (orders CLI, storage)")
     assert orders("resubmit", "f-1") == 1
     assert "Pending" in capsys.readouterr().err
     assert orders("resubmit", "ghost") == 1
@@ -288,3 +295,49 @@ def test_watch_reports_a_rejected_message_at_once(env: dict[str, str], tmp_path:
     captured = capsys.readouterr()
     assert "1 message(s) rejected" in captured.err and "not settled" not in captured.err
     assert "rejected" in captured.out and "invalid" in captured.out
+
+
+def test_resubmit_through_the_operator_api_as_the_development_principal(
+        run_host: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    h: RunningHost = run_host(only={"resubmit_order"},
+                              OperatorDevelopmentRoles=f"{READ_ROLE},{RESUBMIT_ROLE}")
+    failed_and_compensated(h, "f-3")
+    api = f"http://127.0.0.1:{h.port}/api"
+    assert orders("--api", api, "resubmit", "f-3", "--reason", "card replaced") == 0
+    assert "f-3 resubmitted: Pending (resubmission 1)" in capsys.readouterr().out
+    assert h.container.store.get_state("f-3").history[-1]["by"] == (
+        "local developer (oid development)")
+    assert orders("--api", api, "resubmit", "f-3") == 1  # refused by the API: said as it said
+    assert "Pending" in capsys.readouterr().err
+
+
+def test_resubmit_through_the_api_says_what_is_missing(
+        run_host: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    h: RunningHost = run_host(only={"resubmit_order"})  # no development principal: signed out
+    failed_and_compensated(h, "f-4")
+    api = f"http://127.0.0.1:{h.port}/api"
+    assert orders("--api", api, "resubmit", "f-4") == 2
+    e = capsys.readouterr().err
+    assert "not signed in" in e and "--token" in e and "Traceback" not in e
+    h2: RunningHost = run_host(only={"resubmit_order"}, OperatorDevelopmentRoles=READ_ROLE)
+    assert orders("--api", f"http://127.0.0.1:{h2.port}/api", "resubmit", "f-4") == 2
+    assert "lacks the app role 'Orders.Resubmit'" in capsys.readouterr().err
+    assert h.container.store.get_state("f-4").process_state.value == "Error"
+
+
+def test_the_token_goes_as_a_bearer_header_from_the_environment(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    sent: list[httpx.Request] = []
+
+    def post(url: str, **kw: Any) -> httpx.Response:
+        sent.append(httpx.Request("POST", url, headers=kw["headers"], json=kw["json"]))
+        return httpx.Response(202, json={"ProcessState": "Pending", "Resubmissions": 2})
+
+    monkeypatch.setattr(cli_main.httpx, "post", post)
+    monkeypatch.setenv("ORDERS_API_URL", "https://app.example/api/")
+    monkeypatch.setenv("ORDERS_API_TOKEN", "eyJ.token")
+    assert orders("resubmit", "a/b", "--reason", "fixed") == 0
+    (req,) = sent
+    assert str(req.url) == "https://app.example/api/orders/a%2Fb/resubmit"
+    assert req.headers["authorization"] == "Bearer eyJ.token"
+    assert json.loads(req.content) == {"reason": "fixed", "force": False}
