@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
-.PHONY: test lint unit install clean demo bench price soak
+.PHONY: test test-newest lint unit install clean demo bench price soak
 
 ORDERS ?= 100
 PORT ?= 7071
@@ -73,7 +73,24 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: install lint
+# The unit and model tests again on the newest Python the app supports (the Bicep's default),
+# beside azure-functions-runtime, the worker's engine from 3.13 on
+# (tests/unit/test_python313_runtime.py). PYTHON_NEWEST= (empty) skips it, saying so.
+PYTHON_NEWEST ?= $(shell (python3.13 -c '' 2>/dev/null && echo python3.13) || \
+	ls -d "$$(pyenv root 2>/dev/null)"/versions/3.13*/bin/python3.13 2>/dev/null | tail -1)
+VENV_NEWEST := .venv-py313
+NEWEST_STAMP := $(VENV_NEWEST)/.installed
+$(NEWEST_STAMP): requirements.txt requirements-local.txt requirements-dev.txt pyproject.toml
+	$(PYTHON_NEWEST) -m venv $(VENV_NEWEST)
+	$(VENV_NEWEST)/bin/python -m pip install --quiet --disable-pip-version-check \
+		-r requirements-dev.txt -e ".[cli]"
+	touch $(NEWEST_STAMP)
+
+test-newest: $(if $(PYTHON_NEWEST),$(NEWEST_STAMP))
+	$(if $(PYTHON_NEWEST),$(VENV_NEWEST)/bin/python -m pytest tests/unit tests/model -q \
+		-p no:cacheprovider,@echo "PYTHON_NEWEST is empty: the tests on the newest Python were skipped")
+
+test: install lint test-newest
 	$(PY) -m pytest
 
 # The whole pipeline on this machine with faults: Azurite, the function app, live progress.
@@ -101,7 +118,7 @@ unit: $(STAMP)
 	$(PY) -m pytest tests/unit
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) node_modules .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) $(VENV_NEWEST) node_modules .pytest_cache .ruff_cache
 
 # The long runs, on demand: 20,000 model-based sequences and 1000 orders end to end with kills.
 soak: install
