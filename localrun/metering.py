@@ -9,6 +9,7 @@ billed transaction.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import time
@@ -209,3 +210,60 @@ def wait_metered(states: list[Mapping[str, Any]], inflight: TableClient,
             return False
         time.sleep(0.1)
     return True
+
+
+# The local host's own records, and the simulated remote services' (not the app's bill).
+NOT_THE_APPS_LOGS = ("localrun", "shared.handlers.simulated_service")
+
+
+class LogCounter(logging.Handler):
+    """Counts the records the Python worker would forward to the host (and Azure would bill).
+
+    The worker sets the root logger to INFO and forwards every record at that level or above; the
+    local host's own records (``localrun``) are not the app's and are left out.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.INFO)
+        self.records = 0
+        self.bytes = 0
+        self.by_logger: dict[str, int] = {}
+        self._lock_ = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name.startswith(NOT_THE_APPS_LOGS):
+            return
+        size = len(record.getMessage().encode())
+        with self._lock_:
+            self.records += 1
+            self.bytes += size
+            self.by_logger[record.name] = self.by_logger.get(record.name, 0) + 1
+
+    def reset(self) -> None:
+        with self._lock_:
+            self.records = self.bytes = 0
+            self.by_logger = {}
+
+    def absorb(self, records: int, size: int, by_logger: Mapping[str, int]) -> None:
+        """Add what another process counted (a worker process's, worker.py)."""
+        with self._lock_:
+            self.records += records
+            self.bytes += size
+            for name, n in by_logger.items():
+                self.by_logger[name] = self.by_logger.get(name, 0) + n
+
+    def __enter__(self) -> LogCounter:
+        root = logging.getLogger()
+        self._level = root.level
+        # Other handlers keep their own levels: the console stays as quiet as it was.
+        for h in root.handlers:
+            if h.level == logging.NOTSET:
+                h.setLevel(self._level)
+        root.setLevel(logging.INFO)
+        root.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        root = logging.getLogger()
+        root.removeHandler(self)
+        root.setLevel(self._level)

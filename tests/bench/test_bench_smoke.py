@@ -24,9 +24,15 @@ from tests.conftest import ROOT
 FAULT_FREE_3_STEP = {"table_writes": 10, "scheduler_table_reads": 3, "agent_table_reads": 3,
                      "queue_sends": 6}
 # Round numbers, not Azure's: the test checks the arithmetic, not the price.
-SAMPLE_PRICES = {"source": "test", "region": "nowhere", "date": "2026-01-01",
-                 "storage_transactions_per_10k": 0.01, "service_bus_operations_per_million": 1.0,
-                 "executions_per_million": 0.5, "gb_seconds": 0.00002, "ingestion_per_gb": 3.0}
+SAMPLE_PRICES: dict[str, Any] = {
+    "source": "test", "region": "nowhere", "date": "2026-01-01",
+    "table_transactions_per_10k": 0.001, "queue_transactions_per_10k": 0.01,
+    "service_bus_standard_base_per_month": 10.0,
+    "service_bus_included_operations_per_month": 1_000_000,
+    "service_bus_operations_per_million": 1.0, "executions_per_million": 0.5,
+    "gb_seconds": 0.00002, "ingestion_per_gb": 3.0,
+    "free_grants_per_month": {"flex_gb_seconds": 1000, "flex_executions": 1000,
+                              "ingestion_gb": 1}}
 
 
 def test_the_counts_include_what_follows_the_write_that_settled_an_order(
@@ -110,27 +116,50 @@ def test_bench_smoke_writes_a_complete_report(tmp_path: Path) -> None:
             "simulated_service"} <= {name for name, ms in by_function.items() if ms > 0}
     # Within the worker process's own.
     assert sum(by_function.values()) <= tp["cpu_ms_per_order"]["worker_process"]
-    # The bill of quantities, and the price of a million orders from it.
+    # The bill of quantities, and the bill by meter from it at each monthly volume.
     cost = report["cost"]
     q = cost["quantities_per_order"]["3-step"]
-    assert q["storage_transactions"] == q["table_transactions"] + q["queue_transactions"] > 20
-    assert q["service_bus_operations"] == 3 and q["executions"] >= 7
-    assert q["gb_seconds"] > 0 and q["ingested_bytes"] > q["telemetry_items"] * 100
-    total = cost["per_million_orders_usd"]["3-step"]
-    assert total == sum(cost["parts"]["3-step"].values()) > 0
-    assert cost["parts"]["3-step"]["service_bus"] == 3.0  # 3 operations x $1 per million
-    assert "What an order costs" in (tmp_path / "report.md").read_text()
+    assert q["table_transactions"] > 0 and q["queue_transactions"] > 0
+    # Service Bus as the SDK calls it: the send, each receive, complete and lock renewal.
+    assert q["service_bus_completes"] == 1 and q["service_bus_receives"] > 0
+    assert q["service_bus_operations"] == pytest.approx(
+        1 + q["service_bus_receives"] + q["service_bus_completes"]
+        + q["service_bus_lock_renewals"])
+    assert q["executions"] >= 7 and q["gb_seconds"] > 0
+    assert q["ingested_bytes"] > q["telemetry_items"] * 100
+    # The idle app: its Supervisor tick on an empty store was measured, not estimated.
+    idle = cost["idle_per_day"]
+    assert idle["tick_measured"] and idle["tick_table_transactions"] > 0
+    priced = cost["priced"]["3-step"]
+    one_m, ten_m = priced["by_volume"]["1000000"], priced["by_volume"]["10000000"]
+    assert one_m["gross_per_million_orders_usd"] == pytest.approx(
+        sum(one_m["per_million_orders_usd"].values()))
+    assert one_m["total_per_million_orders_usd"] == pytest.approx(
+        one_m["gross_per_million_orders_usd"] + one_m["free_grants_per_million_orders_usd"])
+    # The base charge is the month's, shared among its orders.
+    assert one_m["per_million_orders_usd"]["service_bus_base"] == pytest.approx(10.0)
+    assert ten_m["per_million_orders_usd"]["service_bus_base"] == pytest.approx(1.0)
+    md = (tmp_path / "report.md").read_text()
+    assert "$ per million orders by meter" in md and "Idle, a deployed app" in md
     # Prices change, the quantities do not: the same report priced again, running nothing.
-    doubled = {**SAMPLE_PRICES, "source": "twice the test's", **{
-        k: 2 * v for k, v in SAMPLE_PRICES.items() if isinstance(v, float)}}
+    doubled = {**SAMPLE_PRICES, "source": "twice the test's", "date": "2026-02-02", **{
+        k: 2 * v for k, v in SAMPLE_PRICES.items()
+        if k.endswith(("_10k", "_million", "_month", "_gb", "gb_seconds"))
+        and k != "service_bus_included_operations_per_month" and not isinstance(v, dict)}}
     prices = tmp_path / "prices.json"
     prices.write_text(json.dumps(doubled))
     assert bench_main(["--out", str(tmp_path), "--prices", str(prices), "--price-only"]) == 0
     again = json.loads((tmp_path / "report.json").read_text())
-    assert again["cost"]["per_million_orders_usd"]["3-step"] == pytest.approx(2 * total)
+    assert again["cost"]["priced"]["3-step"]["by_volume"]["1000000"][
+        "total_per_million_orders_usd"] == pytest.approx(2 * one_m["total_per_million_orders_usd"])
     assert again["cost"]["quantities_per_order"] == cost["quantities_per_order"]
     assert again["throughput"] == report["throughput"]
-    assert "at the prices of twice the test's" in (tmp_path / "report.md").read_text()
+    assert "at the prices of 2026-02-02" in (tmp_path / "report.md").read_text()
+    # ... and without --prices, at the prices the repository ships.
+    assert bench_main(["--out", str(tmp_path), "--price-only"]) == 0
+    shipped = json.loads((ROOT / "docs" / "azure-prices.json").read_text())
+    again = json.loads((tmp_path / "report.json").read_text())
+    assert again["cost"]["priced"]["3-step"]["prices"]["date"] == shipped["date"]
 
     three = next(t for t in results["transactions"]
                  if t["workflow"] == "3-step" and t["transient_fault_rate"] == 0)
