@@ -104,7 +104,7 @@ def _as_operator(role: str, handle: Callable[[func.HttpRequest, Principal], func
             principal = authorise(req.headers, role, os.environ,
                                   bootstrap.container().settings.operator_development_roles)
         except Unauthenticated as e:
-            return _json({"error": str(e)}, 401)
+            return _error(401, str(e))
         except Forbidden as e:
             return _error(403, str(e))
         return handle(req, principal)
