@@ -32,6 +32,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from shared.workflows import REGISTRY
+
 if TYPE_CHECKING:
     from azure.data.tables import TableClient
 
@@ -46,7 +48,12 @@ DEMO_SETTINGS = {
     "SimHangRate": "0.02",
     "SimHangSeconds": "12",
     "SimLatencyMs": "20",
-    "StepBudgetSeconds": "reserve_inventory=10,charge_payment=10,arrange_shipping=10",
+    # Every registered step, whatever the workflows: short, so the demo's hangs time out soon.
+    "StepBudgetSeconds": ",".join(sorted({f"{s.name}=10" for w in REGISTRY.workflows
+                                          for s in w.steps})),
+    # The operator routes take an identity; locally, the development principal's roles
+    # (docs/security-operators.md).
+    "OperatorDevelopmentRoles": "Orders.Read,Orders.Resubmit",
     # Each tick reads two entities per order in flight: every 3 s keeps it a fraction of
     # what Azurite serves, and well inside the step budgets.
     "SupervisorSchedule": "*/3 * * * * *",
@@ -191,12 +198,11 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
                                  poll_interval=0.2,
                                  queue_options=meter.queue_options).start()
         console.print(f"function app running: http://localhost:{port}/api "
-                      f"({len(host.functions)} functions); operator routes take the header "
-                      f"x-functions-key: {host.keys.master}")
-        console_url = f"http://localhost:{port}/api/console?code={host.keys.function}"
+                      f"({len(host.functions)} functions); the operator routes act for a local "
+                      "development principal (OperatorDevelopmentRoles), no key")
+        console_url = f"http://localhost:{port}/api/console"
         # soft_wrap: a URL cut across two lines cannot be clicked or copied.
-        console.print(f"operator console: {console_url} (resubmit asks for the master key)",
-                      soft_wrap=True)
+        console.print(f"operator console: {console_url}", soft_wrap=True)
         # Orders go in once the Supervisor has a tick on record. Before its first tick there is
         # no record that anything could make progress, so it would take every step begun
         # earlier as begun in an outage (from 00:00:00 on) and excuse it: an outage that never

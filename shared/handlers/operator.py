@@ -156,7 +156,9 @@ class Operator:
         state = self._store.get_state(order_id)
         if state is None:
             raise OrderNotFound(order_id)
+        # A resubmitted order was in trouble: its new run is traced whole (OrderSampler).
         with tracing.span("operator resubmit", parent=state.trace, kind=SpanKind.INTERNAL,
+                          trouble=True,
                           attributes=tracing.order_attributes(
                               order_id, None, None, state.generation + 1,
                               **{"order.forced": force})):

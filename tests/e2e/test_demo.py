@@ -161,7 +161,8 @@ def test_serve_keeps_the_console_up_until_ctrl_c(tmp_path: Path) -> None:
         assert m, text[-3000:]
         page = httpx.get(m.group(1), timeout=10)
         assert page.status_code == 200 and "<title>Orders" in page.text
-        overview = httpx.get(m.group(1).replace("/console?", "/overview?"), timeout=10).json()
+        assert "code=" not in m.group(1)  # no key in the address (docs/security-operators.md)
+        overview = httpx.get(m.group(1).replace("/console", "/overview"), timeout=10).json()
         assert sum(overview["ByState"].values()) == 5
         # The commands it printed point the orders CLI at this run, from any directory.
         printed = output.until(lambda line: " watch " in line, 10)
