@@ -5,9 +5,9 @@ costs about 11 times a table one), Service Bus operations, Flex Consumption exec
 execution time in GB-seconds, and the log and telemetry volume Application Insights ingests.
 
 The prices are the repository's own copy, docs/azure-prices.json (each figure with where and
-when it was read), unless ``--prices FILE`` names others with the same keys (docs/
-prices.template.json). A bill has two kinds of line: what grows with orders (per order, from the
-bench's counts) and what a deployed app costs with no orders at all (idle: the host polling
+when it was read), unless ``--prices FILE`` names others with the same keys
+(docs/prices.template.json). A bill has two kinds of line: what grows with orders (per order,
+from the bench's counts) and what a deployed app costs with no orders at all (idle: the host polling
 each Storage queue at host.json's ``maxPollingInterval``, the Supervisor's timer ticks, the
 Service Bus namespace's base charge). At a monthly volume the fixed part is shared among the
 orders and the free grants are taken off, as a separate line: so $ per million orders differs
