@@ -14,7 +14,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from azure.core.pipeline import PipelineResponse
@@ -202,7 +202,7 @@ def all_metered(states: Iterable[Mapping[str, Any]], inflight: TableClient,
     return not left and host.idle
 
 
-def wait_metered(states: list[Mapping[str, Any]], inflight: TableClient,
+def wait_metered(states: Sequence[Mapping[str, Any]], inflight: TableClient,
                  host: LocalFunctionHost, deadline: float) -> bool:
     """Wait until all_metered, or the ``time.monotonic()`` deadline: whether it came."""
     while not all_metered(states, inflight, host):
