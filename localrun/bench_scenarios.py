@@ -87,6 +87,22 @@ class Bench(Ceiling):
             tracing.use_provider(None)
             provider.shutdown()
         finished = exporter.get_finished_spans()
+        # The default: the app's OrderSampler at OrderTraceSampleRatio (shared/tracing.py), the
+        # orders' traces kept whole by trace id; fault-free orders, so nothing is kept for
+        # trouble. Its measured bytes are what the bill prices.
+        sampled_exporter = InMemorySpanExporter()
+        sampled = TracerProvider(sampler=tracing.OrderSampler(tracing.DEFAULT_SAMPLE_RATIO))
+        sampled.add_span_processor(BatchSpanProcessor(sampled_exporter))
+        tracing.use_provider(sampled)
+        try:
+            self.run_orders("trsampled", n)
+            sampled.force_flush()
+        finally:
+            tracing.use_provider(None)
+            sampled.shutdown()
+        kept = [s for s in sampled_exporter.get_finished_spans()
+                if s.name != "supervisor tick"
+                and not s.name.startswith(("service ", "orders send"))]
         # The Supervisor's ticks are driven by time, not orders: counted apart.
         spans = [s for s in finished if s.name != "supervisor tick"]
         by_name: dict[str, int] = {}
@@ -103,6 +119,10 @@ class Bench(Ceiling):
             # gzips on the wire; ingestion is billed on the data as stored, of about this size).
             "telemetry_bytes_per_order": _envelope_bytes(
                 [s for s in spans if not s.name.startswith(("service ", "orders send"))]) / n,
+            # The same orders at the default sample ratio: whole traces of a share of them.
+            "sample_ratio": tracing.DEFAULT_SAMPLE_RATIO,
+            "telemetry_bytes_per_order_sampled": _envelope_bytes(kept) / n,
+            "orders_traced_sampled": len({s.context.trace_id for s in kept}),
             # Each span is one Application Insights item (request or dependency), and each span
             # event one more (a trace item), with the Azure Monitor exporter.
             "spans_per_order": (len(spans) - services) / n,
