@@ -26,16 +26,19 @@ def rendered() -> dict[Path, str]:
             asyncapi_document(REGISTRY), sort_keys=False, width=100, allow_unicode=True),
         # Read by infra/main.bicep (loadJsonContent): JSON has no comments, so no header.
         INFRA / "services.json": json.dumps(services_document(REGISTRY), indent=2) + "\n",
-        # Local runs size the worker's pool as the deployment does.
-        TEMPLATE: json.dumps(_with_thread_pool(json.loads(TEMPLATE.read_text())), indent=2)
+        # Local runs (func start, localrun host) resolve each Agent's queue setting and size the
+        # worker's pool as the deployment does.
+        TEMPLATE: json.dumps(_local_settings(json.loads(TEMPLATE.read_text())), indent=2)
         + "\n",
     }
 
 
-def _with_thread_pool(template: dict[str, object]) -> dict[str, object]:
+def _local_settings(template: dict[str, object]) -> dict[str, object]:
     values = dict(template["Values"])  # type: ignore[call-overload]
     values["PYTHON_THREADPOOL_THREAD_COUNT"] = str(
         thread_pool(REGISTRY, json.loads((ROOT / "host.json").read_text())))
+    for setting, queue in services_document(REGISTRY)["queueSettings"].items():
+        values.setdefault(setting, queue)
     return {**template, "Values": values}
 
 
