@@ -37,7 +37,7 @@ param operatorAuthClientId string = ''
 @description('The Entra ID tenant of that app registration (default: this subscription\'s).')
 param operatorAuthTenantId string = tenant().tenantId
 
-@description('The URL of each real remote service by its setting (urlSettings in services.json), e.g. { InventoryServiceUrl: \'https://...\' } (remoteServices=real); the app will not start without one for every service.')
+@description('The URL of each real remote service keyed by its setting name (urlSettings in services.json; remoteServices=real); the app will not start without one for every service.')
 param serviceUrls object = {}
 
 @description('Send storage request logs to Log Analytics too: one record per table or queue transaction, billed as ingestion.')

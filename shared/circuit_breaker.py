@@ -2,7 +2,7 @@
 
 Why not a library: pybreaker (the common choice) holds its lock for the whole protected call, so
 every call to a service from one process runs one at a time. Measured in `make demo`: with 24
-inventory calls in flight, each waited ~10 s for the lock and replied after its complete-by.
+calls to one service in flight, each waited ~10 s for the lock and replied after its complete-by.
 Here the lock guards only the counters.
 
 It opens on a failure *rate*, not a run: when at least ``failure_threshold`` of the calls begun in

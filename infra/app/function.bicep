@@ -20,7 +20,7 @@ param appSettings object
 @description('real: the Agents call serviceUrls. demo: the app serves fault-injecting simulated services (function key) and the Agents call those.')
 @allowed(['real', 'demo'])
 param remoteServices string
-@description('The URL of each real service by its setting, e.g. InventoryServiceUrl (remoteServices=real).')
+@description('The URL of each real service by its setting, e.g. <Service>ServiceUrl for each service in services.json (remoteServices=real).')
 param serviceUrls object
 @secure()
 @description('demo only: a host function key the Agents present to the simulated services.')

@@ -6,7 +6,7 @@ effect it makes (so tests can count charges and refunds), and refuses work for a
 already undone. Faults come from settings: latency, transient and permanent error rates, and
 hangs (the effect still happens, late, as with a real service behind a slow network).
 
-Like a payment provider's test cards, one fault can be asked for by the order itself, so that a
+As with a card processor's test cards, one fault can be asked for by the order itself, so that a
 test or a demo gets it for certain: every call to service ``<service>`` for an order whose id
 starts with ``sim-hang-<service>-`` hangs for ``SimHangSeconds`` until that call's work has
 landed; a retry after that succeeds. (``SimHangRate`` draws at random, per call.)
