@@ -275,8 +275,7 @@ class Bench(Ceiling):
                                ("worker_default", str(min(32, (os.cpu_count() or 1) + 4)))):
             env = self.base_env(
                 "hang", SimHangRate="1", SimHangSeconds=str(budget + 2),
-                StepBudgetSeconds=",".join(f"{s}={budget}" for s in (
-                    "reserve_inventory", "charge_payment", "arrange_shipping")),
+                StepBudgetSeconds=_every_step(budget),
                 SupervisorSchedule="*/1 * * * * *", PYTHON_THREADPOOL_THREAD_COUNT=threads)
             settings = load_settings(env)
             c = bootstrap.build(settings)
@@ -323,8 +322,7 @@ class Bench(Ceiling):
         run = self.run_orders(
             "rc", self.scale.recovery_orders, rate=STEADY_RATE, SimHangRate="0.1",
             SimHangSeconds=str(budget + 3),
-            StepBudgetSeconds=",".join(f"{s}={budget}" for s in (
-                "reserve_inventory", "charge_payment", "arrange_shipping")),
+            StepBudgetSeconds=_every_step(budget),
             SupervisorSchedule=f"*/{interval} * * * * *", RetryBackoffSeconds=str(backoff),
             RetryBackoffMaxSeconds="4", FailureThreshold="5", PendingGraceSeconds="10")
         clean = run.latencies(faulted=False)
@@ -395,3 +393,9 @@ def hop_medians(run: Run, spans: list[Any]) -> dict[str, Any]:
                                if k[0].isdigit() and "wait" not in k)}
 
 
+def _every_step(seconds: int) -> str:
+    """StepBudgetSeconds giving each step of the default workflow (the one the bench sends)
+    ``seconds``, whatever its steps."""
+    from shared.workflows import REGISTRY
+
+    return ",".join(f"{s.name}={seconds}" for s in REGISTRY.get().steps)
