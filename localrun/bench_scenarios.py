@@ -72,7 +72,8 @@ class Bench(Ceiling):
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-        from shared import tracing
+        from shared import sampling, tracing
+        from shared.settings import DEFAULT_SAMPLE_RATIO
 
         n = self.scale.transactions_orders
         off = self.run_orders("troff", n)
@@ -91,7 +92,7 @@ class Bench(Ceiling):
         # orders' traces kept whole by trace id; fault-free orders, so nothing is kept for
         # trouble. Its measured bytes are what the bill prices.
         sampled_exporter = InMemorySpanExporter()
-        sampled = TracerProvider(sampler=tracing.OrderSampler(tracing.DEFAULT_SAMPLE_RATIO))
+        sampled = TracerProvider(sampler=sampling.OrderSampler(DEFAULT_SAMPLE_RATIO))
         sampled.add_span_processor(BatchSpanProcessor(sampled_exporter))
         tracing.use_provider(sampled)
         try:
@@ -120,7 +121,7 @@ class Bench(Ceiling):
             "telemetry_bytes_per_order": _envelope_bytes(
                 [s for s in spans if not s.name.startswith(("service ", "orders send"))]) / n,
             # The same orders at the default sample ratio: whole traces of a share of them.
-            "sample_ratio": tracing.DEFAULT_SAMPLE_RATIO,
+            "sample_ratio": DEFAULT_SAMPLE_RATIO,
             "telemetry_bytes_per_order_sampled": _envelope_bytes(kept) / n,
             "orders_traced_sampled": len({s.context.trace_id for s in kept}),
             # Each span is one Application Insights item (request or dependency), and each span

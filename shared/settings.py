@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from shared.domain.workflow import Registry
 from shared.handlers.principal import running_in_azure
-from shared.tracing import DEFAULT_SAMPLE_RATIO
 
 # The well-known Azurite account; Core Tools users write UseDevelopmentStorage=true.
 AZURITE_CONNECTION = (
@@ -33,6 +32,10 @@ QueueName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")]
 TableName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9]{2,62}$")]
 Seconds = Annotated[float, Field(gt=0)]
 Rate = Annotated[float, Field(ge=0, le=1)]
+
+
+# The share of fault-free orders whose whole trace is exported by default (docs/tracing.md).
+DEFAULT_SAMPLE_RATIO = 0.05
 
 
 class SettingsError(RuntimeError):
@@ -96,7 +99,7 @@ class Settings(BaseModel):
     breaker_window: Seconds = Field(20, alias="CircuitBreakerWindowSeconds")
 
     # The share of fault-free orders whose whole trace is exported (1: every order); an order in
-    # trouble is kept from then on whatever this says (shared/tracing.py, OrderSampler).
+    # trouble is kept from then on whatever this says (shared/sampling.py, OrderSampler).
     trace_sample_ratio: Rate = Field(DEFAULT_SAMPLE_RATIO, alias="OrderTraceSampleRatio")
 
     simulators_enabled: bool = Field(False, alias="SimulatorsEnabled")

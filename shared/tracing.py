@@ -21,15 +21,10 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from opentelemetry.trace.span import TraceState
-from opentelemetry.util.types import Attributes
 
 TRACEPARENT = "traceparent"
-# The share of fault-free orders whose whole trace is kept (OrderTraceSampleRatio).
-DEFAULT_SAMPLE_RATIO = 0.05
 _W3C = TraceContextTextMapPropagator()
 _provider: TracerProvider | None = None
 
@@ -45,7 +40,7 @@ def tracer() -> trace.Tracer:
 
 
 def configure(env: Mapping[str, str] = os.environ,
-              sample_ratio: float = DEFAULT_SAMPLE_RATIO) -> TracerProvider | None:
+              sample_ratio: float | None = None) -> TracerProvider | None:
     """Set up exporting from the standard variables, once per process.
 
     In Azure the Python worker sets up the Azure Monitor distro itself before it imports the app
@@ -54,11 +49,18 @@ def configure(env: Mapping[str, str] = os.environ,
     APPLICATIONINSIGHTS_CONNECTION_STRING sends traces and logs to Application Insights;
     OTEL_TRACES_EXPORTER=console prints spans, otlp sends them to OTEL_EXPORTER_OTLP_ENDPOINT
     (with the opentelemetry-exporter-otlp-proto-http package); none of them, nothing. Returns
-    the provider in use, if any.
+    the provider in use, if any. ``sample_ratio``: OrderTraceSampleRatio (the app passes its
+    setting; the default's otherwise: shared/sampling.py).
     """
     if _provider is not None:
         return _provider
+    if sample_ratio is None:
+        from shared.settings import DEFAULT_SAMPLE_RATIO
+
+        sample_ratio = DEFAULT_SAMPLE_RATIO
     from opentelemetry.sdk.trace import TracerProvider as SdkProvider
+
+    from shared.sampling import OrderSampler
 
     configured = trace.get_tracer_provider()
     if isinstance(configured, SdkProvider):  # by the worker: a second set-up would export twice
@@ -113,51 +115,6 @@ NOT_INSTRUMENTED = ("azure_sdk", "django", "fastapi", "flask", "httpx", "httpx2"
 # up, the app's OrderSampler decides (configure()); the Bicep still names the fixed-percentage
 # one for the worker, so that nothing it starts before the app loads is rate-limited.
 TRACES_SAMPLER = ("microsoft.fixed_percentage", "1.0")
-# The Azure Monitor exporter turns this span attribute into the item's sample rate (a percentage),
-# from which Application Insights counts each kept item as 100/rate items.
-SAMPLE_RATE_ATTRIBUTE = "_MS.sampleRate"
-
-
-class OrderSampler(Sampler):
-    """Whole orders, and every order in trouble from the moment it is known.
-
-    An order is kept or dropped by its trace id (every span of it decides alike, in whichever
-    process), so ``ratio`` of fault-free orders are kept whole. An order in trouble is kept
-    from then on: where the app learns of it (an Agent's refusal, the Supervisor's recovery, an
-    operator's resubmit) it marks the context it passes on as sampled (``keep``), and a span
-    whose parent is sampled is always kept. Its earlier spans are not, if its trace id was not
-    chosen: its record's timeline (``orders trace``) has every step. A true tail decision would
-    need every span held until the order settles, across processes: the SDK has no such thing.
-    """
-
-    def __init__(self, ratio: float) -> None:
-        if not 0 <= ratio <= 1:
-            raise ValueError(f"a sample ratio is between 0 and 1, not {ratio}")
-        self.ratio = ratio
-        self._bound = round(ratio * (1 << 64))
-
-    def chosen(self, trace_id: int) -> bool:
-        # The trace id's low 64 bits are random (W3C trace context, level 1 and 2).
-        return (trace_id & ((1 << 64) - 1)) < self._bound
-
-    def should_sample(self, parent_context: otel_context.Context | None, trace_id: int,
-                      name: str, kind: SpanKind | None = None,
-                      attributes: Attributes = None, links: Sequence[Link] | None = None,
-                      trace_state: TraceState | None = None) -> SamplingResult:
-        parent = trace.get_current_span(parent_context).get_span_context()
-        chosen = self.chosen(trace_id)
-        if not (chosen or (parent.is_valid and parent.trace_flags.sampled)):
-            return SamplingResult(Decision.DROP, None, parent.trace_state)
-        # Kept for trouble, the order is one of all such: counted once, not 1/ratio times.
-        rate = 100.0 * self.ratio if chosen else 100.0
-        return SamplingResult(Decision.RECORD_AND_SAMPLE,
-                              {**(attributes or {}), SAMPLE_RATE_ATTRIBUTE: rate},
-                              parent.trace_state)
-
-    def get_description(self) -> str:
-        return f"OrderSampler{{{self.ratio}}}"
-
-
 _TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
 
@@ -176,6 +133,7 @@ def _azure_monitor(env: Mapping[str, str], sample_ratio: float) -> TracerProvide
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider as SdkProvider
 
+    from shared.sampling import OrderSampler
     from shared.settings import SettingsError
 
     try:

@@ -19,6 +19,7 @@ from opentelemetry.trace import SpanKind
 
 from localrun.servicebus import LocalServiceBusChannel
 from shared import tracing
+from shared.settings import DEFAULT_SAMPLE_RATIO
 from tests.conftest import ROOT, wait_until
 from tests.integration.conftest import Pipeline, RunningHost
 from tests.integration.helpers import drain_json, order
@@ -153,13 +154,13 @@ from opentelemetry.sdk.trace import TracerProvider
 worker = TracerProvider()
 trace.set_tracer_provider(worker)
 handlers = list(logging.getLogger().handlers)
-from shared import tracing
+from shared import sampling, tracing
 got = tracing.configure({"APPLICATIONINSIGHTS_CONNECTION_STRING":
                          "InstrumentationKey=00000000-0000-0000-0000-000000000000;"
                          "IngestionEndpoint=http://127.0.0.1:9/"}, sample_ratio=1.0)
 assert got is worker, got
 assert logging.getLogger().handlers == handlers, logging.getLogger().handlers
-assert isinstance(worker.sampler, tracing.OrderSampler), worker.sampler  # the app's, not its
+assert isinstance(worker.sampler, sampling.OrderSampler), worker.sampler  # the app's, not its
 with tracing.span("s", parent=None) as s:
     assert s.is_recording()
 """
@@ -170,7 +171,7 @@ with tracing.span("s", parent=None) as s:
 
 
 @pytest.mark.parametrize(("sampler", "ratio", "expected"), [
-    (None, None, f"OrderSampler{{{tracing.DEFAULT_SAMPLE_RATIO}}}"),
+    (None, None, f"OrderSampler{{{DEFAULT_SAMPLE_RATIO}}}"),
     ("microsoft.fixed_percentage", "1", "OrderSampler{1.0}"),
 ])
 def test_the_app_samples_by_order_whatever_sampler_the_distro_was_given(

@@ -12,9 +12,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from shared import tracing
+from shared import sampling, tracing
 from shared.adapters.remote_service import PermanentServiceError
 from shared.domain.messages import AgentRequest
+from shared.settings import DEFAULT_SAMPLE_RATIO
 from tests.conftest import FakeClock
 from tests.unit.test_agent import Script, agent, request
 
@@ -22,9 +23,9 @@ UNSAMPLED = "00-0123456789abcdef0123456789abcdef-0123456789abcdef-00"
 
 
 @pytest.fixture
-def exported() -> Iterator[tuple[InMemorySpanExporter, tracing.OrderSampler]]:
+def exported() -> Iterator[tuple[InMemorySpanExporter, sampling.OrderSampler]]:
     """The app's sampler at 0: only what trouble keeps is exported."""
-    sampler = tracing.OrderSampler(0.0)
+    sampler = sampling.OrderSampler(0.0)
     exporter = InMemorySpanExporter()
     provider = TracerProvider(sampler=sampler)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -46,7 +47,7 @@ def test_keep_marks_a_context_sampled_and_changes_nothing_else() -> None:
 def test_a_ratio_keeps_that_share_of_orders_whole(ratio: float) -> None:
     """Every span of one trace decides alike (by the trace id), so an order is kept or dropped
     whole; over many orders, about ``ratio`` of them are kept."""
-    sampler = tracing.OrderSampler(ratio)
+    sampler = sampling.OrderSampler(ratio)
     exporter = InMemorySpanExporter()
     provider = TracerProvider(sampler=sampler)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -67,11 +68,11 @@ def test_a_ratio_keeps_that_share_of_orders_whole(ratio: float) -> None:
     assert all(n == 2 for n in by_trace.values())  # whole orders
     assert abs(len(by_trace) / 2_000 - ratio) <= 0.03
     # Application Insights counts each kept item as 100/rate of them.
-    assert all(s.attributes[tracing.SAMPLE_RATE_ATTRIBUTE] == 100 * ratio for s in spans)
+    assert all(s.attributes[sampling.SAMPLE_RATE_ATTRIBUTE] == 100 * ratio for s in spans)
 
 
 def test_a_span_whose_parent_was_kept_for_trouble_is_kept_and_counted_once(
-        exported: tuple[InMemorySpanExporter, tracing.OrderSampler]) -> None:
+        exported: tuple[InMemorySpanExporter, sampling.OrderSampler]) -> None:
     exporter, _ = exported
     with tracing.span("intake", parent=UNSAMPLED):
         pass
@@ -81,14 +82,14 @@ def test_a_span_whose_parent_was_kept_for_trouble_is_kept_and_counted_once(
         pass
     names = [s.name for s in exporter.get_finished_spans()]
     assert names == ["supervisor retry", "scheduler command"]
-    assert all(s.attributes[tracing.SAMPLE_RATE_ATTRIBUTE] == 100.0
+    assert all(s.attributes[sampling.SAMPLE_RATE_ATTRIBUTE] == 100.0
                for s in exporter.get_finished_spans())
     assert all(format(s.context.trace_id, "032x") == UNSAMPLED[3:35]
                for s in exporter.get_finished_spans())
 
 
 def test_an_agents_refusal_keeps_the_orders_trace_from_its_reply_on(
-        exported: tuple[InMemorySpanExporter, tracing.OrderSampler]) -> None:
+        exported: tuple[InMemorySpanExporter, sampling.OrderSampler]) -> None:
     exporter, _ = exported
     clock = FakeClock()
     traced = AgentRequest.model_validate_json(request(clock)).model_copy(
@@ -109,7 +110,7 @@ def test_the_sample_ratio_is_a_setting_named_when_wrong() -> None:
     from shared.settings import SettingsError, load_settings
 
     base = {"AzureWebJobsStorage": "UseDevelopmentStorage=true", "SimulatorsEnabled": "true"}
-    assert load_settings(base).trace_sample_ratio == tracing.DEFAULT_SAMPLE_RATIO
+    assert load_settings(base).trace_sample_ratio == DEFAULT_SAMPLE_RATIO
     assert load_settings({**base, "OrderTraceSampleRatio": "1"}).trace_sample_ratio == 1
     with pytest.raises(SettingsError, match="OrderTraceSampleRatio"):
         load_settings({**base, "OrderTraceSampleRatio": "2"})
