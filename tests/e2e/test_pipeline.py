@@ -81,7 +81,10 @@ class Host:
             cwd=ROOT, env={**os.environ, **self.env, **urls, "SchedulerInstanceId": self.name,
                            "LOCALRUN_LOG_LEVEL": "WARNING",
                            # Spans as JSON on stdout: one trace per order, across processes.
-                           "OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": run},
+                           "OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": run,
+                           # Every span: the test reads the Supervisor's ticks from them, and a
+                           # tick is a trace of its own, kept at the default 1 in 20.
+                           "OrderTraceSampleRatio": "1"},
             stdout=self.out.open("w"), stderr=self.log.open("w"))
 
     def kill_and_restart(self) -> None:
