@@ -72,7 +72,12 @@ def judge(state: OrderState | None, req: AgentRequest, service: str,
                        f"{step.name} ({key!r})")
     if req.action is Action.UNDO and req.compensates not in (None, step.work_key):
         return _forged(f"it names work {req.compensates!r}, not the step's {step.work_key!r}")
+    # Work kept under its key through a resubmit (standing when the order was forced round
+    # again) may have had undo requests sent for it before: a late copy is stale, not forged.
+    carried = req.action is Action.UNDO and step.work_key in _earlier_do_keys(state, step.name)
     if req.action is Action.UNDO and state.process_state is not ProcessState.ERROR:
+        if carried:
+            return Judgement(Verdict.STALE, "an undo sent before the order was resubmitted")
         # Undo requests are sent only for a failed order (an order resubmitted since names its
         # old keys: stale, above); for this one, none ever was.
         return _forged(f"order {state.order_id} is {state.process_state.value}: no undo of "
@@ -90,7 +95,7 @@ def judge(state: OrderState | None, req: AgentRequest, service: str,
             return _forged(f"its complete-by {req.complete_by.isoformat()} is past the step's "
                            f"({step.complete_by.isoformat()})")
         return Judgement(Verdict.IN_FLIGHT)
-    if req.attempt <= step.attempt and step.status in _SENT[req.action]:
+    if carried or (req.attempt <= step.attempt and step.status in _SENT[req.action]):
         return Judgement(Verdict.STALE, f"attempt {req.attempt}; the step is {step.status.value} "
                                         f"at attempt {step.attempt}")
     return _forged(f"{req.action.value} attempt {req.attempt} was never sent (the step is "
@@ -103,6 +108,10 @@ def _undo_keys(work_key: str) -> set[str]:
     return {undo_key(work_key), f"{work_key}.undo"}
 
 
+def _earlier_do_keys(state: OrderState, step: str) -> set[str]:
+    return {new_work_key(state.order_id, step, g) for g in range(state.generation)}
+
+
 def _earlier_keys(state: OrderState, step: str) -> set[str]:
-    keys = {new_work_key(state.order_id, step, g) for g in range(state.generation)}
+    keys = _earlier_do_keys(state, step)
     return keys | {u for k in keys for u in _undo_keys(k)}

@@ -97,7 +97,26 @@ def test_a_request_the_app_never_sent_is_forged(name: str) -> None:
     assert judgement.reason
 
 
+def _kept_through_a_forced_resubmit(settled: bool) -> OrderState:
+    """o-1 resubmitted with force: the step's work stood, so it is asked again under the key of
+    generation 0, and the undo requests of that generation may still be queued."""
+    from shared.domain.state import ProcessState, StepStatus
+
+    store = FakeOrderStore()
+    state = in_flight(store, "o-1", "take", CLOCK.now, generation=1)
+    state.step("take").work_key = new_work_key("o-1", "take")
+    if settled:
+        state.process_state, state.complete_by = ProcessState.PROCESSED, None
+        for s in state.steps:
+            s.status, s.complete_by = StepStatus.COMPLETED, None
+    return store.save(state)
+
+
 STALE = {
+    "a late undo of work kept through a forced resubmit, the step running again": (
+        _kept_through_a_forced_resubmit(False), req("undo", attempt=1)),
+    "a late undo of work kept through a forced resubmit, the order processed": (
+        _kept_through_a_forced_resubmit(True), req("undo", attempt=3)),
     "an earlier attempt of the step": (record(attempt=3), req(attempt=2)),
     "the do of a step now being undone": (record("undo", attempt=2), req("do", attempt=1)),
     "a request of the order before it was resubmitted": (record(generation=1), req()),
