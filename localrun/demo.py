@@ -204,9 +204,8 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
         # soft_wrap: a URL cut across two lines cannot be clicked or copied.
         console.print(f"operator console: {console_url}", soft_wrap=True)
         # Orders go in once the Supervisor has a tick on record. Before its first tick there is
-        # no record that anything could make progress, so it would take every step begun
-        # earlier as begun in an outage (from 00:00:00 on) and excuse it: an outage that never
-        # happened, in the summary's place of the real timeouts.
+        # no record that anything could make progress, so it would excuse every timeout of a
+        # step begun earlier: the summary would show rescues in place of the real timeouts.
         _wait_first_tick(inflight, settings.supervisor_schedule)
         sender = LocalSender(QueueServiceClient.from_connection_string(az.connection_string),
                              settings.orders_queue)

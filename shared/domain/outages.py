@@ -33,6 +33,13 @@ class Gap:
         # Before the first tick ever there was no outage to recover from, only no record.
         return timedelta(0) if self.start == NEVER else min(self.end - self.start, MAX_RECOVERY)
 
+    def describe(self) -> str:
+        """For a note on the order: the time before the first tick was no outage anyone saw."""
+        if self.start == NEVER:
+            return (f"before the Supervisor's first recorded tick ({self.end:%H:%M:%S}), when "
+                    "nothing shows the pipeline working")
+        return f"during an outage ({self.start:%H:%M:%S} to {self.end:%H:%M:%S})"
+
     def overlaps(self, start: datetime, end: datetime) -> bool:
         """Whether an attempt running from start to end met this outage or its recovery."""
         return self.start < end and start < self.end + self.recovery

@@ -516,8 +516,8 @@ def supervise(state: OrderState, now: datetime, policy: RetryPolicy,
             kind = DecisionKind.REDISPATCH if state.dispatch_unconfirmed else DecisionKind.OUTAGE
             why = (f"request for {step.name} attempt {step.attempt} never confirmed sent"
                    if gap is None else
-                   f"{step.name} attempt {step.attempt} was due during an outage "
-                   f"({gap.start:%H:%M:%S} to {gap.end:%H:%M:%S}), not counted as a failure")
+                   f"{step.name} attempt {step.attempt} was due {gap.describe()}, not "
+                   "counted as a failure")
             why += f"; sent again (rescue {new.rescues} of {policy.rescue_threshold})"
             step.complete_by = now + budget
             new.complete_by = step.complete_by

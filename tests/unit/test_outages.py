@@ -119,3 +119,16 @@ def test_a_tick_that_hangs_on_storage_excuses_what_fell_due_meanwhile() -> None:
     assert report.excused == 1 and report.retried == 0
     assert store.states["o-1"].failure_count == 0
     assert any(g.end - g.start >= timedelta(seconds=120) for g in ticks.log.gaps)
+
+
+def test_the_time_before_the_first_tick_is_not_called_an_outage() -> None:
+    """A new deployment's first orders may be due before any tick: excused, as nothing shows the
+    pipeline working, but the note says so rather than naming an outage from 00:00:00."""
+    store, oid = _running()
+    state = store.get_state(oid)
+    assert state is not None and state.complete_by is not None
+    first = state.complete_by + timedelta(seconds=5)
+    decision = supervise(state, first, POLICY, WF, TickLog().after_tick(first, GAP))
+    assert decision is not None and decision.kind is DecisionKind.OUTAGE
+    assert "first recorded tick" in decision.reason and "outage" not in decision.reason
+    assert "00:00:00" not in decision.reason
