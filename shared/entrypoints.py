@@ -31,7 +31,19 @@ from shared.handlers.principal import (
 )
 from shared.settings import Settings, load_settings
 
-CONSOLE_PAGE = Path(__file__).parent / "console" / "console.html"
+CONSOLE = Path(__file__).parent / "console"
+# What the console page loads besides itself, by name (?asset=): its script and its styles live
+# in files of their own so the page's policy can forbid inline script and style altogether.
+CONSOLE_ASSETS = {"console.js": "text/javascript", "console.css": "text/css"}
+# The page runs only this app's own files and talks only to this app; nothing may frame it,
+# rebase its relative addresses or be the target of a form it holds (its one form is sent by
+# its script, as JSON).
+CONSOLE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; "
+                  "connect-src 'self'; img-src 'self' data:; base-uri 'none'; "
+                  "form-action 'none'; frame-ancestors 'none'")
+# On every answer of the API: nothing of an operator's data kept in a cache on the way or in
+# the browser, and a JSON body never taken for something else (a script, a page).
+NO_STORE = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 
 # The Python worker sets the root logger to INFO and forwards every record to the host, where
 # Application Insights ingests (and bills) it; at INFO the Azure SDK logs every HTTP request and
@@ -88,7 +100,7 @@ def supervisor(timer: func.TimerRequest) -> None:
 
 def _json(body: Any, status: int = 200) -> func.HttpResponse:
     return func.HttpResponse(json.dumps(body, default=str), status_code=status,
-                             mimetype="application/json")
+                             mimetype="application/json", headers=NO_STORE)
 
 
 def _error(status: int, message: str) -> func.HttpResponse:
@@ -173,13 +185,15 @@ list_rejected = _as_operator(READ_ROLE, _list_rejected)
 def console(req: func.HttpRequest) -> func.HttpResponse:
     # The page itself holds no data: every figure on it comes from a route above, with the
     # operator's identity (the platform's session cookie in Azure).
-    return func.HttpResponse(CONSOLE_PAGE.read_bytes(), mimetype="text/html", headers={
-        # The page runs only its own script and talks only to this app.
-        "Content-Security-Policy": "default-src 'self'; script-src 'self' 'unsafe-inline'; "
-                                   "style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-                                   "frame-ancestors 'none'",
-        "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff",
-        "Referrer-Policy": "no-referrer"})
+    asset = req.params.get("asset")
+    if asset is None:
+        body, mimetype = (CONSOLE / "console.html").read_bytes(), "text/html"
+    elif asset in CONSOLE_ASSETS:
+        body, mimetype = (CONSOLE / asset).read_bytes(), CONSOLE_ASSETS[asset]
+    else:
+        return func.HttpResponse(b"", status_code=404, headers=NO_STORE)
+    return func.HttpResponse(body, mimetype=mimetype, headers={
+        "Content-Security-Policy": CONSOLE_POLICY, **NO_STORE, "Referrer-Policy": "no-referrer"})
 
 
 def openapi(req: func.HttpRequest) -> func.HttpResponse:

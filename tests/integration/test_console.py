@@ -4,6 +4,7 @@ the local host, over real orders in Azurite."""
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -64,13 +65,18 @@ def h(run_host: Any) -> RunningHost:
 
 
 def open_console(browser: Browser, h: RunningHost, headers: dict[str, str] | None = None,
-                 ) -> tuple[Page, list[str]]:
+                 timezone: str | None = None) -> tuple[Page, list[str]]:
     """The console in a fresh browser context; the list collects what it tried to fetch from
-    anywhere but this app (aborted). ``headers``: an operator's principal on every request."""
+    anywhere but this app (aborted), and every error the browser logged (a script error, or
+    something its Content-Security-Policy refused). ``headers``: an operator's principal on
+    every request; ``timezone``: the viewer's."""
     context = browser.new_context(viewport={"width": 1300, "height": 1000},
-                                  extra_http_headers=headers)
+                                  extra_http_headers=headers, timezone_id=timezone)
     pg = context.new_page()
     foreign: list[str] = []
+    pg.on("console", lambda m: foreign.append(f"console {m.type}: {m.text}")
+          if m.type == "error" and "Failed to load resource" not in m.text else None)
+    pg.on("pageerror", lambda e: foreign.append(f"script error: {e}"))
 
     def only_this_app(route: Any) -> None:
         if urlparse(route.request.url).netloc != f"127.0.0.1:{h.port}":
@@ -90,7 +96,7 @@ def page(browser: Browser, h: RunningHost) -> Iterator[Page]:
     expect(pg.get_by_test_id("refreshed")).to_contain_text("updated")
     yield pg
     pg.context.close()
-    assert foreign == [], "the console fetched something from elsewhere"
+    assert foreign == [], "the console fetched something from elsewhere, or logged an error"
     assert "code=" not in pg.url  # no key in the address, ever
 
 
@@ -109,8 +115,33 @@ def test_the_console_needs_no_key(h: RunningHost) -> None:
     The page holds no data; what it shows comes from the operator routes, by identity."""
     ok = httpx.get(f"http://127.0.0.1:{h.port}/api/console", timeout=10)
     assert ok.status_code == 200 and ok.headers["content-type"].startswith("text/html")
-    assert "default-src 'self'" in ok.headers["content-security-policy"]
     assert "x-functions-key" not in ok.text and "code=" not in ok.text
+
+
+def test_the_console_runs_no_inline_script(h: RunningHost) -> None:
+    """Issue 32, item 5: the policy allowed inline script and set no base-uri or form-action.
+    The page's script and styles are files the same function serves; the policy names only
+    this app's own files, and a page that held inline script would not run it (the browser
+    tests below would see the console stay at "loading", and the error it logs)."""
+    base = f"http://127.0.0.1:{h.port}/api/console"
+    page = httpx.get(base, timeout=10)
+    policy = dict(d.strip().split(" ", 1) for d in
+                  page.headers["content-security-policy"].split(";"))
+    assert policy == {"default-src": "'none'", "script-src": "'self'", "style-src": "'self'",
+                      "connect-src": "'self'", "img-src": "'self' data:", "base-uri": "'none'",
+                      "form-action": "'none'", "frame-ancestors": "'none'"}
+    assert "unsafe" not in page.headers["content-security-policy"]
+    assert re.search(r"<script(?![^>]*\bsrc=)", page.text) is None  # every script is a file
+    assert "<style" not in page.text and " style=" not in page.text
+    assert re.search(r"\son\w+=", page.text) is None  # no inline event handler either
+    for asset, kind in (("console.js", "text/javascript"), ("console.css", "text/css")):
+        r = httpx.get(base, params={"asset": asset}, timeout=10)
+        assert r.status_code == 200 and r.headers["content-type"].startswith(kind)
+        assert r.headers["x-content-type-options"] == "nosniff"
+        assert r.headers["content-security-policy"] == page.headers["content-security-policy"]
+    # Only the console's own files: nothing else of the package is served by name.
+    for other in ("console.html", "../entrypoints.py", "console.js/", "x"):
+        assert httpx.get(base, params={"asset": other}, timeout=10).status_code == 404
 
 
 def test_without_an_identity_the_console_offers_the_platform_sign_in(

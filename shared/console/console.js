@@ -1,0 +1,197 @@
+"use strict";
+const base = location.pathname.replace(/\/console\/?$/, "");
+const main = document.getElementById("main");
+let timer = null;
+
+// Where the platform signs an operator in, and brings them back here.
+const signIn = "/.auth/login/aad?post_login_redirect_uri=" + encodeURIComponent(location.pathname);
+
+class ApiError extends Error {
+  constructor(message, status) { super(message); this.status = status; }
+}
+
+// Every piece of data goes in as text: nothing from the store is ever parsed as HTML.
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "text") e.textContent = v;
+    else if (k === "onclick" || k === "onsubmit") e[k] = v;
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) if (c !== null && c !== undefined)
+    e.append(typeof c === "string" ? document.createTextNode(c) : c);
+  return e;
+}
+
+async function api(path, options = {}) {
+  const r = await fetch(base + path, Object.assign({}, options,
+                                                   {credentials: "same-origin", cache: "no-store"}));
+  const text = await r.text();
+  let body = null;
+  try { body = text ? JSON.parse(text) : null; } catch (_) { body = null; }
+  if (!r.ok) {
+    throw new ApiError(body && body.error ? body.error : `HTTP ${r.status}`, r.status);
+  }
+  return body;
+}
+
+function when(iso) { return iso ? new Date(iso).toLocaleString() : ""; }
+function duration(seconds) {
+  const s = Math.round(seconds), h = Math.floor(s / 3600), m = Math.floor(s % 3600 / 60);
+  return (h ? `${h}h ` : "") + (h || m ? `${m}m ` : "") + `${s % 60}s`;
+}
+function orderLink(id) {
+  return el("a", {href: "#/orders/" + encodeURIComponent(id), "data-order": id, text: id});
+}
+function table(testid, columns, rows, rowFn) {
+  if (!rows.length) return el("p", {class: "empty", "data-testid": testid, text: "none"});
+  const t = el("table", {"data-testid": testid},
+    el("thead", {}, el("tr", {}, ...columns.map(c => el("th", {text: c})))));
+  const body = el("tbody");
+  for (const r of rows) body.append(rowFn(r));
+  t.append(body);
+  return t;
+}
+function cell(value, cls) {
+  const td = el("td", cls ? {class: cls} : {});
+  td.append(value instanceof Node ? value : String(value ?? ""));
+  return td;
+}
+
+function cards(testid, title, counts, badKeys) {
+  return el("section", {"data-testid": testid}, el("h2", {text: title}),
+    el("div", {class: "cards"}, ...Object.entries(counts).map(([k, n]) =>
+      el("div", {class: "card" + (badKeys.includes(k) && n ? " bad" : ""),
+                 "data-testid": `${testid}-${k}`},
+         el("b", {text: String(n)}), el("span", {text: k})))));
+}
+
+function renderOverview(o) {
+  const scanned = o.Complete ? "" : ` (the first ${o.Counted} records; there are more)`;
+  main.replaceChildren(
+    cards("by-state", "Orders by state" + scanned, o.ByState, ["Error"]),
+    cards("by-compensation", "Compensation", o.ByCompensation, ["Failed"]),
+    el("section", {}, el("h2", {}, "In flight ", el("small", {text: "most overdue first"})),
+      table("in-flight", ["order", "state", "step", "complete by", "overdue", "failures"],
+        o.InFlight, r => el("tr", {class: r.OverdueSeconds ? "overdue" : "",
+                                   "data-order": r.OrderID},
+          cell(orderLink(r.OrderID), "id"),
+          cell(r.ProcessState + (r.Compensation ? ` / compensation ${r.Compensation}` : "")),
+          cell(r.CurrentStep), cell(when(r.CompleteBy)),
+          cell(r.OverdueSeconds ? `overdue by ${duration(r.OverdueSeconds)}` : "", "late"),
+          cell(r.FailureCount)))),
+    el("section", {}, el("h2", {}, "Failed ", el("small", {text: "newest first"})),
+      table("failed", ["order", "failed step", "reason", "compensation", "resubmissions",
+                       "updated"], o.Failed, failedRow)),
+    el("section", {}, el("h2", {}, "Compensation failed ",
+        el("small", {text: "work may still stand at the services: check, then resubmit with force"})),
+      table("compensation-failed", ["order", "failed step", "reason", "compensation",
+                                    "resubmissions", "updated"], o.CompensationFailed, failedRow)),
+    el("section", {}, el("h2", {text: "Recent alerts"}),
+      table("alerts", ["raised", "kind", "order", "step", "reason"], o.Alerts, a => el("tr", {},
+        cell(when(a.RaisedAt)), cell(a.Kind), cell(a.OrderID ? orderLink(a.OrderID) : "", "id"),
+        cell(a.Step), cell(a.Reason)))),
+    el("section", {}, el("h2", {text: "Rejected intake"}),
+      table("rejected", ["rejected", "kind", "message id", "reason", "deliveries"], o.Rejected,
+        r => el("tr", {}, cell(when(r.RejectedAt)), cell(r.Kind), cell(r.MessageId, "id"),
+                cell(r.Reason), cell(r.DeliveryCount)))),
+  );
+}
+function failedRow(r) {
+  return el("tr", {"data-order": r.OrderID}, cell(orderLink(r.OrderID), "id"),
+    cell(r.FailedStep), cell(r.LastError), cell(r.Compensation), cell(r.Resubmissions),
+    cell(when(r.UpdatedAt)));
+}
+
+function renderOrder(o, message) {
+  const steps = table("steps", ["step", "status", "attempt", "complete by", "last error",
+                                "work key", "in doubt"], o.Steps, s => el("tr", {"data-step": s.name},
+    cell(s.name), cell(s.status), cell(s.attempt), cell(when(s.complete_by)),
+    cell(s.last_error), cell(s.work_key, "id"), cell(s.in_doubt ? "yes" : "")));
+  const history = table("history", ["at", "event", "by", "reason", "forced", "before"], o.History,
+    h => el("tr", {}, cell(when(h.at)), cell(h.event), cell(h.by), cell(h.reason),
+            cell(h.forced ? "yes" : ""),
+            cell(Object.entries(h.steps || {}).map(([k, v]) => `${k}: ${v}`).join("; "))));
+  const facts = [["workflow", o.Workflow ? `${o.Workflow} v${o.WorkflowVersion}` : "default"],
+    ["state", o.ProcessState], ["compensation", o.Compensation || ""],
+    ["current step", o.CurrentStep || ""], ["complete by", when(o.CompleteBy)],
+    ["failures", String(o.FailureCount)], ["failed step", o.FailedStep || ""],
+    ["last error", o.LastError || ""], ["resubmissions", String(o.Resubmissions)],
+    ["rescues", String(o.Rescues)], ["created", when(o.CreatedAt)],
+    ["updated", when(o.UpdatedAt)]];
+  main.replaceChildren(
+    el("section", {"data-testid": "order"}, el("h2", {}, "Order ", el("code", {text: o.OrderID})),
+      el("dl", {}, ...facts.flatMap(([k, v]) => [el("dt", {text: k}),
+                                                   el("dd", {"data-field": k, text: v})]))),
+    el("section", {}, el("h2", {text: "Steps"}), steps),
+    el("section", {}, el("h2", {text: "Resubmissions"}), history),
+    resubmitForm(o, message),
+    el("section", {}, el("h2", {text: "The order"}),
+       el("pre", {text: JSON.stringify(o.Order, null, 2)})),
+  );
+}
+
+function resubmitForm(o, message) {
+  const section = el("section", {"data-testid": "resubmit"}, el("h2", {text: "Resubmit"}));
+  if (message) section.append(el("p", {class: message.ok ? "" : "error",
+                                       "data-testid": "resubmit-result", text: message.text}));
+  if (o.ProcessState !== "Error") {
+    section.append(el("p", {class: "empty", text: "Only an order in Error can be resubmitted."}));
+    return section;
+  }
+  const force = o.Compensation === "Failed";
+  const form = el("form", {},
+    el("label", {}, "Reason (kept in the order's history)",
+      el("textarea", {name: "reason", rows: "2", maxlength: "1000", required: ""})),
+    force ? el("label", {class: "notice"}, el("input", {type: "checkbox", name: "force"}),
+      " Its compensation failed: I have checked the services and want to resubmit anyway")
+      : null,
+    el("p", {class: "empty", text: "Resubmitted as you: your name is kept in its history."}),
+    el("button", {type: "submit", text: "Resubmit"}));
+  form.onsubmit = async ev => {
+    ev.preventDefault();
+    const f = new FormData(form);
+    let result;
+    try {
+      const body = await api(`/orders/${encodeURIComponent(o.OrderID)}/resubmit`, {
+        method: "POST", headers: {"content-type": "application/json"},
+        body: JSON.stringify({reason: f.get("reason"), force: f.get("force") === "on"})});
+      result = {ok: true, text: `Resubmitted: now ${body.ProcessState}.`};
+    } catch (e) {
+      result = {ok: false, text: String(e.message || e)};
+    }
+    await show(result);
+  };
+  section.append(form);
+  return section;
+}
+
+async function show(message) {
+  const m = location.hash.match(/^#\/orders\/(.+)$/);
+  const stamp = document.getElementById("refreshed");
+  try {
+    if (m) renderOrder(await api("/orders/" + m[1]), message);
+    else renderOverview(await api("/overview"));
+    stamp.textContent = "updated " + new Date().toLocaleTimeString();
+    stamp.className = "meta";
+  } catch (e) {
+    stamp.textContent = "could not refresh: " + e.message;
+    stamp.className = "meta error";
+    if (e.status === 401)  // not signed in (or the session ended): the platform's sign-in
+      stamp.append(" ", el("a", {href: signIn, "data-testid": "sign-in", text: "sign in"}));
+  }
+}
+
+function schedule() {
+  clearInterval(timer);
+  // Live only while someone looks, and not while a resubmit form is being filled in.
+  timer = setInterval(() => {
+    const typing = main.querySelector("form") && location.hash;
+    if (document.getElementById("live").checked && !document.hidden && !typing) show();
+  }, 5000);
+}
+
+document.getElementById("home").onclick = ev => { ev.preventDefault(); location.hash = ""; };
+window.addEventListener("hashchange", () => show());
+show();
+schedule();
