@@ -401,5 +401,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"--workflow: no workflow {', '.join(unknown)} (this app runs "
                 f"{', '.join(REGISTRY.names)})")
+    from orderctl.samples import unsampled
+
+    if without := unsampled(args.workflows):
+        p.error(f"--workflow: {', '.join(without)} gives no sample orders (its message "
+                "model's sample()): the demo sends only sample orders")
     return run_demo(args.orders, args.port, args.timeout, Console(highlight=False),
                     args.data.resolve(), args.serve, not args.no_faults, args.workflows)

@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
 
-from orderctl.samples import orders_from_file, sample_orders
+from orderctl.samples import NoSamples, orders_from_file, sample_orders
 from orderctl.senders import LocalSender, OrderSender, ServiceBusSender
 from shared import bootstrap, tracing
 from shared.domain.state import OrderState
@@ -170,9 +170,12 @@ def send(
                                       namespace=namespace)
         except ValueError as e:  # the SDK's word for a malformed connection string
             raise CliError(f"--connection-string: {e}", 2) from None
-    items = (list(orders_from_file(file)) if file else
-             [(o["order_id"], json.dumps(o).encode())
-              for o in sample_orders(count, seed=seed, reply_to=reply_to, workflows=workflow)])
+    try:
+        items = (list(orders_from_file(file)) if file else
+                 [(o["order_id"], json.dumps(o).encode()) for o in sample_orders(
+                     count, seed=seed, reply_to=reply_to, workflows=workflow)])
+    except NoSamples as e:
+        raise CliError(f"--workflow: {e}", 2) from None
     started = time.monotonic()
     try:
         for i, item in enumerate(items):

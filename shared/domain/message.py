@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
@@ -78,6 +79,13 @@ class WorkflowMessage(BaseModel):
         """Properties of the stored order row beside its document, for queries in the
         storage browser: none unless the workflow's model names some."""
         return {}
+
+    @classmethod
+    def sample(cls, rng: random.Random) -> dict[str, Any] | None:
+        """A plausible message's own fields (not its id, workflow or reply queue), for the
+        CLI's and the demo's sample orders; None: the workflow gives none (its orders are sent
+        from a file)."""
+        return None
 
     def fingerprint(self) -> str:
         """A content hash: tells a redelivery from a different message with the same id."""

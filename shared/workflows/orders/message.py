@@ -3,6 +3,7 @@ reply queue) is every workflow's (``shared/domain/message.py``)."""
 
 from __future__ import annotations
 
+import random
 import re
 from decimal import Decimal
 from typing import Annotated, Any
@@ -19,6 +20,9 @@ from shared.domain.message import (
 
 __all__ = ["InvalidOrder", "LineItem", "Order", "parse_order"]
 
+# What the sample orders (the CLI's, the demo's) buy.
+CATALOGUE = [("SKU-TEA", "4.50"), ("SKU-MUG", "12.00"), ("SKU-KETTLE", "39.90"),
+             ("SKU-BEANS", "9.75"), ("SKU-FILTER", "2.20"), ("SKU-GRINDER", "64.00")]
 PRICE_PATTERN = r"^(0|[1-9][0-9]{0,9})(\.[0-9]{1,2})?$"
 
 
@@ -56,6 +60,12 @@ class Order(WorkflowMessage):
     @property
     def total(self) -> Decimal:
         return sum((i.unit_price * i.quantity for i in self.items), Decimal("0"))
+
+    @classmethod
+    def sample(cls, rng: random.Random) -> dict[str, Any]:
+        items = [{"sku": sku, "quantity": rng.randint(1, 3), "unit_price": price}
+                 for sku, price in rng.sample(CATALOGUE, rng.randint(1, 3))]
+        return {"customer_id": f"cust-{rng.randint(1, 500):04d}", "items": items}
 
     def columns(self) -> dict[str, str]:
         return {"CustomerId": self.customer_id, "Total": str(self.total)}
