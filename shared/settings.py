@@ -13,6 +13,7 @@ import socket
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
@@ -122,6 +123,11 @@ class Settings(BaseModel):
         if len(v.split()) != 6:
             raise ValueError("needs six NCRONTAB fields: second minute hour day month weekday")
         return v
+
+    @field_validator("simulator_base_url")
+    @classmethod
+    def _simulators_over_https(cls, v: str | None) -> str | None:
+        return None if v is None else secure_url(v)
 
     @field_validator("outage_gap", mode="before")
     @classmethod
@@ -243,10 +249,41 @@ def service_setting_names(service: str) -> tuple[str, str]:
     return f"{stem}ServiceUrl", f"{stem}RequestsQueueName"
 
 
+# The hosts a service URL may name over plain http: this machine, where nothing crosses a
+# network (the local host's simulated services, the tests' stand-ins).
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def secure_url(url: str) -> str:
+    """``url`` if it is https, or http to this machine; else ValueError. Every remote call
+    carries the order and RemoteServiceKey: in clear over a network, anyone on the path reads
+    them and can answer in the service's place."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        _ = parts.port  # a port that is no number raises here
+    except ValueError:
+        raise ValueError("is not a URL") from None
+    if not host:
+        raise ValueError("is not a URL: it names no host")
+    if parts.scheme == "https" or (parts.scheme == "http" and host in LOOPBACK_HOSTS):
+        return url
+    if parts.scheme == "http":
+        raise ValueError("must be https (plain http only to this machine: 127.0.0.1, "
+                         "localhost, ::1): the order and RemoteServiceKey would cross the "
+                         "network in clear")
+    raise ValueError("must be an https URL")
+
+
 class ServiceSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
-    url: str = Field(pattern="^https?://")
+    url: str
     queue: QueueName
+
+    @field_validator("url")
+    @classmethod
+    def _over_https(cls, v: str) -> str:
+        return secure_url(v)
 
 
 # Completed ticks this many intervals apart mean that at least one tick did not complete.

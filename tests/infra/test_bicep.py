@@ -174,3 +174,13 @@ def test_operators_sign_in_with_entra_id_and_the_app_roles_are_the_ones_the_code
     assert len({r["id"] for r in roles}) == 2 and all(r["isEnabled"] for r in roles)
     # People sign in to the console; tools (a monitor, a script) get the role as applications.
     assert all(set(r["allowedMemberTypes"]) == {"User", "Application"} for r in roles)
+
+
+def test_a_demo_deployment_calls_its_simulated_services_over_https() -> None:
+    """Issue 32: the app refuses a service URL over plain http to another machine; the demo's
+    SimulatorBaseUrl (the app's own host) must be one it takes."""
+    from shared.settings import secure_url
+
+    base = bicep_names(INFRA).app_settings["SimulatorBaseUrl"]
+    assert base == "https://${app.properties.defaultHostName}/api/sim"
+    assert secure_url(base.replace("${app.properties.defaultHostName}", "func-x.azurewebsites.net"))

@@ -9,7 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shared.domain import budget
-from shared.settings import SettingsError, load_settings, service_setting_names
+from shared.settings import (
+    LOCAL_SIMULATORS,
+    SettingsError,
+    load_settings,
+    service_setting_names,
+)
 from shared.workflows import REGISTRY
 from shared.workflows.orders import ORDER_FULFILMENT
 from shared.workflows.orders.message import InvalidOrder, parse_order
@@ -200,6 +205,38 @@ def test_a_deployment_without_service_urls_fails_fast_naming_them() -> None:
         load_settings({"AzureWebJobsStorage": "UseDevelopmentStorage=true",
                        "InventoryServiceUrl": "", "PaymentServiceUrl": "https://pay"}
                       ).registry(REGISTRY)
+
+
+@pytest.mark.parametrize("url", [
+    "http://pay.example", "http://10.0.0.5:8080/api", "http://localhost.example/x",
+    "http://127.0.0.1.example", "ftp://pay.example", "https://", "pay.example", "https://x:y"])
+@pytest.mark.parametrize("setting", ["PaymentServiceUrl", "SimulatorBaseUrl"])
+def test_a_service_url_over_plain_http_to_another_machine_stops_the_app_naming_it(
+        setting: str, url: str) -> None:
+    """Issue 32: every call carries the order and RemoteServiceKey; plain http would put both
+    on the network in clear, so it is taken only to this machine."""
+    with pytest.raises(SettingsError, match=rf"{setting}=.*(https|not a URL)"):
+        load_settings({**BASE, setting: url}).registry(REGISTRY)
+
+
+@pytest.mark.parametrize("url", [
+    "https://pay.example", "https://pay.example:8443/api", "http://127.0.0.1:7071/api/sim",
+    "http://localhost:7071/api/sim", "http://[::1]:7071/api/sim", "http://LocalHost:7071/api/sim"])
+def test_https_anywhere_and_plain_http_to_this_machine_are_taken(url: str) -> None:
+    """What the local host, the demo and the end-to-end tests give (loopback) and what a
+    deployment gives (https)."""
+    s = load_settings({**BASE, "SimulatorBaseUrl": url, "PaymentServiceUrl": url})
+    services = s.services(REGISTRY.services)
+    assert services["payment"].url == url
+    assert {v.url for k, v in services.items() if k != "payment"} \
+        == {f"{url}/{k}" for k in services if k != "payment"}
+
+
+def test_the_local_simulators_default_is_taken() -> None:
+    """No SimulatorBaseUrl, simulators on: the local host's own address, plain http."""
+    s = load_settings(BASE)
+    assert {v.url for v in s.services(REGISTRY.services).values()} \
+        == {f"{LOCAL_SIMULATORS}/{k}" for k in REGISTRY.services}
 
 
 @pytest.mark.parametrize(("schedule", "gap"), [
