@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
 
+from shared.domain import budget
 from shared.domain.alerts import AlertKind
 from shared.domain.messages import Action, CommandKind, StatusEvent
 
@@ -85,3 +86,42 @@ def has_dispatch(effects: list[Effect]) -> bool:
 
 def delay_until(not_before: datetime | None, now: datetime) -> float:
     return max(0.0, (not_before - now).total_seconds()) if not_before else 0.0
+
+
+def carried_within_budget(carried: list[Effect], fresh: list[Effect]) -> list[Effect]:
+    """The carried effects, held with the fresh ones to the outbox's budget.
+
+    Effects are carried only while no transition proves them sent, so a run of such transitions
+    (a reply to an earlier request, a Supervisor's retry, another refusal) could grow the outbox
+    past what a property holds, and then no write of the record would succeed. Over budget, the
+    carried effects first give up their texts (the timeline keeps each whole); then the carried
+    status updates go, oldest first (the submitter's courtesy copy: the record is the truth);
+    then a carried alert that a newer alert of the same kind and step repeats. Every alert of a
+    distinct kind and step stays, so the outbox stays bounded and no operator goes unwarned.
+    """
+    def fits(kept: list[Effect]) -> bool:
+        return budget.utf16_units(outbox_to_json([*kept, *fresh])) <= budget.OUTBOX
+
+    if fits(carried):
+        return carried
+    kept = [_shortened(e) for e in carried]
+    for doomed in [*(e for e in kept if isinstance(e, SendStatus)), *_repeated_alerts(kept, fresh)]:
+        if fits(kept):
+            break
+        kept.remove(doomed)
+    return kept
+
+
+def _shortened(e: Effect) -> Effect:
+    if isinstance(e, RaiseAlert):
+        return e.model_copy(update={"reason": budget.clip(e.reason, budget.SHORT_TEXT)})
+    if isinstance(e, SendStatus) and e.detail is not None:
+        return e.model_copy(update={"detail": budget.clip(e.detail, budget.SHORT_TEXT)})
+    return e
+
+
+def _repeated_alerts(carried: list[Effect], fresh: list[Effect]) -> list[Effect]:
+    """Carried alerts, oldest first, that a later alert of the same kind and step repeats."""
+    alerts = [e for e in [*carried, *fresh] if isinstance(e, RaiseAlert)]
+    return [a for i, a in enumerate(alerts) if a in carried and any(
+        (b.alert, b.step) == (a.alert, a.step) for b in alerts[i + 1:])]

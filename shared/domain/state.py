@@ -26,8 +26,8 @@ from shared.domain.effects import (
     RaiseAlert,
     SendCommand,
     SendStatus,
+    carried_within_budget,
     has_dispatch,
-    outbox_to_json,
 )
 from shared.domain.messages import (
     Action,
@@ -38,7 +38,6 @@ from shared.domain.messages import (
     new_token,
     new_work_key,
 )
-from shared.domain.outages import TickLog
 from shared.domain.workflow import Workflow
 
 
@@ -289,7 +288,7 @@ def receive(order_id: str, workflow: Workflow, now: datetime,
         workflow=workflow.name,
         workflow_version=workflow.version,
     )
-    _emit(state, Cause.INTAKE, now, [Event("received")], SendCommand(
+    emit(state, Cause.INTAKE, now, [Event("received")], SendCommand(
         command=CommandKind.START, reason="received"))
     return state
 
@@ -312,7 +311,7 @@ def claim(state: OrderState, scheduler_id: str, now: datetime, workflow: Workflo
     if nxt is None:  # cannot happen for a Pending order, but never leave one running with no step
         raise IllegalTransition(f"order {state.order_id} has no step left to run")
     _run(new, nxt, now, workflow)
-    _emit(new, Cause.START, now, [], proven=seq == state.outbox_seq)
+    emit(new, Cause.START, now, [], proven=seq == state.outbox_seq)
     return Transition(new)
 
 
@@ -343,7 +342,7 @@ def apply_reply(
         new = state._copy(now)
         new.rescues = 0
         events = _after_do(new, new.step(step.name), reply, scheduler_id, now, workflow)
-        _emit(new, reply_cause(reply), now, events,
+        emit(new, reply_cause(reply), now, events,
               proven=reply.outbox_seq == state.outbox_seq)
         return Transition(new)
     if (state.process_state is not ProcessState.ERROR
@@ -366,8 +365,8 @@ def apply_reply(
         error = budget.clip_error(reply.error) or "permanent error"
         step.status = StepStatus.COMPENSATION_FAILED
         step.last_error = error
-        events = _give_up_compensation(new, step.name, error)
-    _emit(new, reply_cause(reply), now, events, proven=reply.outbox_seq == state.outbox_seq)
+        events = give_up_compensation(new, step.name, error)
+    emit(new, reply_cause(reply), now, events, proven=reply.outbox_seq == state.outbox_seq)
     return Transition(new)
 
 
@@ -383,7 +382,7 @@ def begin_compensation(
         )
     new = state._copy(now)
     new.rescues = 0
-    _emit(new, Cause.COMPENSATE, now, _next_compensation(new, scheduler_id, now, workflow, []),
+    emit(new, Cause.COMPENSATE, now, _next_compensation(new, scheduler_id, now, workflow, []),
           proven=seq == state.outbox_seq)
     return Transition(new)
 
@@ -447,87 +446,17 @@ def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
         # and until a service says it is done, it counts as in doubt (undone if the order
         # fails again, even after a refusal).
         s.in_doubt = s.work_key is not None
-    _emit(new, Cause.OPERATOR, now, [], SendCommand(command=CommandKind.START,
+    emit(new, Cause.OPERATOR, now, [], SendCommand(command=CommandKind.START,
                                                      reason="resubmitted"),
           note=f"resubmitted{' with force' if force else ''}: {reason or 'no reason given'}",
           by=by)
     return Transition(new)
 
 
-class DecisionKind(StrEnum):
-    RESCUE = "rescue"  # nobody took the order: hand it to a Scheduler again
-    REDISPATCH = "redispatch"  # the step's request was never confirmed sent: send it again
-    OUTAGE = "outage"  # the step's time fell in an outage: send it again, no failure counted
-    RETRY = "retry"  # a step timed out: count a failure, try again after a backoff
-    FAIL = "fail"  # past a threshold: give up (and undo, or call an operator)
-    FORGET = "forget"  # settled: finish its effects and drop it from the due-time index
-
-
-@dataclass(frozen=True)
-class SupervisorDecision:
-    kind: DecisionKind
-    state: OrderState
-    reason: str = ""
-
-
 def due_at(state: OrderState, pending_grace: timedelta) -> datetime:
     """When the Supervisor steps in, unless the order moves first (a new order has no
     complete-by time yet: it is due a grace period after it arrived)."""
     return state.complete_by or state.created_at + pending_grace
-
-
-def supervise(state: OrderState, now: datetime, policy: RetryPolicy,
-              workflow: Workflow, ticks: TickLog | None = None) -> SupervisorDecision | None:
-    """What the Supervisor should do about this order now, or None when nothing is overdue.
-
-    Knows nothing of the business: only of states, deadlines and counts. Time lost to the
-    pipeline itself (a request never sent, an order no Scheduler took, a step whose time fell
-    in an outage the tick log shows) is not the order's failure: it is counted apart, as
-    rescues, and has its own threshold.
-    """
-    if state.is_settled:
-        # The Scheduler drops a settled order from the index itself; step in only when it
-        # evidently did not (it died first), so the two do not both delete it.
-        if state.updated_at + policy.pending_grace > now:
-            return None
-        return SupervisorDecision(DecisionKind.FORGET, state, "settled")
-    if due_at(state, policy.pending_grace) > now:
-        return None
-    new = state._copy(now)
-    waiting_for = (CommandKind.START if state.process_state is ProcessState.PENDING
-                   else CommandKind.COMPENSATE if state.compensation is CompensationState.PENDING
-                   else None)
-    if waiting_for is not None:
-        new.rescues += 1
-        if new.rescues > policy.rescue_threshold:
-            return _give_up_waiting(new, now, policy)
-        new.complete_by = now + policy.pending_grace
-        why = f"not taken by a Scheduler (rescue {new.rescues} of {policy.rescue_threshold})"
-        _emit(new, Cause.SUPERVISOR, now, [], SendCommand(command=waiting_for, reason=why),
-              note=why)
-        return SupervisorDecision(DecisionKind.RESCUE, new, why)
-    step = new.current_step
-    if step is not None and new.rescues < policy.rescue_threshold:
-        budget = workflow.step(step.name).budget
-        gap = (ticks.gap_during(step.complete_by - budget, step.complete_by)
-               if ticks is not None and step.complete_by is not None else None)
-        if state.dispatch_unconfirmed or gap is not None:
-            new.rescues += 1
-            kind = DecisionKind.REDISPATCH if state.dispatch_unconfirmed else DecisionKind.OUTAGE
-            why = (f"request for {step.name} attempt {step.attempt} never confirmed sent"
-                   if gap is None else
-                   f"{step.name} attempt {step.attempt} was due {gap.describe()}, not "
-                   "counted as a failure")
-            why += f"; sent again (rescue {new.rescues} of {policy.rescue_threshold})"
-            step.complete_by = now + budget
-            new.complete_by = step.complete_by
-            _emit(new, Cause.SUPERVISOR, now, [], note=why)
-            return SupervisorDecision(kind, new, why)
-    if state.process_state is ProcessState.PROCESSING:
-        return _expire_step(new, now, policy)
-    if state.compensation is CompensationState.RUNNING:
-        return _expire_compensation(new, now, policy)
-    return None
 
 
 def _run(state: OrderState, step: StepState, now: datetime, workflow: Workflow) -> None:
@@ -540,7 +469,7 @@ def _run(state: OrderState, step: StepState, now: datetime, workflow: Workflow) 
     state.complete_by = step.complete_by
 
 
-def _emit(new: OrderState, cause: str, now: datetime, events: list[Event],
+def emit(new: OrderState, cause: str, now: datetime, events: list[Event],
           command: SendCommand | None = None, *, proven: bool = False,
           note: str | None = None, by: str | None = None) -> None:
     """Write the transition's outbox: alerts, status, command, dispatch, forget, in that order.
@@ -563,52 +492,13 @@ def _emit(new: OrderState, cause: str, now: datetime, events: list[Event],
                    detail=_FOR_SUBMITTER.get(e.kind, e.detail))
         for i, e in enumerate(events)] if new.reply_to else []
     fresh: list[Effect] = [*alerts, *statuses, *([command] if command is not None else [])]
-    carried = _within_budget(carried, fresh)
+    carried = carried_within_budget(carried, fresh)
     effects = [*(e for e in carried if isinstance(e, RaiseAlert)), *alerts,
                *(e for e in carried if isinstance(e, SendStatus)), *statuses]
     if command is not None:
         effects.append(command)
     _finish(new, cause, effects)
     _record(new, cause, now, events, note, by)
-
-
-def _within_budget(carried: list[Effect], fresh: list[Effect]) -> list[Effect]:
-    """The carried effects, held with the fresh ones to the outbox's budget.
-
-    Effects are carried only while no transition proves them sent, so a run of such transitions
-    (a reply to an earlier request, a Supervisor's retry, another refusal) could grow the outbox
-    past what a property holds, and then no write of the record would succeed. Over budget, the
-    carried effects first give up their texts (the timeline keeps each whole); then the carried
-    status updates go, oldest first (the submitter's courtesy copy: the record is the truth);
-    then a carried alert that a newer alert of the same kind and step repeats. Every alert of a
-    distinct kind and step stays, so the outbox stays bounded and no operator goes unwarned.
-    """
-    def fits(kept: list[Effect]) -> bool:
-        return budget.utf16_units(outbox_to_json([*kept, *fresh])) <= budget.OUTBOX
-
-    if fits(carried):
-        return carried
-    kept = [_shortened(e) for e in carried]
-    for doomed in [*(e for e in kept if isinstance(e, SendStatus)), *_repeated_alerts(kept, fresh)]:
-        if fits(kept):
-            break
-        kept.remove(doomed)
-    return kept
-
-
-def _shortened(e: Effect) -> Effect:
-    if isinstance(e, RaiseAlert):
-        return e.model_copy(update={"reason": budget.clip(e.reason, budget.SHORT_TEXT)})
-    if isinstance(e, SendStatus) and e.detail is not None:
-        return e.model_copy(update={"detail": budget.clip(e.detail, budget.SHORT_TEXT)})
-    return e
-
-
-def _repeated_alerts(carried: list[Effect], fresh: list[Effect]) -> list[Effect]:
-    """Carried alerts, oldest first, that a later alert of the same kind and step repeats."""
-    alerts = [e for e in [*carried, *fresh] if isinstance(e, RaiseAlert)]
-    return [a for i, a in enumerate(alerts) if a in carried and any(
-        (b.alert, b.step) == (a.alert, a.step) for b in alerts[i + 1:])]
 
 
 def _record(new: OrderState, cause: str, now: datetime, events: list[Event],
@@ -700,7 +590,7 @@ def _next_compensation(new: OrderState, scheduler_id: str, now: datetime, workfl
         # Nothing can name the work to undo: an operator must, and the order says so.
         step.status = StepStatus.COMPENSATION_FAILED
         step.last_error = UNKNOWN_WORK_KEY
-        return [*events, *_give_up_compensation(new, step.name, UNKNOWN_WORK_KEY)]
+        return [*events, *give_up_compensation(new, step.name, UNKNOWN_WORK_KEY)]
     if step is None:
         new.compensation = CompensationState.DONE
         new.locked_by = None
@@ -717,91 +607,9 @@ def _next_compensation(new: OrderState, scheduler_id: str, now: datetime, workfl
     return events
 
 
-def _give_up_compensation(new: OrderState, step: str | None, why: str) -> list[Event]:
+def give_up_compensation(new: OrderState, step: str | None, why: str) -> list[Event]:
     new.compensation = CompensationState.FAILED
     new.locked_by = None
     new.complete_by = None
     new.last_error = f"compensation of {step} failed: {why}" if step else why
     return [Event("compensation_failed", step, why)]
-
-
-def _fail(new: OrderState, now: datetime, policy: RetryPolicy, step: StepState | None,
-          why: str) -> SupervisorDecision:
-    """Give the order up: it goes to Error and its done (or maybe done) work is undone."""
-    for s in new.steps:
-        # A step that timed out and was waiting for its retry may have done its work.
-        if s.status is StepStatus.NOT_STARTED and s.in_doubt:
-            s.status = StepStatus.FAILED
-    if step is not None:
-        step.status = StepStatus.FAILED
-    new.process_state = ProcessState.ERROR
-    new.failed_step = step.name if step else None
-    new.compensation = CompensationState.PENDING
-    new.complete_by = now + policy.pending_grace
-    new.rescues = 0
-    new.last_error = why
-    _emit(new, Cause.SUPERVISOR, now, [Event("failed", new.failed_step, why)],
-          SendCommand(command=CommandKind.COMPENSATE, reason=why))
-    return SupervisorDecision(DecisionKind.FAIL, new, why)
-
-
-def _give_up_waiting(new: OrderState, now: datetime, policy: RetryPolicy) -> SupervisorDecision:
-    tries = policy.rescue_threshold
-    if new.process_state is ProcessState.PENDING:
-        return _fail(new, now, policy, None,
-                     f"no Scheduler took the order after {tries} rescues: see its start "
-                     "commands in the poison queue, or its order row")
-    why = (f"no Scheduler took the compensation after {tries} rescues: see its commands in "
-           "the poison queue, or its order row")
-    step = new.current_step
-    if step is not None:
-        step.status = StepStatus.COMPENSATION_FAILED
-        step.complete_by = None
-    _emit(new, Cause.SUPERVISOR, now,
-          _give_up_compensation(new, step.name if step else None, why))
-    return SupervisorDecision(DecisionKind.FAIL, new, why)
-
-
-def _expire_step(new: OrderState, now: datetime, policy: RetryPolicy) -> SupervisorDecision:
-    new.failure_count += 1
-    new.locked_by = None
-    step = new.current_step
-    why = "no step running (the Scheduler stopped before dispatch)"
-    if step is not None:
-        why = f"attempt {step.attempt} not done by {step.complete_by:%Y-%m-%dT%H:%M:%SZ}"
-        step.last_error = f"timed out: {why}"
-        step.in_doubt = True
-        step.complete_by = None
-    if new.failure_count < policy.failure_threshold:
-        if step is not None:
-            step.status = StepStatus.NOT_STARTED
-        delay = policy.backoff(new.failure_count)
-        new.process_state = ProcessState.PENDING
-        new.complete_by = now + delay + policy.pending_grace
-        _emit(new, Cause.SUPERVISOR, now, [], SendCommand(
-            command=CommandKind.START, reason=why, not_before=now + delay), note=why)
-        return SupervisorDecision(DecisionKind.RETRY, new, why)
-    return _fail(new, now, policy, step, f"gave up after {new.failure_count} failures: {why}")
-
-
-def _expire_compensation(new: OrderState, now: datetime, policy: RetryPolicy) -> SupervisorDecision:
-    new.compensation_failure_count += 1
-    new.locked_by = None
-    step = new.current_step
-    why = "compensation timed out"
-    if step is not None:
-        why = f"undo attempt {step.attempt} of {step.name} timed out"
-        step.last_error = why
-        step.complete_by = None
-    if new.compensation_failure_count < policy.compensation_threshold:
-        delay = policy.backoff(new.compensation_failure_count)
-        new.compensation = CompensationState.PENDING
-        new.complete_by = now + delay + policy.pending_grace
-        _emit(new, Cause.SUPERVISOR, now, [], SendCommand(
-            command=CommandKind.COMPENSATE, reason=why, not_before=now + delay), note=why)
-        return SupervisorDecision(DecisionKind.RETRY, new, why)
-    if step is not None:
-        step.status = StepStatus.COMPENSATION_FAILED
-    _emit(new, Cause.SUPERVISOR, now,
-          _give_up_compensation(new, step.name if step else None, why))
-    return SupervisorDecision(DecisionKind.FAIL, new, why)

@@ -37,14 +37,8 @@ from shared.clock import Clock
 from shared.domain.alerts import AlertKind, OperatorAlert
 from shared.domain.effects import Forget
 from shared.domain.outages import Gap, TickLog
-from shared.domain.state import (
-    DecisionKind,
-    OrderState,
-    RetryPolicy,
-    SupervisorDecision,
-    due_at,
-    supervise,
-)
+from shared.domain.state import OrderState, RetryPolicy, due_at
+from shared.domain.supervision import DecisionKind, SupervisorDecision, supervise
 from shared.domain.workflow import Registry, UnknownWorkflow
 from shared.handlers.relay import EffectRelay
 

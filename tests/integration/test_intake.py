@@ -282,7 +282,7 @@ def test_redelivery_during_a_supervisor_backoff_sends_no_start(env: dict[str, st
     st = c.store.get_state("o-1")
     assert st is not None
     # The Supervisor reset it (as at complete-by): Pending, waiting out a backoff.
-    from shared.domain.state import supervise
+    from shared.domain.supervision import supervise
 
     decision = supervise(st, st.complete_by + timedelta(seconds=1),  # type: ignore[operator]
                          c.supervisor._policy, c.workflow)

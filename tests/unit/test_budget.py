@@ -15,7 +15,6 @@ from shared.domain.messages import Action, AgentReply, ReplyOutcome
 from shared.domain.outages import KEEP_GAPS, Gap, TickLog
 from shared.domain.state import (
     CompensationState,
-    DecisionKind,
     OrderState,
     ProcessState,
     RetryPolicy,
@@ -25,8 +24,8 @@ from shared.domain.state import (
     exponential_backoff,
     receive,
     resubmit,
-    supervise,
 )
+from shared.domain.supervision import DecisionKind, supervise
 from shared.workflows.orders import ORDER_FULFILMENT as WF
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

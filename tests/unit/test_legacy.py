@@ -27,8 +27,8 @@ from shared.domain.state import (
     exponential_backoff,
     receive,
     resubmit,
-    supervise,
 )
+from shared.domain.supervision import supervise
 from shared.workflows.orders import ORDER_FULFILMENT as WF
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

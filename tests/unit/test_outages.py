@@ -5,13 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from shared.domain.outages import NEVER, Gap, TickLog
-from shared.domain.state import (
-    DecisionKind,
-    RetryPolicy,
-    claim,
-    exponential_backoff,
-    supervise,
-)
+from shared.domain.state import RetryPolicy, claim, exponential_backoff
+from shared.domain.supervision import DecisionKind, supervise
 from tests.conftest import FakeClock
 from tests.fakes import FakeOrderStore, FakeTickLog, accepted, supervisor_over_fakes
 from tests.workflow import FLOW as WF

@@ -11,7 +11,6 @@ from shared.domain.effects import Dispatch, Forget, RaiseAlert, SendCommand, Sen
 from shared.domain.messages import Action, AgentReply, CommandKind, ReplyOutcome
 from shared.domain.state import (
     CompensationState,
-    DecisionKind,
     IllegalTransition,
     OrderState,
     ProcessState,
@@ -24,8 +23,8 @@ from shared.domain.state import (
     exponential_backoff,
     receive,
     resubmit,
-    supervise,
 )
+from shared.domain.supervision import DecisionKind, supervise
 from shared.domain.workflow import Step, Workflow
 from tests.workflow import FLOW
 

@@ -1,0 +1,183 @@
+"""What the Supervisor does about an overdue order: rescue it, send its step again, count a
+failure and retry, or give it up (and have its done work undone).
+
+Pure, as the transitions in ``state`` are: each decision is a new state with its outbox, which
+the Supervisor writes conditionally. Knows nothing of the business: only of states, deadlines,
+counts and the tick log's outages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from shared.domain.effects import SendCommand
+from shared.domain.messages import CommandKind
+from shared.domain.outages import TickLog
+from shared.domain.state import (
+    Cause,
+    CompensationState,
+    Event,
+    OrderState,
+    ProcessState,
+    RetryPolicy,
+    StepState,
+    StepStatus,
+    due_at,
+    emit,
+    give_up_compensation,
+)
+from shared.domain.workflow import Workflow
+
+
+class DecisionKind(StrEnum):
+    RESCUE = "rescue"  # nobody took the order: hand it to a Scheduler again
+    REDISPATCH = "redispatch"  # the step's request was never confirmed sent: send it again
+    OUTAGE = "outage"  # the step's time fell in an outage: send it again, no failure counted
+    RETRY = "retry"  # a step timed out: count a failure, try again after a backoff
+    FAIL = "fail"  # past a threshold: give up (and undo, or call an operator)
+    FORGET = "forget"  # settled: finish its effects and drop it from the due-time index
+
+
+@dataclass(frozen=True)
+class SupervisorDecision:
+    kind: DecisionKind
+    state: OrderState
+    reason: str = ""
+
+
+def supervise(state: OrderState, now: datetime, policy: RetryPolicy,
+              workflow: Workflow, ticks: TickLog | None = None) -> SupervisorDecision | None:
+    """What the Supervisor should do about this order now, or None when nothing is overdue.
+
+    Knows nothing of the business: only of states, deadlines and counts. Time lost to the
+    pipeline itself (a request never sent, an order no Scheduler took, a step whose time fell
+    in an outage the tick log shows) is not the order's failure: it is counted apart, as
+    rescues, and has its own threshold.
+    """
+    if state.is_settled:
+        # The Scheduler drops a settled order from the index itself; step in only when it
+        # evidently did not (it died first), so the two do not both delete it.
+        if state.updated_at + policy.pending_grace > now:
+            return None
+        return SupervisorDecision(DecisionKind.FORGET, state, "settled")
+    if due_at(state, policy.pending_grace) > now:
+        return None
+    new = state._copy(now)
+    waiting_for = (CommandKind.START if state.process_state is ProcessState.PENDING
+                   else CommandKind.COMPENSATE if state.compensation is CompensationState.PENDING
+                   else None)
+    if waiting_for is not None:
+        new.rescues += 1
+        if new.rescues > policy.rescue_threshold:
+            return _give_up_waiting(new, now, policy)
+        new.complete_by = now + policy.pending_grace
+        why = f"not taken by a Scheduler (rescue {new.rescues} of {policy.rescue_threshold})"
+        emit(new, Cause.SUPERVISOR, now, [], SendCommand(command=waiting_for, reason=why),
+              note=why)
+        return SupervisorDecision(DecisionKind.RESCUE, new, why)
+    step = new.current_step
+    if step is not None and new.rescues < policy.rescue_threshold:
+        budget = workflow.step(step.name).budget
+        gap = (ticks.gap_during(step.complete_by - budget, step.complete_by)
+               if ticks is not None and step.complete_by is not None else None)
+        if state.dispatch_unconfirmed or gap is not None:
+            new.rescues += 1
+            kind = DecisionKind.REDISPATCH if state.dispatch_unconfirmed else DecisionKind.OUTAGE
+            why = (f"request for {step.name} attempt {step.attempt} never confirmed sent"
+                   if gap is None else
+                   f"{step.name} attempt {step.attempt} was due {gap.describe()}, not "
+                   "counted as a failure")
+            why += f"; sent again (rescue {new.rescues} of {policy.rescue_threshold})"
+            step.complete_by = now + budget
+            new.complete_by = step.complete_by
+            emit(new, Cause.SUPERVISOR, now, [], note=why)
+            return SupervisorDecision(kind, new, why)
+    if state.process_state is ProcessState.PROCESSING:
+        return _expire_step(new, now, policy)
+    if state.compensation is CompensationState.RUNNING:
+        return _expire_compensation(new, now, policy)
+    return None
+
+
+def _fail(new: OrderState, now: datetime, policy: RetryPolicy, step: StepState | None,
+          why: str) -> SupervisorDecision:
+    """Give the order up: it goes to Error and its done (or maybe done) work is undone."""
+    for s in new.steps:
+        # A step that timed out and was waiting for its retry may have done its work.
+        if s.status is StepStatus.NOT_STARTED and s.in_doubt:
+            s.status = StepStatus.FAILED
+    if step is not None:
+        step.status = StepStatus.FAILED
+    new.process_state = ProcessState.ERROR
+    new.failed_step = step.name if step else None
+    new.compensation = CompensationState.PENDING
+    new.complete_by = now + policy.pending_grace
+    new.rescues = 0
+    new.last_error = why
+    emit(new, Cause.SUPERVISOR, now, [Event("failed", new.failed_step, why)],
+          SendCommand(command=CommandKind.COMPENSATE, reason=why))
+    return SupervisorDecision(DecisionKind.FAIL, new, why)
+
+
+def _give_up_waiting(new: OrderState, now: datetime, policy: RetryPolicy) -> SupervisorDecision:
+    tries = policy.rescue_threshold
+    if new.process_state is ProcessState.PENDING:
+        return _fail(new, now, policy, None,
+                     f"no Scheduler took the order after {tries} rescues: see its start "
+                     "commands in the poison queue, or its order row")
+    why = (f"no Scheduler took the compensation after {tries} rescues: see its commands in "
+           "the poison queue, or its order row")
+    step = new.current_step
+    if step is not None:
+        step.status = StepStatus.COMPENSATION_FAILED
+        step.complete_by = None
+    emit(new, Cause.SUPERVISOR, now,
+          give_up_compensation(new, step.name if step else None, why))
+    return SupervisorDecision(DecisionKind.FAIL, new, why)
+
+
+def _expire_step(new: OrderState, now: datetime, policy: RetryPolicy) -> SupervisorDecision:
+    new.failure_count += 1
+    new.locked_by = None
+    step = new.current_step
+    why = "no step running (the Scheduler stopped before dispatch)"
+    if step is not None:
+        why = f"attempt {step.attempt} not done by {step.complete_by:%Y-%m-%dT%H:%M:%SZ}"
+        step.last_error = f"timed out: {why}"
+        step.in_doubt = True
+        step.complete_by = None
+    if new.failure_count < policy.failure_threshold:
+        if step is not None:
+            step.status = StepStatus.NOT_STARTED
+        delay = policy.backoff(new.failure_count)
+        new.process_state = ProcessState.PENDING
+        new.complete_by = now + delay + policy.pending_grace
+        emit(new, Cause.SUPERVISOR, now, [], SendCommand(
+            command=CommandKind.START, reason=why, not_before=now + delay), note=why)
+        return SupervisorDecision(DecisionKind.RETRY, new, why)
+    return _fail(new, now, policy, step, f"gave up after {new.failure_count} failures: {why}")
+
+
+def _expire_compensation(new: OrderState, now: datetime, policy: RetryPolicy) -> SupervisorDecision:
+    new.compensation_failure_count += 1
+    new.locked_by = None
+    step = new.current_step
+    why = "compensation timed out"
+    if step is not None:
+        why = f"undo attempt {step.attempt} of {step.name} timed out"
+        step.last_error = why
+        step.complete_by = None
+    if new.compensation_failure_count < policy.compensation_threshold:
+        delay = policy.backoff(new.compensation_failure_count)
+        new.compensation = CompensationState.PENDING
+        new.complete_by = now + delay + policy.pending_grace
+        emit(new, Cause.SUPERVISOR, now, [], SendCommand(
+            command=CommandKind.COMPENSATE, reason=why, not_before=now + delay), note=why)
+        return SupervisorDecision(DecisionKind.RETRY, new, why)
+    if step is not None:
+        step.status = StepStatus.COMPENSATION_FAILED
+    emit(new, Cause.SUPERVISOR, now,
+          give_up_compensation(new, step.name if step else None, why))
+    return SupervisorDecision(DecisionKind.FAIL, new, why)
