@@ -336,22 +336,29 @@ def resubmit(order_id: str, reason: Annotated[str, typer.Option(
 
 def _resubmit_through_api(order_id: str, reason: str, force: bool) -> dict[str, Any]:
     """POST /orders/{id}/resubmit as the token's holder; the API's refusal, said as it said it."""
+    return _call_api("POST", f"/orders/{quote(order_id, safe='')}/resubmit",
+                     {"reason": reason, "force": force}, ok=(202,))
+
+
+def _call_api(method: str, path: str, body: Any = None,
+              ok: tuple[int, ...] = (200,)) -> dict[str, Any]:
+    """One call to the operator API as the token's holder: the answer's JSON, or a CliError
+    saying what the API said (its error text, one line), never the HTTP client's internals."""
     assert opts.api
     headers = {"Authorization": f"Bearer {opts.token}"} if opts.token else {}
-    url = f"{opts.api.rstrip('/')}/orders/{quote(order_id, safe='')}/resubmit"
     try:
-        r = httpx.post(url, json={"reason": reason, "force": force}, headers=headers,
-                       timeout=30, follow_redirects=False)
+        r = httpx.request(method, opts.api.rstrip("/") + path, json=body, headers=headers,
+                          timeout=30, follow_redirects=False)
     except httpx.HTTPError as e:
         raise CliError(f"cannot reach the operator API at {opts.api}: {_first_line(e)}", 2
                        ) from None
     try:
-        body = r.json()
+        answer = r.json()
     except ValueError:
-        body = None
-    message = body.get("error") if isinstance(body, dict) else None
-    if r.status_code == 202 and isinstance(body, dict):
-        return body
+        answer = None
+    message = answer.get("error") if isinstance(answer, dict) else None
+    if r.status_code in ok and isinstance(answer, dict):
+        return answer
     if r.status_code == 401:
         hint = "" if opts.token else (
             " (no token given: pass --token or set ORDERS_API_TOKEN to an access token for "
@@ -359,8 +366,50 @@ def _resubmit_through_api(order_id: str, reason: str, force: bool) -> dict[str, 
         raise CliError(f"not signed in: {message or 'the operator API refused the request'}"
                        f"{hint}", 2)
     if r.status_code in (400, 403):
-        raise CliError(message or f"HTTP {r.status_code}", 2)
+        raise CliError(message or f"the operator API answered HTTP {r.status_code}", 2)
     raise CliError(message or f"the operator API answered HTTP {r.status_code}")
+
+
+@app.command()
+def health(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Whether storage answers, each remote service's circuit breaker, the last Supervisor
+    tick and the backlog of each queue the app reads. Exits 1 when unhealthy or the
+    Supervisor is late."""
+    if opts.api:
+        report = _call_api("GET", "/health/details", ok=(200, 503))
+    else:
+        report = opts.container().operator.health(detailed=True)
+        # This process's breakers are not the app's: only the app can say (--api).
+        report["breakers"] = None
+    if as_json:
+        print(json.dumps(report))
+    else:
+        _print_health(report)
+    sup = report["supervisor"]
+    if report["status"] != "ok" or sup["late"]:
+        raise CliError("unhealthy: " + "; ".join(
+            [f"{k}: {v}" for k, v in report["checks"].items() if v != "ok"]
+            + ([f"Supervisor: {sup['problem']}"] if sup["problem"] else [])))
+
+
+def _print_health(report: dict[str, Any]) -> None:
+    c = out()
+    c.print(f"status: {report['status']}")
+    t = Table("check", "outcome", "backlog", "poison")
+    for name, outcome in report["checks"].items():
+        queue = name.removeprefix("queue:") if name.startswith("queue:") else None
+        t.add_row(name, outcome, *(("" if queue is None or d.get(queue) is None else
+                                    str(d[queue])) for d in (report["backlog"],
+                                                             report["poison"])))
+    c.print(t)
+    breakers = report["breakers"]
+    c.print("breakers: " + (", ".join(f"{k} {v}" for k, v in breakers.items()) if breakers
+                            is not None else "known to the app only: pass --api to read them"),
+            soft_wrap=True)
+    sup = report["supervisor"]
+    c.print(f"Supervisor: last tick {sup['last_tick'] or 'never'}"
+            + (f" ({sup['seconds_since']:g} s ago)" if sup["seconds_since"] is not None else "")
+            + (f"; {sup['problem']}" if sup["problem"] else ""), soft_wrap=True)
 
 
 @app.command()

@@ -92,6 +92,11 @@ def operator_api() -> func.Blueprint:
     def health(req: func.HttpRequest) -> func.HttpResponse:
         return entrypoints.health(req)
 
+    @bp.function_name("health_details")
+    @bp.route(route="health/details", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
+    def health_details(req: func.HttpRequest) -> func.HttpResponse:
+        return entrypoints.health_details(req)
+
     return bp
 
 

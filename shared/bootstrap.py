@@ -23,6 +23,7 @@ from shared.adapters.remote_service import RemoteServiceClient, http_client
 from shared.adapters.state_store import TableOrderStore
 from shared.adapters.storage import probe_options, queue_service, table_service
 from shared.adapters.tick_log import TableTickLog
+from shared.circuit_breaker import CircuitBreaker
 from shared.clock import Clock, utc_now
 from shared.domain.state import RetryPolicy, exponential_backoff
 from shared.domain.workflow import Registry, Workflow
@@ -78,18 +79,25 @@ class Container:
         self.http.close()
 
 
-def health_probe(settings: Settings, services: list[str]) -> HealthProbe:
-    """The state table and every work queue, each read once with short timeouts."""
+def health_probe(settings: Settings, services: list[str],
+                 breakers: Mapping[str, CircuitBreaker] | None = None,
+                 clock: Clock = utc_now) -> HealthProbe:
+    """The state table and every queue the app reads, each read once with short timeouts; for
+    an operator also the poison queues, the last Supervisor tick and the Agents' breakers."""
     tables = table_service(settings, **probe_options(PROBE_TIMEOUT_SECONDS))
     queues = queue_service(settings, **probe_options(PROBE_TIMEOUT_SECONDS))
     state = tables.get_table_client(settings.state_table)
+    ticks = TableTickLog(tables.get_table_client(settings.inflight_table))
     checks: dict[str, Callable[[], object]] = {
         "state_table": lambda: next(iter(state.query_entities(
             "RowKey eq 'state'", results_per_page=1, select=["PartitionKey"]).by_page()), None)}
-    for q in [settings.scheduler_queue, settings.responses_queue,
-              *(v.queue for v in settings.services(services).values())]:
-        checks[f"queue:{q}"] = queues.get_queue_client(q).get_queue_properties
-    return HealthProbe(checks)
+    read = [settings.scheduler_queue, settings.responses_queue,
+            *(v.queue for v in settings.services(services).values())]
+    return HealthProbe(
+        checks, queues={q: queues.get_queue_client(q).get_queue_properties for q in read},
+        poison={q: queues.get_queue_client(f"{q}-poison").get_queue_properties for q in read},
+        breakers=breakers, last_tick=lambda: ticks.read()[0].last_tick,
+        tick_gap_seconds=settings.outage_gap_seconds, clock=clock)
 
 
 def build(settings: Settings, *, clock: Clock = utc_now,
@@ -120,12 +128,12 @@ def build(settings: Settings, *, clock: Clock = utc_now,
     key = (settings.remote_service_key.get_secret_value()
            if settings.remote_service_key else None)
     records = Records(store, registry, alerts)
+    breakers = {name: new_breaker(name, settings.breaker_failures, settings.breaker_reset,
+                                  settings.breaker_window) for name in services}
     agents = {
         name: Agent(
             name=name, client=RemoteServiceClient(v.url, http, key), policy=retry,
-            breaker=new_breaker(name, settings.breaker_failures, settings.breaker_reset,
-                                settings.breaker_window),
-            clock=clock, records=records,
+            breaker=breakers[name], clock=clock, records=records,
         )
         for name, v in services.items()
     }
@@ -161,7 +169,7 @@ def build(settings: Settings, *, clock: Clock = utc_now,
         operator=Operator(
             store=store, relay=relay, alerts=tables.get_table_client(settings.alerts_table),
             rejected=tables.get_table_client(settings.rejected_table),
-            health=health_probe(settings, registry.services),
+            health=health_probe(settings, registry.services, breakers, clock),
             pending_grace=policy.pending_grace, clock=clock),
         simulator=SimulatedService(
             tables.get_table_client(settings.simulator_table), registry.operations,

@@ -17,6 +17,7 @@ from shared.domain.state import ProcessState
 from shared.handlers.operator import MAX_PAGE, ResubmitRequest
 from shared.handlers.views import (
     ErrorBody,
+    HealthDetails,
     HealthReport,
     OrderPage,
     OrderView,
@@ -74,7 +75,7 @@ _CONTINUATION = {"name": "continuation", "in": "query", "required": False,
 def openapi_document() -> dict[str, Any]:
     _, defs = models_json_schema(
         [(m, "serialization") for m in (OrderView, OrderPage, RejectedPage, Overview,
-                                        HealthReport, ErrorBody)]
+                                        HealthReport, HealthDetails, ErrorBody)]
         + [(ResubmitRequest, "validation")], ref_template=_REF)
     function_key: list[dict[str, list[str]]] = [{"functionKey": []}, {"functionKeyQuery": []}]
     operator: list[dict[str, list[str]]] = [{"operator": []}]
@@ -139,10 +140,22 @@ def openapi_document() -> dict[str, Any]:
             "/health": {"get": {
                 "operationId": "health",
                 "summary": "Whether storage answers; within 5 s even when it does not.",
+                "description": "For monitors: the verdict and each check's, never why (an "
+                               "error's text can name hosts and accounts). An operator reads "
+                               "/health/details.",
                 "security": function_key,
                 "responses": {"200": _json(HealthReport, "Healthy."),
                               "503": _json(HealthReport, "A check failed: it says which."),
                               **_errors(401)},
+            }},
+            "/health/details": {"get": {
+                "operationId": "healthDetails",
+                "summary": "Health as an operator reads it: why a check failed, each remote "
+                           "service's circuit breaker, the last Supervisor tick, the backlog "
+                           "of each queue the app reads and of its poison queue.",
+                "responses": {"200": _json(HealthDetails, "Storage answers."),
+                              "503": _json(HealthDetails, "A check failed: it says why."),
+                              **_operator_errors(401)},
             }},
             "/console": {"get": {
                 "operationId": "console",

@@ -1,15 +1,42 @@
-"""Is the app's storage reachable? Every check at once, and an answer within a deadline.
+"""Is the app's storage reachable, and, for an operator, how is the app doing? Every check at
+once, and an answer within a deadline.
 
 Each check uses clients that try once with short timeouts (``probe_options``); the checks run in
 parallel, and one that has not answered by the deadline is reported as such, so a storage outage
 is a prompt 503, never a request the caller's front end gives up on.
+
+Two readers, two answers (docs/operating.md, Health):
+
+- ``run()``: what any caller of GET /api/health gets: the status and, per check, ``ok``,
+  ``failed`` or ``no answer``. Nothing of why: an error's text can name hosts, accounts and
+  settings, and a monitor needs only the verdict.
+- ``run(detailed=True)``: an operator's (Orders.Read, GET /api/health/details): each failure
+  said in words, each remote service's circuit breaker as this instance sees it, the last
+  Supervisor tick, and the backlog of every queue the app reads (and of its poison queue). It
+  costs what the plain run does, the queue checks' answers carrying their message counts, plus
+  one read of the tick record and one of each poison queue.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from datetime import datetime
 from typing import Any
+
+from azure.core.exceptions import (
+    ClientAuthenticationError,
+    HttpResponseError,
+    ResourceNotFoundError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+
+from shared.circuit_breaker import CircuitBreaker
+from shared.clock import Clock, utc_now
+
+log = logging.getLogger(__name__)
 
 Check = Callable[[], object]
 
@@ -18,25 +45,105 @@ DEADLINE_SECONDS = 4.0
 
 
 class HealthProbe:
-    def __init__(self, checks: Mapping[str, Check], deadline: float = DEADLINE_SECONDS) -> None:
-        self._checks = dict(checks)
+    def __init__(self, checks: Mapping[str, Check], deadline: float = DEADLINE_SECONDS, *,
+                 queues: Mapping[str, Check] | None = None,
+                 poison: Mapping[str, Check] | None = None,
+                 breakers: Mapping[str, CircuitBreaker] | None = None,
+                 last_tick: Callable[[], datetime | None] | None = None,
+                 tick_gap_seconds: float | None = None, clock: Clock = utc_now) -> None:
+        """``checks`` and ``queues`` (a queue's properties, by queue name) decide the status;
+        ``poison`` (the same, of each poison queue, which may not exist yet), ``breakers`` and
+        ``last_tick`` are reported to operators only. A tick older than ``tick_gap_seconds``
+        is late: the gap the Supervisor itself counts as an outage."""
+        self._checks = {**checks, **{f"queue:{q}": c for q, c in (queues or {}).items()}}
+        self._queues = dict(queues or {})
+        self._poison = dict(poison or {})
+        self._breakers = dict(breakers or {})
+        self._last_tick = last_tick
+        self._tick_gap = tick_gap_seconds
         self._deadline = deadline
+        self._clock = clock
 
-    def run(self) -> dict[str, Any]:
-        pool = ThreadPoolExecutor(max_workers=max(1, len(self._checks)),
-                                  thread_name_prefix="health")
+    def run(self, detailed: bool = False) -> dict[str, Any]:
+        extra: dict[str, Check] = {}
+        if detailed:
+            extra = {f"poison:{q}": c for q, c in self._poison.items()}
+            if self._last_tick is not None:
+                extra["tick"] = self._last_tick
+        jobs = {**self._checks, **extra}
+        pool = ThreadPoolExecutor(max_workers=max(1, len(jobs)), thread_name_prefix="health")
         try:
-            futures = {name: pool.submit(check) for name, check in self._checks.items()}
+            futures = {name: pool.submit(check) for name, check in jobs.items()}
             wait(futures.values(), timeout=self._deadline)
-            results = {name: _outcome(f, self._deadline) for name, f in futures.items()}
         finally:
             pool.shutdown(wait=False, cancel_futures=True)  # a hung check is not waited for
-        ok = all(v == "ok" for v in results.values())
-        return {"status": "ok" if ok else "unhealthy", "checks": results}
+        checks = {name: _outcome(futures[name], self._deadline, detailed)
+                  for name in self._checks}
+        report: dict[str, Any] = {
+            "status": "ok" if all(v == "ok" for v in checks.values()) else "unhealthy",
+            "checks": checks}
+        if not detailed:
+            return report
+        report["breakers"] = {name: b.state for name, b in sorted(self._breakers.items())}
+        report["backlog"] = {q: _count(futures[f"queue:{q}"]) for q in self._queues}
+        report["poison"] = {q: _count(futures[f"poison:{q}"], absent=0) for q in self._poison}
+        report["supervisor"] = self._supervisor(futures.get("tick"))
+        return report
+
+    def _supervisor(self, tick: Future[Any] | None) -> dict[str, Any]:
+        if tick is None:
+            return {"last_tick": None, "seconds_since": None, "late": None,
+                    "problem": "not reported"}
+        if not tick.done() or tick.exception() is not None:
+            return {"last_tick": None, "seconds_since": None, "late": None,
+                    "problem": _outcome(tick, self._deadline, True)}
+        last: datetime | None = tick.result()
+        if last is None:
+            return {"last_tick": None, "seconds_since": None, "late": True,
+                    "problem": "no tick recorded yet"}
+        since = round((self._clock() - last).total_seconds(), 1)
+        late = self._tick_gap is not None and since > self._tick_gap
+        return {"last_tick": last.isoformat(), "seconds_since": since, "late": late,
+                "problem": (f"no tick for {since:g} s (expected within {self._tick_gap:g} s)"
+                            if late else None)}
 
 
-def _outcome(future: Any, deadline: float) -> str:
+def _count(future: Future[Any], absent: int | None = None) -> int | None:
+    """A queue's approximate message count; None when it could not be read (its check says
+    why), ``absent`` when the queue does not exist."""
+    if not future.done():
+        return None
+    e = future.exception()
+    if isinstance(e, ResourceNotFoundError):
+        return absent
+    if e is not None:
+        return None
+    count = getattr(future.result(), "approximate_message_count", None)
+    return count if isinstance(count, int) else None
+
+
+def _outcome(future: Future[Any], deadline: float, detailed: bool) -> str:
     if not future.done():
         return f"no answer within {deadline:g} s"
     e = future.exception()
-    return "ok" if e is None else f"{type(e).__name__}: {e}"[:300]
+    if e is None:
+        return "ok"
+    log.warning("health check failed: %r", e)  # the whole story, for whoever reads the log
+    return describe(e) if detailed else "failed"
+
+
+def describe(e: BaseException) -> str:
+    """A failure in words an operator can act on: what happened, never the exception's class
+    or the SDK's internals (its messages name connection objects and modules)."""
+    if isinstance(e, ResourceNotFoundError):
+        return "does not exist"
+    if isinstance(e, ClientAuthenticationError):
+        return "refused the app's credentials"
+    if isinstance(e, HttpResponseError):
+        code = getattr(e, "error_code", None) or e.reason or "an error"
+        return f"answered HTTP {e.status_code} ({code})"
+    if isinstance(e, (ServiceRequestError, ServiceResponseError, ConnectionError)):
+        return "unreachable (no connection, or it timed out)"
+    if isinstance(e, TimeoutError):
+        return "timed out"
+    return "failed (the app's log has the details)"

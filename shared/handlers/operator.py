@@ -35,6 +35,8 @@ from shared.handlers.relay import EffectRelay
 from shared.handlers.views import (
     AlertView,
     FailedView,
+    HealthDetails,
+    HealthReport,
     InFlightView,
     Overview,
     RejectionView,
@@ -266,5 +268,9 @@ class Operator:
             Rejected=[RejectionView.model_validate(r) for r in self.rejected(rows).items],
         ).model_dump(mode="json")
 
-    def health(self) -> dict[str, Any]:
-        return self._health.run()
+    def health(self, detailed: bool = False) -> dict[str, Any]:
+        """Whether storage answers; ``detailed`` (an operator's): why not, the breakers, the
+        last Supervisor tick and the backlog per queue (shared/handlers/health.py)."""
+        report = self._health.run(detailed)
+        return (HealthDetails if detailed else HealthReport).model_validate(report).model_dump(
+            mode="json")

@@ -169,7 +169,38 @@ class RejectedPage(_View):
 
 class HealthReport(_View):
     status: str = Field(description='"ok", or "unhealthy" with a 503.')
-    checks: dict[str, str] = Field(description='Each check: "ok" or what went wrong.')
+    checks: dict[str, str] = Field(description='Each check (the state table, each queue the '
+                                               'app reads): "ok", "failed" or "no answer '
+                                               'within 4 s".')
+
+
+class SupervisorHealth(_View):
+    last_tick: datetime | None = Field(description="When the last completed Supervisor tick "
+                                                   "(of any instance) began.")
+    seconds_since: float | None
+    late: bool | None = Field(description="No tick for longer than the gap the Supervisor "
+                                          "itself counts as an outage (OutageGapSeconds); "
+                                          "null when the record could not be read.")
+    problem: str | None = Field(description="What is wrong, in words; null when nothing is.")
+
+
+class HealthDetails(_View):
+    status: str = Field(description='"ok", or "unhealthy" with a 503 (storage, as the '
+                                    'machine route decides it).')
+    checks: dict[str, str] = Field(description='Each check: "ok" or what went wrong, in '
+                                               'words.')
+    breakers: dict[str, str] = Field(description="Each remote service's circuit breaker as "
+                                                 "the instance that answered sees it: closed, "
+                                                 "open or half-open (each instance keeps its "
+                                                 "own).")
+    backlog: dict[str, int | None] = Field(description="Each queue the app reads: its "
+                                                       "approximate message count (null when "
+                                                       "it could not be read). The orders "
+                                                       "channel (Service Bus) is not here.")
+    poison: dict[str, int | None] = Field(description="Each of those queues' poison queue: "
+                                                      "messages the host gave up on (0 when "
+                                                      "there is none).")
+    supervisor: SupervisorHealth
 
 
 class ErrorBody(_View):

@@ -329,11 +329,11 @@ def test_the_token_goes_as_a_bearer_header_from_the_environment(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     sent: list[httpx.Request] = []
 
-    def post(url: str, **kw: Any) -> httpx.Response:
-        sent.append(httpx.Request("POST", url, headers=kw["headers"], json=kw["json"]))
+    def request(method: str, url: str, **kw: Any) -> httpx.Response:
+        sent.append(httpx.Request(method, url, headers=kw["headers"], json=kw["json"]))
         return httpx.Response(202, json={"ProcessState": "Pending", "Resubmissions": 2})
 
-    monkeypatch.setattr(cli_main.httpx, "post", post)
+    monkeypatch.setattr(cli_main.httpx, "request", request)
     monkeypatch.setenv("ORDERS_API_URL", "https://app.example/api/")
     monkeypatch.setenv("ORDERS_API_TOKEN", "eyJ.token")
     assert orders("resubmit", "a/b", "--reason", "fixed") == 0
@@ -341,3 +341,26 @@ def test_the_token_goes_as_a_bearer_header_from_the_environment(
     assert str(req.url) == "https://app.example/api/orders/a%2Fb/resubmit"
     assert req.headers["authorization"] == "Bearer eyJ.token"
     assert json.loads(req.content) == {"reason": "fixed", "force": False}
+
+
+def test_health_through_the_api_and_straight_to_storage(
+        run_host: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    h: RunningHost = run_host(only={"health_details"}, OperatorDevelopmentRoles=READ_ROLE)
+    api = f"http://127.0.0.1:{h.port}/api"
+    # A store no Supervisor ever ticked on: said, and exit 1.
+    assert orders("--api", api, "health") == 1
+    captured = capsys.readouterr()
+    assert "status: ok" in captured.out and "payment closed" in captured.out
+    assert "Supervisor: no tick recorded yet" in captured.err
+    h.container.supervisor.tick()
+    assert orders("--api", api, "health", "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["breakers"]["payment"] == "closed" and report["supervisor"]["late"] is False
+    assert report["backlog"][h.env["SchedulerQueueName"]] == 0
+    # Straight to storage the CLI cannot know the app's breakers, and says so.
+    assert orders("health") == 0
+    assert "pass --api to read them" in capsys.readouterr().out
+    h.container.queues.delete_queue(h.env["PaymentRequestsQueueName"])
+    assert orders("health") == 1
+    assert f"queue:{h.env['PaymentRequestsQueueName']}: does not exist" in (
+        capsys.readouterr().err)
