@@ -45,13 +45,11 @@ from localrun.bench_report import (
     write_report,
 )
 from localrun.bench_scenarios import Bench
-from localrun.metering import LogCounter
 
 # What the tests and other modules import from here, as before the split.
 __all__ = [
     "BATCH",
     "Bench",
-    "LogCounter",
     "Scale",
     "_azurite_slowed",
     "best_rates",

@@ -168,8 +168,7 @@ def _serve(conn: Any, app_ref: str, settings: dict[str, str], storage_connection
     app = getattr(importlib.import_module(module), attribute)
     meter = logs = None
     if metered:
-        from localrun.bench import LogCounter
-        from localrun.metering import StorageMeter
+        from localrun.metering import LogCounter, StorageMeter
         from shared import bootstrap
         from shared.settings import load_settings
 
