@@ -164,6 +164,8 @@ def main() -> None:
         op, *args = step
         if op == "intake":
             c.intake.handle(f"m-{oid}", json.dumps(spec["order"]).encode())
+        elif op == "intake-body":  # ["intake-body", message id, body]: any message, as sent
+            c.intake.handle(args[0], args[1].encode())
         elif op == "command":
             c.scheduler.handle_command(take("scheduler"))
         elif op == "reply":
