@@ -187,10 +187,14 @@ class HostKeys:
             return True
         if not presented:
             return False
-        master = hmac.compare_digest(presented, self.master)
+        # Compared as bytes: compare_digest refuses a str with a non-ASCII character (a header
+        # is read as Latin-1, a ?code= as UTF-8), and a malformed key is a wrong key, a 401.
+        given = presented.encode("utf-8", "surrogatepass")
+        master = hmac.compare_digest(given, self.master.encode("utf-8", "surrogatepass"))
         if level == "ADMIN":
             return master
-        return master or hmac.compare_digest(presented, self.function)
+        return master or hmac.compare_digest(given,
+                                             self.function.encode("utf-8", "surrogatepass"))
 
 
 @dataclass
@@ -900,14 +904,15 @@ def _serve_http(host: LocalFunctionHost, functions: list[_Function],
             log.debug(format, *args)
 
         def _dispatch(self) -> None:
+            # The body is read only for a caller the route lets in: a request refused before
+            # (no route, no key, the host stopping) costs no more than its headers, and its
+            # connection is closed rather than left with an unread body in it.
             url = urlsplit(self.path)
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
             if host.closing:  # a kept-alive connection's request after the host stopped
                 return self._stopping()
             path = url.path
             if not path.startswith("/api/"):
-                return self._reply(404, b"not found", {})
+                return self._refuse(404, b"not found")
             for pattern, methods, f in routes:
                 m = pattern.match(path[len("/api/"):])
                 if not m:
@@ -920,7 +925,10 @@ def _serve_http(host: LocalFunctionHost, functions: list[_Function],
                 query = parse_qs(url.query, keep_blank_values=True)
                 key = self.headers.get("x-functions-key") or (query.get("code") or [None])[0]
                 if not host.keys.allow(f.trigger.get("authLevel", "FUNCTION"), key):
-                    return self._reply(401, b"", {})  # the host answers with an empty body
+                    return self._refuse(401, b"")  # the host answers with an empty body
+                body = self._body()
+                if body is None:
+                    return self._refuse(400, b"")
                 # As the worker builds them: repeated query keys joined with commas, route
                 # values percent-decoded.
                 req = TriggerData(triggers.http_request, dict(
@@ -940,7 +948,24 @@ def _serve_http(host: LocalFunctionHost, functions: list[_Function],
                 if resp.mimetype and not any(k.lower() == "content-type" for k in headers):
                     headers["Content-Type"] = f"{resp.mimetype}; charset={resp.charset or 'utf-8'}"
                 return self._reply(resp.status_code, resp.get_body(), headers)
-            return self._reply(404, b"", {})
+            return self._refuse(404, b"")
+
+        def _body(self) -> bytes | None:
+            """The request's body, or None when its Content-Length is no length."""
+            given = self.headers.get("Content-Length") or "0"
+            if not re.fullmatch(r"[0-9]+", given):  # the host answers 400 to a malformed length
+                return None
+            length = int(given)
+            return self.rfile.read(length) if length else b""
+
+        def _refuse(self, status: int, body: bytes) -> None:
+            """An answer before the request's body was read: the connection cannot carry
+            another request after an unread body, so it is closed."""
+            if self.headers.get("Content-Length", "0") not in ("", "0") \
+                    or self.headers.get("Transfer-Encoding"):
+                self.close_connection = True
+                return self._reply(status, body, {"Connection": "close"})
+            return self._reply(status, body, {})
 
         def _stopping(self) -> None:
             # What a host that is shutting down answers: try again (elsewhere, or later).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import azure.functions as func
@@ -73,3 +74,45 @@ def test_keys_are_made_up_when_the_settings_do_not_give_them() -> None:
     assert not a.allow("FUNCTION", None) and a.allow("FUNCTION", a.function)
     assert not a.allow("ADMIN", a.function) and a.allow("ADMIN", a.master)
     assert a.allow("ANONYMOUS", None)
+
+
+def _raw(h: RunningHost, head: str, body: bytes = b"") -> tuple[int, dict[str, str]]:
+    """One request as bytes on its own connection (a header value that httpx would not send,
+    a body that never comes), and the status and headers of the answer."""
+    with socket.create_connection(("127.0.0.1", h.port), timeout=10) as s:
+        s.sendall(head.encode("utf-8") + b"\r\n\r\n" + body)
+        answer = s.makefile("rb").read(65536).split(b"\r\n\r\n", 1)[0].decode("latin-1")
+    if not answer:
+        return 0, {}  # the connection closed with no answer
+    status, *lines = answer.split("\r\n")
+    return int(status.split()[1]), dict(line.split(": ", 1) for line in lines)
+
+
+@pytest.mark.parametrize("how", ["header", "query"])
+def test_a_malformed_key_is_a_wrong_key(h: RunningHost, how: str) -> None:
+    """Issue 32: a key with a non-ASCII character crashed the request (hmac refuses such a
+    str) and the caller got no answer; the host answers 401, and goes on serving."""
+    for key in ("clé", "fn-key\u00e9", "\u2603" * 40):
+        if how == "header":
+            status, _ = _raw(h, f"GET /api/health HTTP/1.1\r\nHost: x\r\n"
+                                f"x-functions-key: {key}\r\nConnection: close")
+        else:
+            status = _call(h, "GET", "health", key, how="query").status_code
+        assert status == 401, key
+    assert _call(h, "GET", "health", "fn-key").status_code == 200
+
+
+def test_the_key_is_checked_before_the_body_is_read(h: RunningHost) -> None:
+    """Issue 32: the host read a request's whole body before looking at its key, so anyone
+    could make it wait for (and hold) a body as long as they liked. A caller without the key
+    is answered from the headers alone: here the body it announces never comes, and the
+    answer does not wait for it (the connection is then closed: its body is still unread)."""
+    head = "POST /api/sim/inventory/reserve HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000"
+    status, headers = _raw(h, head, b"{")
+    assert (status, headers.get("Connection")) == (401, "close")
+    status, _ = _raw(h, head + "\r\nx-functions-key: wrong", b"{")
+    assert status == 401
+    # With the key the body is read: a length that is no number is refused, not a crash.
+    status, _ = _raw(h, "POST /api/sim/inventory/reserve HTTP/1.1\r\nHost: x\r\n"
+                        "x-functions-key: fn-key\r\nContent-Length: 1x\r\nConnection: close")
+    assert status == 400
