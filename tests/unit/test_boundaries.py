@@ -82,7 +82,7 @@ def import_cycles(paths: list[Path]) -> list[list[str]]:
     def walk(name: str, path: list[str]) -> None:
         for dep in sorted(graph[name]):
             if dep in path:
-                cycles.append(path[path.index(dep):] + [dep])
+                cycles.append([*path[path.index(dep):], dep])
             elif len(path) < 12:
                 walk(dep, [*path, dep])
 
