@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                       "http": f"http://127.0.0.1:{runner.http_port}/api",
                       "simulators": settings.simulator_base_url if settings.simulators_enabled
                       else None,
+                      # What `func start` logs at start-up: each workflow and the versions kept.
+                      "workflows": settings.registry(bootstrap.configured()).describe(),
                       "keys": {"function": runner.keys.function, "master": runner.keys.master}}),
           flush=True)
     stop.wait()

@@ -197,6 +197,7 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
                                  host_json=ROOT / "host.json", http_port=port,
                                  poll_interval=0.2,
                                  queue_options=meter.queue_options).start()
+        console.print(f"workflows: {container.workflows.describe()}")
         console.print(f"function app running: http://localhost:{port}/api "
                       f"({len(host.functions)} functions); the operator routes act for a local "
                       "development principal (OperatorDevelopmentRoles), no key")

@@ -111,6 +111,9 @@ def test_demo_runs_twice_and_its_summary_adds_up(tmp_path: Path) -> None:
         assert "storage transactions per order" in out
         assert "stopped the function app and Azurite" in out
         assert servers_on(data) == []
+        from shared.workflows import REGISTRY
+
+        assert f"workflows: {REGISTRY.describe()}" in out  # what the app runs, as it starts
 
 
 def test_a_fault_free_demo_counts_as_the_benchmark_does(tmp_path: Path) -> None:

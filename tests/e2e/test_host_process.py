@@ -103,6 +103,9 @@ def test_on_any_port_the_agents_call_the_simulated_services_this_host_serves(
     host = HostProcess(host_settings, tmp_path / "host", "--create-resources")
     try:
         assert host.started["simulators"] == f"http://localhost:{host.port}/api/sim"
+        from shared.workflows import REGISTRY
+
+        assert host.started["workflows"] == REGISTRY.describe()  # each, with its versions
         assert (f"SimulatorBaseUrl is http://localhost:{host.port}/api/sim"
                 in host.err.read_text())
         oid = f"port-{host.port}-{time.monotonic_ns()}"
