@@ -6,16 +6,26 @@ tables and queues, for a while. This check does that under load on one Azurite:
 1. the previous release (a commit from the git history, checked out in a temporary worktree)
    runs in two local function hosts, each a process of its own (its own ports and
    ``SchedulerInstanceId``), with the demo's faults in the simulated remote services;
-2. orders go in continuously through the local Service Bus stand-in;
+2. orders go in continuously through the local Service Bus stand-in; once every host runs this
+   release, a share of them name the second workflow (digital-delivery), as the upgrade policy
+   has it (docs/upgrades.md: an order naming a workflow the previous release lacks is sent only
+   once the rollout is over);
 3. host 1 is killed (as the platform may) and started again on this checkout; later host 2
    likewise; the orders keep coming throughout;
-4. the sending stops, and every order must settle within a bounded wait.
+4. meanwhile an operator resubmits failed orders through the operator API of whichever host is
+   up, of either release: a compensated one as it is, one whose compensation failed with force.
+   For there to be such orders, the simulated services refuse the undo of some orders
+   (``refuses_undo``): a stand-in between the Agents and the simulated services
+   (``ServiceProxy``) answers it 422;
+5. the sending stops, and every order must settle within a bounded wait.
 
 The verdict: every order sent has a state record and is settled (Processed; or Error with its
 compensation Done; or compensation Failed with an operator alert naming the step); at the
 simulated services no work is done twice (one key applied per step, a processed order's
 effects standing once, a compensated order's effects undone); nothing is left overdue in the
-due-time index; nothing was rejected, dead-lettered or poisoned. Non-zero exit if any fails.
+due-time index; nothing was rejected, dead-lettered or poisoned; every resubmit was taken
+(202) or refused for a reason (409) and a taken one shows in its order's record. Non-zero exit
+if any fails.
 
     python -m localrun.rolling --previous 0ccd175 --orders 300
 
@@ -27,6 +37,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
+import http.client
 import json
 import os
 import re
@@ -38,9 +50,10 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +71,22 @@ QUICK = {
     "SupervisorSchedule": "*/2 * * * * *",
     "PendingGraceSeconds": "5",
     "RetryBackoffMaxSeconds": "2",
+    # Twice the demo's: enough failed orders in a short run for an operator to resubmit some
+    # as they are and some with force (refuses_undo).
+    "SimPermanentErrorRate": "0.06",
 }
 SETTLED_COMPENSATION = ("Done", "Failed")
+# The second workflow, named by every DIGITAL_EVERY-th order once every host runs this release.
+DIGITAL = "digital-delivery"
+DIGITAL_EVERY = 3
+# The share of orders whose undo the services refuse: their compensation fails, an operator
+# resubmits them with force.
+REFUSE_UNDO_SHARE = 0.5
+# Undo operations of the shipped workflows' services.
+UNDO_OPERATIONS = frozenset({"release", "refund", "cancel"})
+# Where the Agents reach the simulated services: the stand-in's path, not /api/sim, which a
+# host of this release points at its own port (localrun.appsettings.follow_port).
+PROXY_PATH = "/rolling/sim"
 
 
 def git(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -99,7 +126,8 @@ class HostProcess:
     """``python -m localrun host`` of one release, in a process (and session) of its own."""
 
     def __init__(self, name: str, release: Release, env: Mapping[str, str], logs: Path,
-                 lease: float) -> None:
+                 lease: float, sim_url: str | None = None) -> None:
+        """``sim_url``: where its Agents reach the simulated services (by default its own)."""
         from localrun.azurite import free_port
 
         self.name, self.release = name, release
@@ -107,7 +135,7 @@ class HostProcess:
         self.run = f"{name}@{release.label}"
         self.log = logs / f"{self.run}.log"
         self.out = logs / f"{self.run}.out"
-        sim = f"http://127.0.0.1:{self.port}/api/sim"
+        sim = sim_url or f"http://127.0.0.1:{self.port}/api/sim"
         services = {f"{s.capitalize()}ServiceUrl": f"{sim}/{s}"
                     for s in ("inventory", "payment", "shipping")}
         host_env = {
@@ -143,6 +171,10 @@ class HostProcess:
         self.ready_at = time.monotonic()
         return self
 
+    @property
+    def up(self) -> bool:
+        return self.ready_at is not None and self.proc.poll() is None
+
     def kill(self) -> None:
         """SIGKILL, whatever it is doing: no clean-up, its leased messages come back later."""
         if self.proc.poll() is None:
@@ -170,7 +202,8 @@ class HostProcess:
 
 
 class Sender(threading.Thread):
-    """Sends ``orders`` orders evenly over ``seconds`` through the local Service Bus stand-in."""
+    """Sends ``orders`` orders evenly over ``seconds`` through the local Service Bus stand-in;
+    once ``digital`` is set, every DIGITAL_EVERY-th names the second workflow."""
 
     def __init__(self, connection: str, orders_queue: str, orders: int, seconds: float,
                  seed: int) -> None:
@@ -185,6 +218,8 @@ class Sender(threading.Thread):
         self._batch = list(sample_orders(orders, prefix="roll", seed=seed))
         self._interval = seconds / max(orders, 1)
         self.sent: list[str] = []
+        self.digital = threading.Event()
+        self.sent_digital: list[str] = []
         self.done = threading.Event()
         self.error: BaseException | None = None
         self._halt = threading.Event()
@@ -195,6 +230,9 @@ class Sender(threading.Thread):
             for i, o in enumerate(self._batch):
                 if self._halt.wait(max(0.0, start + i * self._interval - time.monotonic())):
                     break
+                if self.digital.is_set() and i % DIGITAL_EVERY == 0:
+                    o = {**o, "workflow": DIGITAL}  # the same message model, another workflow
+                    self.sent_digital.append(o["order_id"])
                 self._sender.send([(o["order_id"], json.dumps(o).encode())])
                 self.sent.append(o["order_id"])
         except BaseException as e:  # reported by the run, which then fails
@@ -204,6 +242,139 @@ class Sender(threading.Thread):
 
     def stop(self) -> None:
         self._halt.set()
+
+
+def refuses_undo(order_id: str) -> bool:
+    """Whether the services refuse this order's undo (deterministic per order)."""
+    digest = hashlib.sha256(f"refuse-undo:{order_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") / 2**32 < REFUSE_UNDO_SHARE
+
+
+class ServiceProxy:
+    """The simulated services as the Agents of every host reach them: each call goes to the
+    simulated services of a host that is up (their ledger is one table, so any host's answer
+    is the services'), this release's first (its services are a superset: the second
+    workflow's email). The undo of an order ``refuses_undo`` names is answered 422, as a
+    service that will not refund: that order's compensation fails."""
+
+    def __init__(self, hosts: Callable[[], list[HostProcess]]) -> None:
+        from localrun.azurite import free_port
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}{PROXY_PATH}"
+        self.undo_refused: Counter[str] = Counter()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # the http.server hook's name
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                status, answer = proxy.forward(self.path, dict(self.headers.items()), body,
+                                               hosts())
+                # The Agent may have given up (a hang): its answer goes nowhere.
+                with contextlib.suppress(OSError):
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(answer)))
+                    self.end_headers()
+                    self.wfile.write(answer)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # one line per call would drown the run's output
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True,
+                         name="rolling-services").start()
+
+    def forward(self, path: str, headers: Mapping[str, str], body: bytes,
+                hosts: list[HostProcess]) -> tuple[int, bytes]:
+        operation = path.split("?")[0].rstrip("/").rsplit("/", 1)[-1]
+        with contextlib.suppress(ValueError, AttributeError):
+            order_id = str(json.loads(body).get("order_id", ""))
+            if operation in UNDO_OPERATIONS and refuses_undo(order_id):
+                self.undo_refused[operation] += 1
+                return 422, json.dumps({"error": f"simulated: {operation} refused"}).encode()
+        target = "/api/sim" + path.removeprefix(PROXY_PATH)
+        keep = {k: v for k, v in headers.items()
+                if k.lower() not in ("host", "content-length", "connection")}
+        for h in sorted((h for h in hosts if h.up), key=lambda h: h.release.label != "current"):
+            conn = http.client.HTTPConnection("127.0.0.1", h.port, timeout=120)
+            try:
+                conn.request("POST", target, body, keep)
+                r = conn.getresponse()
+                return r.status, r.read()
+            except OSError:
+                continue  # killed meanwhile: another host's services answer
+            finally:
+                conn.close()
+        return 503, b'{"error": "no host up to serve the simulated services"}'
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class Resubmitter(threading.Thread):
+    """An operator at work during the roll: every failed order whose compensation has settled
+    is resubmitted once through the operator API of a host that is up, the hosts taken in
+    turn, whichever release each runs (a compensated one as it is, one whose compensation
+    failed with force). The previous release checks its master key, this one the development
+    principal's roles (OperatorDevelopmentRoles)."""
+
+    def __init__(self, store: Store, hosts: Callable[[], list[HostProcess]], master_key: str,
+                 interval: float = 1.0) -> None:
+        super().__init__(daemon=True, name="rolling-resubmitter")
+        self._store, self._hosts, self._key = store, hosts, master_key
+        self._interval = interval
+        self._halt = threading.Event()
+        self._turn = 0
+        self.done: set[str] = set()
+        self.tries: Counter[str] = Counter()
+        self.answers: list[dict[str, Any]] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self._halt.wait(self._interval):
+                self.once()
+        except BaseException as e:  # reported by the run, which then fails
+            self.error = e
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=30)
+
+    def once(self) -> None:
+        for oid, s in self._store.states().items():
+            if (s.get("ProcessState") != "Error" or not is_settled(s) or oid in self.done
+                    or int(s.get("Resubmissions") or 0) > 0 or self.tries[oid] >= 3):
+                continue
+            up = [h for h in self._hosts() if h.up]
+            if not up or self._halt.is_set():
+                return
+            self._turn += 1
+            host = up[self._turn % len(up)]
+            self.resubmit(host, oid, forced=s.get("Compensation") == "Failed")
+
+    def resubmit(self, host: HostProcess, oid: str, forced: bool) -> None:
+        body = json.dumps({"reason": "rolling rehearsal", "force": forced}).encode()
+        conn = http.client.HTTPConnection("127.0.0.1", host.port, timeout=30)
+        try:
+            conn.request("POST", f"/api/orders/{oid}/resubmit", body,
+                         {"Content-Type": "application/json", "x-functions-key": self._key})
+            r = conn.getresponse()
+            status, text = r.status, r.read().decode(errors="replace")
+        except OSError:
+            return  # the host went down meanwhile: another takes it next round
+        finally:
+            conn.close()
+        self.tries[oid] += 1
+        if status == 202:
+            self.done.add(oid)
+        self.answers.append({"order": oid, "host": host.run,
+                             "release": "current" if host.release.label == "current"
+                             else "previous", "forced": forced, "status": status,
+                             "answer": text[:300]})
 
 
 def is_settled(s: Mapping[str, Any]) -> bool:
@@ -297,18 +468,28 @@ def audit_ledger(states: Mapping[str, Mapping[str, Any]], effects: Sequence[Mapp
         if oid not in order_failed:
             verdict.fail("a failed order with no OrderFailed alert", f"{oid}: {brief(s)}")
         alerted = failed_steps.get(oid, set())
+        # A compensation stops at the step whose undo failed, with an alert naming it
+        # (docs/upgrades.md); the undo goes latest step first, so the work of the steps before
+        # the latest one named is left for the operator that alert calls.
+        order = list(steps)
+        stopped_at = max((order.index(a) for a in alerted if a in order), default=-1)
         for name, rs in rows.items():
             standing = [r["RowKey"] for r in rs if r.get("Status") == "applied"]
             if not standing:
-                if any(r.get("Status") == "undone" for r in rs) and \
-                        steps.get(name, {}).get("status") != "compensated":
+                # Work an earlier generation did and undid (the order since resubmitted) is
+                # not this generation's step's.
+                key = steps.get(name, {}).get("work_key")
+                undone = [r for r in rs if r.get("Status") == "undone"
+                          and (not int(s.get("Resubmissions") or 0) or r["RowKey"] == key)]
+                if undone and steps.get(name, {}).get("status") != "compensated":
                     verdict.fail("work undone but its step not compensated",
                                  f"{oid} {name}: {brief(s)}")
                 continue
             if s.get("Compensation") == "Done":
                 verdict.fail("a compensated order's work still standing",
                              f"{oid} {name}: {standing}; record {brief(s)}")
-            elif name not in alerted:
+            elif name not in alerted and not (name in order
+                                              and order.index(name) < stopped_at):
                 verdict.fail("compensation failed with no alert naming the step",
                              f"{oid} {name}: {standing}; alerts name {sorted(alerted)}; "
                              f"record {brief(s)}")
@@ -386,6 +567,8 @@ def run(previous: str, orders: int, phase_seconds: float, settle_timeout: float,
     logs.mkdir(parents=True)
     hosts: list[HostProcess] = []
     sender: Sender | None = None
+    resubmitter: Resubmitter | None = None
+    proxy: ServiceProxy | None = None
     t0 = time.monotonic()
     with worktree(previous) as tree:
         old, new = Release(label, tree), Release("current", ROOT)
@@ -398,15 +581,18 @@ def run(previous: str, orders: int, phase_seconds: float, settle_timeout: float,
                    if not k.endswith("ServiceUrl") and k != "SimulatorBaseUrl"}
             _create_resources(env)
             store = Store(az.connection_string, env)
-            hosts = [HostProcess("host1", old, env, logs, lease),
-                     HostProcess("host2", old, env, logs, lease)]
+            proxy = ServiceProxy(lambda: hosts)
+            hosts = [HostProcess("host1", old, env, logs, lease, proxy.url),
+                     HostProcess("host2", old, env, logs, lease, proxy.url)]
             for h in hosts:
                 h.wait_started()
             say(f"two hosts on {label}: " + ", ".join(f"{h.run} :{h.port}" for h in hosts))
             sender = Sender(az.connection_string, env["OrdersQueueName"], orders,
                             3 * phase_seconds, seed)
+            resubmitter = Resubmitter(store, lambda: hosts, env["LOCALRUN_MASTER_KEY"])
             sending = time.monotonic()
             sender.start()
+            resubmitter.start()
             roll: list[dict[str, Any]] = []
             for i in range(2):
                 _watch_for(phase_seconds * (i + 1) - (time.monotonic() - sending), store,
@@ -416,7 +602,7 @@ def run(previous: str, orders: int, phase_seconds: float, settle_timeout: float,
                 gone = hosts[i]
                 gone.kill()
                 at = time.monotonic() - sending
-                hosts[i] = HostProcess(gone.name, new, env, logs, lease)
+                hosts[i] = HostProcess(gone.name, new, env, logs, lease, proxy.url)
                 hosts[i].wait_started()
                 roll.append({"host": gone.run, "killed_at": at, "sent_by_then": len(sender.sent),
                              "in_flight": in_flight,
@@ -424,11 +610,17 @@ def run(previous: str, orders: int, phase_seconds: float, settle_timeout: float,
                 say(f"rolled {gone.run} (killed at {at:.1f}s, {len(sender.sent)} orders sent, "
                     f"{in_flight} in flight) "
                     f"-> {hosts[i].run} :{hosts[i].port}, up in {roll[-1]['down']:.1f}s")
+            # Every host runs this release: orders may name the workflow the previous lacks.
+            sender.digital.set()
             while not sender.done.is_set():
                 _watch_for(2.0, store, sender, say, sending)
             send_done = time.monotonic()
+            resubmitter.stop()  # the roll is over: what is resubmitted from here settles
             if sender.error:
                 raise RuntimeError(f"sending failed: {sender.error!r}") from sender.error
+            if resubmitter.error:
+                raise RuntimeError(f"resubmitting failed: {resubmitter.error!r}") \
+                    from resubmitter.error
             sent = list(sender.sent)
             say(f"sent {len(sent)} orders in {send_done - sending:.1f}s; waiting up to "
                 f"{settle_timeout:.0f}s for every order to settle ...")
@@ -445,9 +637,14 @@ def run(previous: str, orders: int, phase_seconds: float, settle_timeout: float,
             stats = {h.run: h.stop() for h in hosts}
             verdict, summary = _verdict(store, sent, settled_at, sending, send_done, roll,
                                         stats, logs, overrides)
+            _check_resubmits_and_workflows(store, sender, resubmitter, proxy, verdict, summary)
         finally:
             if sender is not None:
                 sender.stop()
+            if resubmitter is not None:
+                resubmitter.stop()
+            if proxy is not None:
+                proxy.close()
             for h in hosts:
                 h.kill()
             az.stop()
@@ -599,6 +796,43 @@ def _verdict(store: Store, sent: list[str], settled_at: float | None, sending: f
     return v, summary
 
 
+def _check_resubmits_and_workflows(store: Store, sender: Sender, resubmitter: Resubmitter,
+                                    proxy: ServiceProxy, v: Verdict,
+                                    summary: dict[str, Any]) -> None:
+    """Every resubmit taken (202) or refused with a reason (409), a taken one in its order's
+    record; every order naming the second workflow run by it."""
+    states = store.states()
+    for a in resubmitter.answers:
+        if a["status"] not in (202, 409):
+            v.fail("a resubmit answered otherwise than 202 or 409",
+                   f"{a['order']} at {a['host']}: {a['status']} {a['answer']}")
+        elif a["status"] == 202 and int(states.get(a["order"], {}).get("Resubmissions")
+                                        or 0) < 1:
+            v.fail("a resubmit taken but not in the order's record",
+                   f"{a['order']} at {a['host']}: {brief(states.get(a['order']))}")
+    for oid in sender.sent_digital:
+        workflow = states.get(oid, {}).get("Workflow")
+        if oid in states and workflow != DIGITAL:
+            v.fail("an order of the second workflow run by another",
+                   f"{oid}: {workflow!r}; {brief(states[oid])}")
+    taken = [a for a in resubmitter.answers if a["status"] == 202]
+    summary["resubmits"] = dict(Counter(
+        f"{a['release']} {'forced' if a['forced'] else 'normal'} {a['status']}"
+        for a in resubmitter.answers))
+    summary["resubmitted_orders"] = len({a["order"] for a in taken})
+    summary["resubmitted_then"] = dict(Counter(
+        _outcome(states.get(a["order"], {})) for a in taken))
+    summary["digital_sent"] = len(sender.sent_digital)
+    summary["digital_outcomes"] = dict(Counter(
+        _outcome(states.get(o, {})) for o in sender.sent_digital))
+    summary["undo_refused"] = dict(proxy.undo_refused)
+
+
+def _outcome(s: Mapping[str, Any]) -> str:
+    label = str(s.get("ProcessState", "no record"))
+    return f"{label}/{s.get('Compensation') or 'pending'}" if label == "Error" else label
+
+
 def handled_by(logs: Path, orders: list[str]) -> dict[str, set[str]]:
     """Which releases' hosts were handed a message of each order (their message logs)."""
     wanted = set(orders)
@@ -643,7 +877,9 @@ def _print_summary(say: Any, label: str, s: Mapping[str, Any], verdict: Verdict)
               "failed_compensation_failed", "orders_retried", "retries", "last_written_by",
               "ledger", "alerts", "sending_seconds", "settled_after_last_send_seconds",
               "order_seconds_median", "order_seconds_p95", "order_seconds_max",
-              "orders_handled_by", "index_entries_left", "total_seconds"):
+              "orders_handled_by", "index_entries_left", "resubmits", "resubmitted_orders",
+              "resubmitted_then", "digital_sent", "digital_outcomes", "undo_refused",
+              "total_seconds"):
         say(f"  {k:34} {s.get(k)}")
     for r in s.get("rolls", []):
         say(f"  killed {r['host']:27} at {r['killed_at']:.1f}s ({r['sent_by_then']} sent, "

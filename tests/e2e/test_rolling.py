@@ -1,6 +1,11 @@
 """A rolling deployment under load (issue #30): the previous release, from the git history, and
 this one side by side on one Azurite, the hosts rolled over one by one (``make rolling`` runs it
-at 300 orders). Every order settles, nothing is lost or done twice, nothing is left overdue."""
+at 300 orders). Every order settles, nothing is lost or done twice, nothing is left overdue.
+
+During the roll an operator resubmits failed orders through the operator API of whichever host
+is up (either release): compensated ones as they are, ones whose compensation failed (the
+services refuse some undos) with force; once every host runs this release, some orders name the
+second workflow. Each resubmit is taken, and each such order runs by its own workflow."""
 
 from __future__ import annotations
 
@@ -37,6 +42,15 @@ def test_a_rolling_deployment_under_load_settles_every_order_once(tmp_path: Path
     # Both hosts rolled, and orders were in the hands of both releases.
     assert [r["host"].split("@")[0] for r in summary["rolls"]] == ["host1", "host2"]
     assert summary["orders_handled_by"].get("current + previous", 0) > 0, summary
+    # An operator resubmitted failed orders during the roll, normally and with force (which
+    # release took each is in the summary: whichever host was up), and each settled again.
+    kinds = {k.split()[1] for k, n in summary["resubmits"].items() if k.endswith(" 202")}
+    assert kinds == {"normal", "forced"}, summary["resubmits"]
+    assert summary["undo_refused"], summary
+    assert sum(summary["resubmitted_then"].values()) == summary["resubmitted_orders"] > 0
+    # Orders of the second workflow, sent once the rollout was over, ran by it.
+    assert summary["digital_sent"] > 0
+    assert summary["digital_outcomes"].get("Processed", 0) > 0, summary["digital_outcomes"]
     # It leaves nothing behind: no worktree, no Azurite.
     worktrees = subprocess.run(["git", "-C", str(ROOT), "worktree", "list"],
                                capture_output=True, text=True, check=True).stdout
