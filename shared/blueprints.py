@@ -111,3 +111,35 @@ def simulators() -> func.Blueprint:
         return entrypoints.simulated_service(req)
 
     return bp
+
+
+def pipeline() -> func.Blueprint:
+    """The pattern's own functions, whatever the workflows: intake from the orders queue, the
+    Scheduler's two queues, the Supervisor's timer."""
+    bp = func.Blueprint()  # type: ignore[no-untyped-call]
+
+    @bp.function_name("intake")
+    @bp.service_bus_queue_trigger(arg_name="msg", queue_name="%OrdersQueueName%",
+                                  connection="ServiceBusConnection")
+    def intake(msg: func.ServiceBusMessage) -> None:
+        entrypoints.intake(msg)
+
+    @bp.function_name("scheduler_commands")
+    @bp.queue_trigger(arg_name="msg", queue_name="%SchedulerQueueName%",
+                      connection="AzureWebJobsStorage")
+    def scheduler_commands(msg: func.QueueMessage) -> None:
+        entrypoints.scheduler_command(msg)
+
+    @bp.function_name("scheduler_replies")
+    @bp.queue_trigger(arg_name="msg", queue_name="%AgentResponsesQueueName%",
+                      connection="AzureWebJobsStorage")
+    def scheduler_replies(msg: func.QueueMessage) -> None:
+        entrypoints.scheduler_reply(msg)
+
+    @bp.function_name("supervisor")
+    @bp.timer_trigger(arg_name="timer", schedule="%SupervisorSchedule%", run_on_startup=False,
+                      use_monitor=True)
+    def supervisor(timer: func.TimerRequest) -> None:
+        entrypoints.supervisor(timer)
+
+    return bp

@@ -75,6 +75,19 @@ def pipeline(make_pipeline: Callable[..., Pipeline]) -> Pipeline:
                          RescueThreshold="3")
 
 
+def app_of(workflows: Registry) -> Any:
+    """The app function_app.py makes, for these workflows, with the simulated services."""
+    import azure.functions as func
+
+    from shared import blueprints
+
+    app = func.FunctionApp()
+    for bp in (blueprints.pipeline(), blueprints.agents(workflows.services),
+               blueprints.operator_api(), blueprints.simulators()):
+        app.register_functions(bp)
+    return app
+
+
 @dataclass
 class RunningHost:
     env: dict[str, str]
@@ -93,10 +106,20 @@ def run_host(app_env: Callable[..., dict[str, str]]) -> Iterator[Callable[..., R
 
     hosts: list[Any] = []
 
-    def start(only: set[str] | None = None, **overrides: str) -> RunningHost:
+    def start(only: set[str] | None = None, workflows: Registry | None = None,
+              **overrides: str) -> RunningHost:
+        """``workflows``: an app of these (the engine's tests run the test workflow's) in place
+        of function_app's, the shipped examples'."""
         port = free_port()
         env = app_env(**{"SimulatorBaseUrl": f"http://127.0.0.1:{port}/api/sim", **overrides})
-        host = LocalFunctionHost(function_app.app, settings=env,
+        app = function_app.app
+        if workflows is not None:
+            env = {**queue_settings(env["StateTableName"][5:].lower(), workflows.services), **env}
+            app = app_of(workflows)
+            c = bootstrap.build(load_settings(env), workflows=workflows)
+            c.ensure_resources()
+            bootstrap.reset(c)
+        host = LocalFunctionHost(app, settings=env,
                                  storage_connection=env["AzureWebJobsStorage"],
                                  host_json=ROOT / "host.json", http_port=port, poll_interval=0.1,
                                  lease_seconds=30, only=only)

@@ -1,4 +1,5 @@
-"""Agents over HTTP against the simulated services, served by the local host."""
+"""Agents over HTTP against the simulated services, served by the local host: the engine's
+test workflow's (tests/workflow.py), step "take" on service "beta"."""
 
 from __future__ import annotations
 
@@ -13,25 +14,26 @@ from shared.circuit_breaker import CircuitBreaker
 from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
 from shared.domain.workflow import Registry
 from shared.handlers.agent import Agent, AgentRetryPolicy, Records
-from shared.workflows.orders import ORDER_FULFILMENT
 from tests.conftest import wait_until
 from tests.fakes import FakeAlertSink, FakeOrderStore, in_flight
 from tests.integration.conftest import RunningHost
 from tests.integration.helpers import drain_json, enqueue, entities
+from tests.workflow import FLOW
+from tests.workflow import REGISTRY as TEST_FLOW
 
 SIM_ONLY = {"simulated_service"}
 
 
 def request(h: RunningHost | None, action: Action = Action.DO, seconds: float = 5,
-            attempt: int = 1, order_id: str = "o-1", operation: str = "charge") -> str:
-    """A request for o-1's charge, with the order's record showing it in flight (an Agent does
+            attempt: int = 1, order_id: str = "o-1", operation: str = "take") -> str:
+    """A request for o-1's step "take", with the order's record showing it in flight (an Agent does
     nothing else: tests/unit/test_provenance.py)."""
     if h is not None:
-        in_flight(h.container.store, order_id, "charge_payment", datetime.now(UTC),
-                  action=action.value, attempt=attempt, workflow=ORDER_FULFILMENT)
-    work = new_work_key(order_id, "charge_payment")
+        in_flight(h.container.store, order_id, "take", datetime.now(UTC),
+                  action=action.value, attempt=attempt, workflow=FLOW)
+    work = new_work_key(order_id, "take")
     return AgentRequest(
-        order_id=order_id, step="charge_payment", action=action, operation=operation,
+        order_id=order_id, step="take", action=action, operation=operation,
         attempt=attempt, complete_by=datetime.now(UTC) + timedelta(seconds=seconds),
         idempotency_key=undo_key(work) if action is Action.UNDO else work,
         compensates=work if action is Action.UNDO else None,
@@ -44,20 +46,20 @@ def effects(h: RunningHost) -> list[dict[str, Any]]:
 
 
 def test_ok_call_replies_and_the_effect_is_recorded_once(run_host: Any) -> None:
-    h: RunningHost = run_host(only=SIM_ONLY)
-    agent = h.container.agents["payment"]
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=SIM_ONLY)
+    agent = h.container.agents["beta"]
     first = agent.handle(request(h))
     again = agent.handle(request(h, attempt=2))  # a retry of the same step: same key
     assert first is not None and first.outcome == "ok"
     assert again is not None and again.outcome == "ok" and again.result["duplicate"] is True
     (effect,) = effects(h)
-    assert (effect["RowKey"], effect["Status"]) == ("o-1.charge_payment.do", "applied")
+    assert (effect["RowKey"], effect["Status"]) == ("o-1.take.do", "applied")
 
 
 def test_the_agents_function_sends_its_reply_on_its_output_binding_and_none_when_late(
         run_host: Any) -> None:
-    h: RunningHost = run_host(only=SIM_ONLY | {"payment_agent"})
-    requests = h.env["PaymentRequestsQueueName"]
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=SIM_ONLY | {"beta_agent"})
+    requests = h.env["BetaRequestsQueueName"]
     enqueue(requests, request(h, order_id="o-late", seconds=-1))
     enqueue(requests, request(h, order_id="o-ok"))
     queue = h.container.queues.get_queue_client(requests)
@@ -66,20 +68,20 @@ def test_the_agents_function_sends_its_reply_on_its_output_binding_and_none_when
                timeout=20, message="both requests handled")
     (reply,) = drain_json(h.env["AgentResponsesQueueName"])
     assert (reply["order_id"], reply["outcome"], reply["attempt"]) == ("o-ok", "ok", 1)
-    assert h.host.stats.invocations["payment_agent"] == 2
+    assert h.host.stats.invocations["beta_agent"] == 2
 
 
-def test_a_made_up_refund_of_a_settled_orders_charge_is_refused_not_done(
+def test_a_made_up_undo_of_a_settled_orders_work_is_refused_not_done(
         run_host: Any) -> None:
     """The attack a security review reproduced: with write access to a request queue (or the
     master key's "run a function"), a request the app never sent refunded a Processed order's
     charge. The Agent's function now checks it against the order's record first: nothing is
-    refunded, nothing is replied, and the operator is told."""
+    undone, nothing is replied, and the operator is told."""
     from shared.domain.state import ProcessState, StepStatus
 
-    h: RunningHost = run_host(only=SIM_ONLY | {"payment_agent"})
-    charged = h.container.agents["payment"].handle(request(h))
-    assert charged is not None and charged.outcome == "ok"
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=SIM_ONLY | {"beta_agent"})
+    taken = h.container.agents["beta"].handle(request(h))
+    assert taken is not None and taken.outcome == "ok"
     state = h.container.store.get_state("o-1")
     assert state is not None
     state.process_state = ProcessState.PROCESSED  # the order settled
@@ -87,52 +89,53 @@ def test_a_made_up_refund_of_a_settled_orders_charge_is_refused_not_done(
         step.status, step.complete_by = StepStatus.COMPLETED, None
     state.complete_by = None
     h.container.store.save(state)
-    work = new_work_key("o-1", "charge_payment")
+    work = new_work_key("o-1", "take")
     forged = AgentRequest(
-        order_id="o-1", step="charge_payment", action=Action.UNDO, operation="refund",
+        order_id="o-1", step="take", action=Action.UNDO, operation="give_back",
         attempt=1, complete_by=datetime.now(UTC) + timedelta(seconds=5),
         idempotency_key=undo_key(work), compensates=work, order={"order_id": "o-1"}).to_json()
-    requests = h.env["PaymentRequestsQueueName"]
+    requests = h.env["BetaRequestsQueueName"]
     enqueue(requests, forged)
     queue = h.container.queues.get_queue_client(requests)
     wait_until(lambda: queue.get_queue_properties().approximate_message_count == 0,
                timeout=20, message="the forged request handled")
-    assert h.host.stats.invocations["payment_agent"] == 1
+    assert h.host.stats.invocations["beta_agent"] == 1
     (effect,) = effects(h)
-    assert effect["Status"] == "applied"  # the charge stands: no refund
+    assert effect["Status"] == "applied"  # the work stands: not undone
     assert drain_json(h.env["AgentResponsesQueueName"]) == []
     (alert,) = entities(h.env["OperatorAlertsTableName"])
     assert (alert["Kind"], alert["OrderID"]) == ("RequestRefused", "o-1")
 
 
 def test_transient_faults_are_retried_within_the_budget(run_host: Any) -> None:
-    h: RunningHost = run_host(only=SIM_ONLY, SimTransientErrorRate="0.6",
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=SIM_ONLY, SimTransientErrorRate="0.6",
                               CircuitBreakerFailures="50")
-    replies = [h.container.agents["payment"].handle(request(h, order_id=f"o-{i}", seconds=20))
+    replies = [h.container.agents["beta"].handle(request(h, order_id=f"o-{i}", seconds=20))
                for i in range(5)]
     assert all(r is not None and r.outcome == "ok" for r in replies)
     assert len(effects(h)) == 5
 
 
 def test_permanent_fault_replies_with_an_error(run_host: Any) -> None:
-    h: RunningHost = run_host(only=SIM_ONLY, SimPermanentErrorRate="1")
-    r = h.container.agents["payment"].handle(request(h))
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=SIM_ONLY, SimPermanentErrorRate="1")
+    r = h.container.agents["beta"].handle(request(h))
     assert r is not None and r.outcome == "permanent_error" and "422" in (r.error or "")
     assert effects(h) == []
 
 
 def test_expired_request_is_dropped_without_calling_the_service(run_host: Any) -> None:
-    h: RunningHost = run_host(only=SIM_ONLY)
-    assert h.container.agents["payment"].handle(request(h, seconds=-1)) is None
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=SIM_ONLY)
+    assert h.container.agents["beta"].handle(request(h, seconds=-1)) is None
     assert effects(h) == []
     assert h.host.stats.invocations.get("simulated_service", 0) == 0
 
 
 def test_hung_service_gets_no_late_reply_but_its_late_work_can_be_undone(run_host: Any) -> None:
-    h: RunningHost = run_host(only=SIM_ONLY, SimHangRate="1", SimHangSeconds="1.5")
-    assert h.container.agents["payment"].handle(request(h, seconds=0.5)) is None
-    wait_until(lambda: effects(h), timeout=10, message="the hung charge to land")
-    r = h.container.agents["payment"].handle(request(h, Action.UNDO, operation="refund"))
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=SIM_ONLY, SimHangRate="1",
+                              SimHangSeconds="1.5")
+    assert h.container.agents["beta"].handle(request(h, seconds=0.5)) is None
+    wait_until(lambda: effects(h), timeout=10, message="the hung work to land")
+    r = h.container.agents["beta"].handle(request(h, Action.UNDO, operation="give_back"))
     assert r is not None and r.outcome == "ok"
     (effect,) = effects(h)
     assert effect["Status"] == "undone"
@@ -140,21 +143,21 @@ def test_hung_service_gets_no_late_reply_but_its_late_work_can_be_undone(run_hos
 
 def test_an_order_named_to_hang_hangs_at_its_service_until_the_work_lands(
         run_host: Any) -> None:
-    h: RunningHost = run_host(only=SIM_ONLY, SimHangSeconds="1.5")
-    agent = h.container.agents["payment"]
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=SIM_ONLY, SimHangSeconds="1.5")
+    agent = h.container.agents["beta"]
     # The service's other orders are answered at once.
     fine = agent.handle(request(h, order_id="o-fine", seconds=0.5))
     assert fine is not None and fine.outcome == "ok"
-    assert agent.handle(request(h, order_id="sim-hang-payment-1", seconds=0.5)) is None
-    wait_until(lambda: len(effects(h)) == 2, timeout=10, message="the hung charge to land")
-    again = agent.handle(request(h, order_id="sim-hang-payment-1", attempt=2, seconds=0.5))
+    assert agent.handle(request(h, order_id="sim-hang-beta-1", seconds=0.5)) is None
+    wait_until(lambda: len(effects(h)) == 2, timeout=10, message="the hung work to land")
+    again = agent.handle(request(h, order_id="sim-hang-beta-1", attempt=2, seconds=0.5))
     assert again is not None and again.outcome == "ok" and again.result["duplicate"] is True
 
 
 def test_undo_before_the_work_voids_it(run_host: Any) -> None:
-    h: RunningHost = run_host(only=SIM_ONLY)
-    agent = h.container.agents["payment"]
-    undo = agent.handle(request(h, Action.UNDO, operation="refund"))
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=SIM_ONLY)
+    agent = h.container.agents["beta"]
+    undo = agent.handle(request(h, Action.UNDO, operation="give_back"))
     assert undo is not None and undo.outcome == "ok"
     late = agent.handle(request(h))
     assert late is not None and late.outcome == "permanent_error"
@@ -163,8 +166,8 @@ def test_undo_before_the_work_voids_it(run_host: Any) -> None:
 
 
 def test_simulators_are_off_unless_enabled(run_host: Any) -> None:
-    h: RunningHost = run_host(only=SIM_ONLY, SimulatorsEnabled="false")
-    r = httpx.post(f"http://127.0.0.1:{h.port}/api/sim/payment/charge", json={},
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=SIM_ONLY, SimulatorsEnabled="false")
+    r = httpx.post(f"http://127.0.0.1:{h.port}/api/sim/beta/take", json={},
                    headers={"Idempotency-Key": "k", "x-functions-key": h.host.keys.function})
     assert r.status_code == 404
 
@@ -182,14 +185,14 @@ class _Refusing:
 
 def test_circuit_breaker_stops_calling_a_service_that_keeps_failing() -> None:
     remote = _Refusing()
-    breaker = CircuitBreaker("payment", 3, 60)
+    breaker = CircuitBreaker("beta", 3, 60)
     store = FakeOrderStore()
     for oid in ("o-1", "o-2"):
-        in_flight(store, oid, "charge_payment", datetime.now(UTC), workflow=ORDER_FULFILMENT)
-    agent = Agent(name="payment", client=remote,  # type: ignore[arg-type]
+        in_flight(store, oid, "take", datetime.now(UTC), workflow=FLOW)
+    agent = Agent(name="beta", client=remote,  # type: ignore[arg-type]
                   policy=AgentRetryPolicy(0.001, 0.002, 1),
                   breaker=breaker, clock=lambda: datetime.now(UTC),
-                  records=Records(store, Registry.of([ORDER_FULFILMENT]), FakeAlertSink()))
+                  records=Records(store, Registry.of([FLOW]), FakeAlertSink()))
     assert agent.handle(request(None, seconds=0.5)) is None
     assert remote.calls == 3 and breaker.state == "open"
     assert agent.handle(request(None, order_id="o-2", seconds=0.5)) is None
