@@ -548,7 +548,8 @@ def _index_due(entry: Mapping[str, Any]) -> datetime | None:
 
 
 def run(previous: str, orders: int, phase_seconds: float, settle_timeout: float, data: Path,
-        seed: int, quick: bool, lease: float, out: Any = sys.stdout) -> int:
+        seed: int, quick: bool, lease: float, out: Any = sys.stdout,
+        digital_during_roll: bool = False) -> int:
     def say(text: str) -> None:
         print(text, file=out, flush=True)
 
@@ -590,6 +591,8 @@ def run(previous: str, orders: int, phase_seconds: float, settle_timeout: float,
             sender = Sender(az.connection_string, env["OrdersQueueName"], orders,
                             3 * phase_seconds, seed)
             resubmitter = Resubmitter(store, lambda: hosts, env["LOCALRUN_MASTER_KEY"])
+            if digital_during_roll:  # against the policy: what the previous release does
+                sender.digital.set()
             sending = time.monotonic()
             sender.start()
             resubmitter.start()
@@ -918,13 +921,18 @@ def main(argv: list[str] | None = None) -> int:
                    help="shorter step budgets, hangs and Supervisor interval (the e2e test)")
     p.add_argument("--lease-seconds", type=float, default=LEASE_SECONDS,
                    help="how long a killed host's messages stay invisible")
+    p.add_argument("--digital-during-roll", action="store_true",
+                   help="send orders of the second workflow from the start, while hosts of "
+                        "the previous release run (against the upgrade policy: to see what "
+                        "that release does with them)")
     p.add_argument("--seed", type=int, default=30)
     p.add_argument("--data", type=Path, default=DATA,
                    help="Azurite data and the hosts' logs (wiped first)")
     args = p.parse_args(argv)
     phase = args.phase_seconds or max(8.0, args.orders / 15)
     return run(args.previous, args.orders, phase, args.settle_timeout, args.data.resolve(),
-               args.seed, args.quick, args.lease_seconds)
+               args.seed, args.quick, args.lease_seconds,
+               digital_during_roll=args.digital_during_roll)
 
 
 if __name__ == "__main__":
