@@ -40,6 +40,13 @@ param operatorAuthTenantId string = tenant().tenantId
 @description('The URL of each real remote service keyed by its setting name (urlSettings in services.json; remoteServices=real); the app will not start without one for every service.')
 param serviceUrls object = {}
 
+@description('Whether storage and Service Bus take traffic from the internet (every request still needs Entra ID and an RBAC role). Enabled for the quickstart. Disabled: only through private endpoints, which you add with a virtual network (appSubnetId; docs/deploying.md), and Service Bus is Premium, the only tier with private endpoints.')
+@allowed(['Enabled', 'Disabled'])
+param publicNetworkAccess string = 'Enabled'
+
+@description('With publicNetworkAccess=Disabled: the resource id of the subnet the app\'s outbound traffic goes through (virtual network integration, delegated to Microsoft.App/environments), in the virtual network that holds the private endpoints of storage and Service Bus. Empty: none.')
+param appSubnetId string = ''
+
 @description('Send storage request logs to Log Analytics too: one record per table or queue transaction, billed as ingestion.')
 param storageRequestLogs bool = false
 
@@ -156,6 +163,7 @@ module storage 'app/storage.bicep' = {
     deploymentContainerName: deploymentContainerName
     queueNames: concat([queues.scheduler, queues.responses], services.queues)
     tableNames: [tables.state, tables.inFlight, tables.rejected, tables.alerts, tables.simulator]
+    publicNetworkAccess: publicNetworkAccess
   }
 }
 
@@ -167,6 +175,7 @@ module serviceBus 'app/servicebus.bicep' = {
     location: location
     tags: tags
     ordersQueueName: ordersQueueName
+    publicNetworkAccess: publicNetworkAccess
   }
 }
 
@@ -220,6 +229,7 @@ module function 'app/function.bicep' = {
     serviceUrls: serviceUrls
     operatorAuthClientId: operatorAuthClientId
     operatorAuthTenantId: operatorAuthTenantId
+    appSubnetId: appSubnetId
   }
 }
 

@@ -29,6 +29,8 @@ param simulatorKey string
 param operatorAuthClientId string
 @description('The Entra ID tenant of that app registration.')
 param operatorAuthTenantId string
+@description('The subnet for the app\'s outbound traffic (virtual network integration), where storage and Service Bus take private endpoints only; empty: none.')
+param appSubnetId string
 
 resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
   // checkov:skip=CKV_AZURE_225:Zone redundancy on Flex Consumption depends on the region; set zoneRedundant where it is offered.
@@ -64,6 +66,7 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
   properties: {
     serverFarmId: plan.id
     httpsOnly: true
+    virtualNetworkSubnetId: empty(appSubnetId) ? null : appSubnetId
     siteConfig: {
       minTlsVersion: '1.2'
       http20Enabled: true

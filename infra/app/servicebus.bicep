@@ -4,20 +4,28 @@ param name string
 param location string
 param tags object
 param ordersQueueName string
+@description('Enabled: reachable from the internet, with Entra ID and RBAC. Disabled: through private endpoints only, which needs the Premium tier (docs/deploying.md).')
+@allowed(['Enabled', 'Disabled'])
+param publicNetworkAccess string
+
+// Private endpoints, the only way in with public access off, exist on Premium alone.
+var premium = publicNetworkAccess == 'Disabled'
 
 resource namespace 'Microsoft.ServiceBus/namespaces@2026-01-01' = {
   name: name
   location: location
   tags: tags
   sku: {
-    // Duplicate detection needs Standard or above.
-    name: 'Standard'
-    tier: 'Standard'
+    // Duplicate detection needs Standard or above; private endpoints need Premium (one
+    // messaging unit).
+    name: premium ? 'Premium' : 'Standard'
+    tier: premium ? 'Premium' : 'Standard'
+    capacity: premium ? 1 : null
   }
   properties: {
     disableLocalAuth: true
     minimumTlsVersion: '1.2'
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicNetworkAccess
   }
 }
 

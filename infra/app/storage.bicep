@@ -8,10 +8,17 @@ param deploymentContainerName string
 @description('Storage queues the app uses; the host creates <name>-poison on demand, we create them up front.')
 param queueNames array
 param tableNames array
+@description('Enabled: reachable from the internet, with Entra ID and RBAC. Disabled: through private endpoints only (docs/deploying.md).')
+@allowed(['Enabled', 'Disabled'])
+param publicNetworkAccess string
+
+// Off (Disabled), the account takes requests only through private endpoints; trusted Azure
+// services (the platform's own, such as diagnostics) still pass.
+var publicAccess = publicNetworkAccess == 'Enabled'
 
 resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
-  // checkov:skip=CKV_AZURE_35:No virtual network in this template; every request needs Entra ID (shared keys are off) and an RBAC role.
-  // checkov:skip=CKV_AZURE_59:As above: reachable over the internet, but only with Entra ID and RBAC; no anonymous blob access.
+  // checkov:skip=CKV_AZURE_35:Deny by default is the publicNetworkAccess=Disabled deployment (private endpoints); the quickstart's default allows the internet, where every request still needs Entra ID (shared keys are off) and an RBAC role.
+  // checkov:skip=CKV_AZURE_59:Public network access is the publicNetworkAccess parameter, off for a deployment with private endpoints; on by default for the quickstart, with Entra ID and RBAC on every request and no anonymous blob access.
   name: name
   location: location
   tags: tags
@@ -26,9 +33,9 @@ resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
     allowSharedKeyAccess: false
     allowCrossTenantReplication: false
     defaultToOAuthAuthentication: true
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicNetworkAccess
     networkAcls: {
-      defaultAction: 'Allow'
+      defaultAction: publicAccess ? 'Allow' : 'Deny'
       bypass: 'AzureServices'
     }
     encryption: {

@@ -57,7 +57,8 @@ class BicepNames:
 class _Resolver:
     """Evaluates the few expression shapes our Bicep uses for names: variables and parameters,
     property and index access, ``loadJsonContent``, ``toObject``, ``map``, ``concat``,
-    ``union``, lambdas, ``??`` and ``${name}`` interpolation. Anything else stays as parsed."""
+    ``union``, lambdas, ``??``, ``==`` between strings, ``c ? a : b`` once ``c`` is known, and
+    ``${name}`` interpolation. Anything else stays as parsed."""
 
     def __init__(self, bicep: dict[str, Any], base: Path,
                  params: dict[str, Any] | None = None) -> None:
@@ -87,6 +88,19 @@ class _Resolver:
             if op["type"] == "index_accessor":
                 key = self(key, scope)
             return target.get(key) if isinstance(target, dict) else value
+        if isinstance(op, dict) and op.get("type") == "equals":
+            # Only with a parameter the caller gave: an unknown name reads as a string too.
+            sides = [op["operands"][k] for k in ("operand_1", "operand_2")]
+            if not any(isinstance(x, str) and (x in self._params or x in scope) for x in sides):
+                return value
+            left, right = (self(x, scope) for x in sides)
+            return left == right if isinstance(left, str) and isinstance(right, str) else value
+        if isinstance(op, dict) and op.get("type") == "conditional":
+            parts = op["operands"]
+            condition = self(parts["condition"], scope)
+            if not isinstance(condition, bool):
+                return value
+            return self(parts["true_value" if condition else "false_value"], scope)
         if isinstance(op, dict) and op.get("type") == "coalesce":
             first = self(op["operands"]["operand_1"], scope)
             return first if first is not None else self(op["operands"]["operand_2"], scope)
