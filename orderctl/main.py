@@ -36,7 +36,7 @@ from orderctl.samples import NoSamples, orders_from_file, sample_orders
 from orderctl.senders import LocalSender, OrderSender, ServiceBusSender
 from shared import bootstrap, tracing
 from shared.domain.state import OrderState
-from shared.handlers.operator import OrderNotFound, ResubmitRefused
+from shared.handlers.operator import AckRefused, AlertNotFound, OrderNotFound, ResubmitRefused
 from shared.settings import SettingsError, load_settings
 from shared.workflows import REGISTRY
 
@@ -412,12 +412,57 @@ def _print_health(report: dict[str, Any]) -> None:
             + (f"; {sup['problem']}" if sup["problem"] else ""), soft_wrap=True)
 
 
-@app.command()
-def alerts(limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
-           as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """Recent operator alerts, newest first."""
-    rows = opts.container().operator.alerts(limit)
-    _print_rows(rows, ("RaisedAt", "Kind", "OrderID", "Step", "Reason"), as_json)
+alerts_app = typer.Typer(help="Operator alerts: list them, acknowledge one.",
+                         no_args_is_help=False)
+app.add_typer(alerts_app, name="alerts")
+
+
+@alerts_app.callback(invoke_without_command=True)
+def alerts(ctx: typer.Context,
+           limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+           acknowledged: Annotated[bool | None, typer.Option(
+               "--acknowledged/--open",
+               help="Only acknowledged alerts (with who and when), or only open ones; "
+                    "default both.")] = None,
+           as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+           wide: Annotated[bool, typer.Option(
+               "--wide", help="Also show the alert id (what `alerts ack` takes).")] = False,
+           ) -> None:
+    """Recent operator alerts (the last 7 days), newest first."""
+    if ctx.invoked_subcommand is not None:
+        return
+    rows = opts.container().operator.alerts(limit, acknowledged=acknowledged)
+    if as_json:
+        _print_rows(rows, (), True)
+        return
+    columns: tuple[str, ...] = ("RaisedAt", "Kind", "OrderID", "Step", "Reason")
+    if acknowledged is not False:  # who and when, in one column
+        columns += ("Acknowledged",)
+        rows = [{**r, "Acknowledged": f"by {r['AcknowledgedBy']} at {r['AcknowledgedAt']}"
+                 if r["AcknowledgedAt"] else ""} for r in rows]
+    _print_rows(rows, (("AlertId", *columns) if wide else columns), False)
+
+
+@alerts_app.command("ack")
+def alerts_ack(alert_id: Annotated[str, typer.Argument(
+                   help="The alert's id (`orders alerts --wide` or --json shows it).")],
+               note: Annotated[str, typer.Option(help="Kept on the alert with your name.")
+                               ] = "") -> None:
+    """Acknowledge an alert: your name and the time are kept on it."""
+    if opts.api:
+        view = _call_api("POST", f"/alerts/{quote(alert_id, safe='')}/ack", {"note": note})
+    else:
+        try:
+            view = opts.container().operator.acknowledge(
+                alert_id, f"{getpass.getuser()} (orders CLI, storage)", note)
+        except AlertNotFound:
+            raise CliError(f"no alert {alert_id!r}") from None
+        except ValueError as e:  # not an alert id, or a note too long to keep
+            raise CliError(str(e), 2) from None
+        except AckRefused as e:
+            raise CliError(str(e)) from None
+    out().print(f"{alert_id} acknowledged by {view['AcknowledgedBy']} at "
+                f"{view['AcknowledgedAt']}", soft_wrap=True)
 
 
 @app.command()
@@ -508,7 +553,7 @@ def _print_rows(rows: list[dict[str, Any]], columns: tuple[str, ...], as_json: b
         print(json.dumps(rows, default=str))
         return
     t = Table(*(_id_column(c, [str(r.get(c) or "") for r in rows])
-                if c in ("OrderID", "MessageId") else c for c in columns))
+                if c in ("OrderID", "MessageId", "AlertId", "Kind") else c for c in columns))
     for r in rows:
         t.add_row(*(str(r.get(c) or "") for c in columns))
     out().print(t)

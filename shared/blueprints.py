@@ -70,6 +70,17 @@ def operator_api() -> func.Blueprint:
     def list_rejected(req: func.HttpRequest) -> func.HttpResponse:
         return entrypoints.list_rejected(req)
 
+    @bp.function_name("list_alerts")
+    @bp.route(route="alerts", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
+    def list_alerts(req: func.HttpRequest) -> func.HttpResponse:
+        return entrypoints.list_alerts(req)
+
+    @bp.function_name("ack_alert")
+    @bp.route(route="alerts/{alert_id}/ack", methods=["POST"],
+              auth_level=func.AuthLevel.ANONYMOUS)
+    def ack_alert(req: func.HttpRequest) -> func.HttpResponse:
+        return entrypoints.ack_alert(req)
+
     @bp.function_name("overview")
     @bp.route(route="overview", methods=["GET"],
               auth_level=func.AuthLevel.ANONYMOUS)

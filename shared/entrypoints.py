@@ -20,7 +20,14 @@ from opentelemetry.trace import SpanKind
 from shared import bootstrap, tracing
 from shared.adapters.state_store import CorruptRecord
 from shared.contracts.openapi import openapi_document
-from shared.handlers.operator import OrderNotFound, ResubmitRefused, ResubmitRequest
+from shared.handlers.operator import (
+    AckRefused,
+    AckRequest,
+    AlertNotFound,
+    OrderNotFound,
+    ResubmitRefused,
+    ResubmitRequest,
+)
 from shared.handlers.principal import (
     READ_ROLE,
     RESUBMIT_ROLE,
@@ -175,11 +182,47 @@ def _list_rejected(req: func.HttpRequest, _: Principal) -> func.HttpResponse:
     return _json({"rejected": page.items, "continuation": page.continuation})
 
 
+_ACKNOWLEDGED = {"true": True, "false": False}
+
+
+def _list_alerts(req: func.HttpRequest, _: Principal) -> func.HttpResponse:
+    which = req.params.get("acknowledged")
+    try:
+        if which is not None and which not in _ACKNOWLEDGED:
+            raise ValueError("acknowledged must be true or false (or left out for both)")
+        limit = int(req.params.get("limit", "50"))
+        rows = bootstrap.container().operator.alerts(
+            limit, acknowledged=None if which is None else _ACKNOWLEDGED[which])
+    except ValueError as e:  # a bad filter or limit
+        return _error(400, str(e))
+    return _json({"alerts": rows})
+
+
+def _ack_alert(req: func.HttpRequest, principal: Principal) -> func.HttpResponse:
+    alert_id = req.route_params.get("alert_id", "")
+    try:
+        body = AckRequest.from_body(req.get_body())
+        return _json(bootstrap.container().operator.acknowledge(
+            alert_id, principal.label(), body.note))
+    except ValueError as e:  # the body or the id
+        return _error(400, str(e))
+    except AlertNotFound:
+        return _error(404, f"no alert {alert_id!r} (alerts are kept as long as the table's "
+                           "rows: the listing shows the last 7 days)")
+    except AckRefused as e:
+        return _error(409, str(e))
+
+
 get_order = _as_operator(READ_ROLE, _get_order)
 list_orders = _as_operator(READ_ROLE, _list_orders)
 resubmit_order = _as_operator(RESUBMIT_ROLE, _resubmit_order)
 overview = _as_operator(READ_ROLE, _overview)
 list_rejected = _as_operator(READ_ROLE, _list_rejected)
+list_alerts = _as_operator(READ_ROLE, _list_alerts)
+# Acknowledging acts on what operators share, as resubmitting does: the same role (a reader
+# only looks). A role of its own would need the app registration's roles changed everywhere
+# for a lesser act than a resubmit.
+ack_alert = _as_operator(RESUBMIT_ROLE, _ack_alert)
 
 
 def console(req: func.HttpRequest) -> func.HttpResponse:

@@ -87,16 +87,44 @@ function renderOverview(o) {
         el("small", {text: "work may still stand at the services: check, then resubmit with force"})),
       table("compensation-failed", ["order", "failed step", "reason", "compensation",
                                     "resubmissions", "updated"], o.CompensationFailed, failedRow)),
-    el("section", {}, el("h2", {text: "Recent alerts"}),
-      table("alerts", ["raised", "kind", "order", "step", "reason"], o.Alerts, a => el("tr", {},
-        cell(when(a.RaisedAt)), cell(a.Kind), cell(a.OrderID ? orderLink(a.OrderID) : "", "id"),
-        cell(a.Step), cell(a.Reason)))),
+    el("section", {}, el("h2", {}, "Alerts ", el("small", {text: "not yet acknowledged"})),
+      ackResult(),
+      table("alerts", ["raised", "kind", "order", "step", "reason", ""], o.Alerts,
+        a => el("tr", {"data-alert": a.AlertId},
+          cell(when(a.RaisedAt)), cell(a.Kind),
+          cell(a.OrderID ? orderLink(a.OrderID) : "", "id"), cell(a.Step), cell(a.Reason),
+          cell(el("button", {type: "button", "data-testid": "ack", text: "Acknowledge",
+                             onclick: () => acknowledge(a)}))))),
+    el("section", {}, el("h2", {}, "Acknowledged ", el("small", {text: "who and when"})),
+      table("acknowledged", ["raised", "kind", "order", "reason", "acknowledged by",
+                             "when", "note"], o.Acknowledged,
+        a => el("tr", {"data-alert": a.AlertId},
+          cell(when(a.RaisedAt)), cell(a.Kind),
+          cell(a.OrderID ? orderLink(a.OrderID) : "", "id"), cell(a.Reason),
+          cell(a.AcknowledgedBy), cell(when(a.AcknowledgedAt)), cell(a.AckNote)))),
     el("section", {}, el("h2", {text: "Rejected intake"}),
       table("rejected", ["rejected", "kind", "message id", "reason", "deliveries"], o.Rejected,
         r => el("tr", {}, cell(when(r.RejectedAt)), cell(r.Kind), cell(r.MessageId, "id"),
                 cell(r.Reason), cell(r.DeliveryCount)))),
   );
 }
+// The last acknowledgement's outcome, shown above the alerts until the next one.
+let ackMessage = null;
+function ackResult() {
+  return ackMessage ? el("p", {class: ackMessage.ok ? "" : "error",
+                               "data-testid": "ack-result", text: ackMessage.text}) : null;
+}
+async function acknowledge(a) {
+  try {
+    const body = await api(`/alerts/${encodeURIComponent(a.AlertId)}/ack`, {
+      method: "POST", headers: {"content-type": "application/json"}, body: "{}"});
+    ackMessage = {ok: true, text: `${a.Kind} acknowledged by ${body.AcknowledgedBy}.`};
+  } catch (e) {
+    ackMessage = {ok: false, text: String(e.message || e)};
+  }
+  await show();
+}
+
 function failedRow(r) {
   return el("tr", {"data-order": r.OrderID}, cell(orderLink(r.OrderID), "id"),
     cell(r.FailedStep), cell(r.LastError), cell(r.Compensation), cell(r.Resubmissions),
@@ -166,15 +194,23 @@ function resubmitForm(o, message) {
   return section;
 }
 
+// Each show() is numbered: only the newest one's answer is drawn. A slow answer to an earlier
+// one (the overview asked for at load, a refresh) would otherwise replace the page the
+// operator has moved to since, and a form they were filling in with it.
+let shown = 0;
 async function show(message) {
+  const mine = ++shown;
   const m = location.hash.match(/^#\/orders\/(.+)$/);
   const stamp = document.getElementById("refreshed");
   try {
-    if (m) renderOrder(await api("/orders/" + m[1]), message);
-    else renderOverview(await api("/overview"));
+    const body = await api(m ? "/orders/" + m[1] : "/overview");
+    if (mine !== shown) return;
+    if (m) renderOrder(body, message);
+    else renderOverview(body);
     stamp.textContent = "updated " + new Date().toLocaleTimeString();
     stamp.className = "meta";
   } catch (e) {
+    if (mine !== shown) return;
     stamp.textContent = "could not refresh: " + e.message;
     stamp.className = "meta error";
     if (e.status === 401)  // not signed in (or the session ended): the platform's sign-in

@@ -14,8 +14,10 @@ from pydantic.json_schema import models_json_schema
 
 from shared.domain.message import ORDER_ID_PATTERN
 from shared.domain.state import ProcessState
-from shared.handlers.operator import MAX_PAGE, ResubmitRequest
+from shared.handlers.operator import MAX_PAGE, AckRequest, ResubmitRequest
 from shared.handlers.views import (
+    AlertPage,
+    AlertView,
     ErrorBody,
     HealthDetails,
     HealthReport,
@@ -51,7 +53,7 @@ def _errors(*codes: int) -> dict[str, Any]:
         400: "The request is wrong: the error says how.",
         401: "No key, or a key without the rights this route needs. The body is empty.",
         403: "Signed in, without the app role this route needs: the error names it.",
-        404: "No such order.",
+        404: "No such order (or alert).",
         409: "The order's state does not allow it now: the error says why.",
         500: "A stored record this version cannot read: the error names it.",
     }
@@ -75,8 +77,9 @@ _CONTINUATION = {"name": "continuation", "in": "query", "required": False,
 def openapi_document() -> dict[str, Any]:
     _, defs = models_json_schema(
         [(m, "serialization") for m in (OrderView, OrderPage, RejectedPage, Overview,
-                                        HealthReport, HealthDetails, ErrorBody)]
-        + [(ResubmitRequest, "validation")], ref_template=_REF)
+                                        HealthReport, HealthDetails, AlertPage, AlertView,
+                                        ErrorBody)]
+        + [(ResubmitRequest, "validation"), (AckRequest, "validation")], ref_template=_REF)
     function_key: list[dict[str, list[str]]] = [{"functionKey": []}, {"functionKeyQuery": []}]
     operator: list[dict[str, list[str]]] = [{"operator": []}]
     return {
@@ -122,6 +125,30 @@ def openapi_document() -> dict[str, Any]:
                     "application/json": {"schema": _ref(ResubmitRequest)}}},
                 "responses": {"202": _json(OrderView, "Resubmitted: the order as it is now."),
                               **_operator_errors(400, 401, 404, 409, 500)},
+            }},
+            "/alerts": {"get": {
+                "operationId": "listAlerts",
+                "summary": "Operator alerts of the last 7 days, newest first; "
+                           "?acknowledged=false for those nobody has acknowledged yet, true "
+                           "for those someone has (with who and when).",
+                "parameters": [
+                    {"name": "acknowledged", "in": "query", "required": False,
+                     "schema": {"type": "string", "enum": ["true", "false"]}},
+                    _LIMIT],
+                "responses": {"200": _json(AlertPage, "The alerts."),
+                              **_operator_errors(400, 401)},
+            }},
+            "/alerts/{alert_id}/ack": {"post": {
+                "operationId": "acknowledgeAlert",
+                "summary": "Acknowledge an alert: who (the signed-in operator) and when are "
+                           "kept on it, with the note if one is given. Needs Orders.Resubmit.",
+                "parameters": [{"name": "alert_id", "in": "path", "required": True,
+                                "schema": {"type": "string",
+                                           "pattern": r"^\d{8}\.\d{13}-[0-9a-f]{12}$"}}],
+                "requestBody": {"required": False, "content": {
+                    "application/json": {"schema": _ref(AckRequest)}}},
+                "responses": {"200": _json(AlertView, "Acknowledged: the alert as it is now."),
+                              **_operator_errors(400, 401, 404, 409)},
             }},
             "/rejected": {"get": {
                 "operationId": "listRejected",

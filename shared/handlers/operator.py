@@ -7,11 +7,14 @@ import builtins
 import logging
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from azure.data.tables import TableClient
+from azure.core import MatchConditions
+from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
+from azure.data.tables import TableClient, UpdateMode
 from opentelemetry.trace import SpanKind
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -92,6 +95,61 @@ class OrderNotFound(LookupError):
     pass
 
 
+class AlertNotFound(LookupError):
+    pass
+
+
+class AckRefused(Exception):
+    """Already acknowledged, or acknowledged by someone else meanwhile: the message says."""
+
+
+# An alert's id: its day's partition and its row key (alert_row_key), joined by a dot.
+_ALERT_ID = re.compile(r"^(\d{8})\.(\d{13}-[0-9a-f]{12})$")
+# An acknowledgement's note is kept on the alert row: a sentence.
+MAX_NOTE = 500
+# How many alert rows one listing reads at most, filtered or not: a bound on a listing's cost
+# when nearly every alert is of the kind not asked for.
+ALERT_SCAN = 2000
+
+
+class AckRequest(BaseModel):
+    """The body of POST /api/alerts/{id}/ack (optional as a whole)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    note: str = Field("", max_length=MAX_NOTE)
+
+    @classmethod
+    def from_body(cls, body: bytes) -> AckRequest:
+        if not body.strip():
+            return cls()
+        try:
+            return cls.model_validate_json(body)
+        except ValidationError as e:
+            err = e.errors()[0]
+            if err["type"] == "extra_forbidden":
+                raise ValueError(f"{'.'.join(map(str, err['loc']))} is not a field of an "
+                                 "acknowledgement (note)") from None
+            if err["type"] in ("json_invalid", "model_type"):
+                raise ValueError('body must be a JSON object, e.g. {"note": "card service '
+                                 'back"}') from None
+            raise ValueError(f"{'.'.join(map(str, err['loc'])) or 'body'}: {err['msg']}"
+                             ) from None
+
+
+def check_alert_id(alert_id: str) -> tuple[str, str]:
+    m = _ALERT_ID.match(alert_id)
+    if not m:
+        raise ValueError(f"{alert_id[:80]!r} is not an alert id (as `orders alerts` and the "
+                         "API list it: YYYYMMDD.<13 digits>-<12 hex digits>)")
+    return m.group(1), m.group(2)
+
+
+def _alert_view(e: Any) -> AlertView:
+    fields = {f: e.get(f) for f in AlertView.model_fields if f != "AlertId"}
+    return AlertView.model_validate(
+        {**fields, "AlertId": f"{e['PartitionKey']}.{e['RowKey']}"})
+
+
 class ResubmitRefused(Exception):
     pass
 
@@ -100,6 +158,10 @@ class ResubmitRefused(Exception):
 class Page:
     items: list[dict[str, Any]]
     continuation: str | None
+
+
+def _iso(value: Any) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
 
 
 def _entity_view(e: Any, view: type[BaseModel]) -> dict[str, Any]:
@@ -183,18 +245,55 @@ class Operator:
                     reason or "no reason given")
         return state_view(saved).model_dump(mode="json")
 
-    def alerts(self, limit: int = 50, days: int = 7) -> builtins.list[dict[str, Any]]:
-        """The newest alerts first (one partition a day, newest row first within it)."""
+    def alerts(self, limit: int = 50, days: int = 7,
+               acknowledged: bool | None = None) -> builtins.list[dict[str, Any]]:
+        """The newest alerts first (one partition a day, newest row first within it);
+        ``acknowledged``: only those (True) or only those not yet (False)."""
+        if not 1 <= limit <= MAX_PAGE:
+            raise ValueError(f"limit must be between 1 and {MAX_PAGE}")
         out: builtins.list[dict[str, Any]] = []
-        today = self._clock()
+        for a in self._alert_rows(days):
+            if acknowledged is None or (a.AcknowledgedAt is not None) == acknowledged:
+                out.append(a.model_dump(mode="json"))
+                if len(out) >= limit:
+                    break
+        return out
+
+    def _alert_rows(self, days: int) -> Iterator[AlertView]:
+        today, read = self._clock(), 0
         for back in range(days):
             day = (today - timedelta(days=back)).strftime("%Y%m%d")
             for e in self._alerts.query_entities("PartitionKey eq @d", parameters={"d": day},
-                                                 results_per_page=limit):
-                out.append(_entity_view(e, AlertView))
-                if len(out) >= limit:
-                    return out
-        return out
+                                                 results_per_page=200):
+                yield _alert_view(e)
+                read += 1
+                if read >= ALERT_SCAN:
+                    return
+
+    def acknowledge(self, alert_id: str, by: str, note: str = "") -> dict[str, Any]:
+        """Mark the alert seen by ``by`` (as signed in) now; once: a second acknowledgement
+        is refused, naming the first."""
+        day, row = check_alert_id(alert_id)
+        if len(note) > MAX_NOTE:
+            raise ValueError(f"the note is {len(note)} characters; at most {MAX_NOTE}")
+        try:
+            e = self._alerts.get_entity(day, row)
+        except ResourceNotFoundError:
+            raise AlertNotFound(alert_id) from None
+        if e.get("AcknowledgedAt") is not None:
+            raise AckRefused(f"alert {alert_id} was acknowledged by {e.get('AcknowledgedBy')} "
+                             f"at {_iso(e.get('AcknowledgedAt'))}")
+        ack = {"PartitionKey": day, "RowKey": row, "AcknowledgedBy": by,
+               "AcknowledgedAt": self._clock(), "AckNote": note or None}
+        try:
+            # Only the row as read: two operators at once, one wins and the other is told.
+            self._alerts.update_entity(ack, mode=UpdateMode.MERGE, etag=e.metadata["etag"],
+                                       match_condition=MatchConditions.IfNotModified)
+        except ResourceModifiedError:
+            raise AckRefused(f"alert {alert_id} changed meanwhile (acknowledged by someone "
+                             "else?); look again") from None
+        log.warning("alert %s acknowledged by %s", alert_id, by)
+        return _alert_view({**e, **ack}).model_dump(mode="json")
 
     def alerts_for(self, order_id: str, days: int = 7) -> builtins.list[dict[str, Any]]:
         """This order's alerts, oldest first (one query per day's partition)."""
@@ -203,7 +302,7 @@ class Operator:
         today = self._clock()
         for back in reversed(range(days)):
             day = (today - timedelta(days=back)).strftime("%Y%m%d")
-            rows = [_entity_view(e, AlertView) for e in self._alerts.query_entities(
+            rows = [_alert_view(e).model_dump(mode="json") for e in self._alerts.query_entities(
                 "PartitionKey eq @d and OrderID eq @o", parameters={"d": day, "o": order_id})]
             out += sorted(rows, key=lambda r: r["RaisedAt"] or "")
         return out
@@ -257,6 +356,14 @@ class Operator:
             if not token or counted >= OVERVIEW_SCAN:
                 break
         in_flight.sort(key=lambda v: (-(v.OverdueSeconds or 0), v.CompleteBy or now))
+        open_alerts: list[AlertView] = []
+        acknowledged: list[AlertView] = []
+        for a in self._alert_rows(7):  # one pass for both lists
+            kept = acknowledged if a.AcknowledgedAt is not None else open_alerts
+            if len(kept) < rows:
+                kept.append(a)
+            if len(open_alerts) >= rows and len(acknowledged) >= rows:
+                break
         failed.sort(key=lambda v: v.UpdatedAt, reverse=True)
         stuck.sort(key=lambda v: v.UpdatedAt, reverse=True)
         return Overview(
@@ -264,7 +371,7 @@ class Operator:
             ByState={p: by_state[p] for p in ProcessState},
             ByCompensation={c: by_comp[c] for c in CompensationState},
             InFlight=in_flight[:rows], Failed=failed[:rows], CompensationFailed=stuck[:rows],
-            Alerts=[AlertView.model_validate(a) for a in self.alerts(rows)],
+            Alerts=open_alerts, Acknowledged=acknowledged,
             Rejected=[RejectionView.model_validate(r) for r in self.rejected(rows).items],
         ).model_dump(mode="json")
 

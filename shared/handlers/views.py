@@ -105,11 +105,20 @@ class OrderPage(_View):
 
 
 class AlertView(_View):
+    AlertId: str = Field(description="Names the alert for POST /alerts/{alert_id}/ack.")
     RaisedAt: datetime | None
     Kind: str
     OrderID: str | None
     Step: str | None
     Reason: str | None
+    AcknowledgedBy: str | None = Field(None, description="Who acknowledged it, as signed in "
+                                                         "(null: not acknowledged).")
+    AcknowledgedAt: datetime | None = None
+    AckNote: str | None = Field(None, description="What they said, if anything.")
+
+
+class AlertPage(_View):
+    alerts: list[AlertView] = Field(description="Newest first, of the last 7 days.")
 
 
 class RejectionView(_View):
@@ -158,7 +167,9 @@ class Overview(_View):
     Failed: list[FailedView] = Field(description="In Error, newest first (compensation done, "
                                                  "under way or none needed).")
     CompensationFailed: list[FailedView] = Field(description="An operator must finish these.")
-    Alerts: list[AlertView]
+    Alerts: list[AlertView] = Field(description="Recent alerts nobody has acknowledged yet.")
+    Acknowledged: list[AlertView] = Field(description="Recent acknowledged alerts, with who "
+                                                      "and when.")
     Rejected: list[RejectionView]
 
 

@@ -364,3 +364,35 @@ def test_health_through_the_api_and_straight_to_storage(
     assert orders("health") == 1
     assert f"queue:{h.env['PaymentRequestsQueueName']}: does not exist" in (
         capsys.readouterr().err)
+
+
+def test_alerts_ack_straight_to_storage_and_through_the_api(
+        run_host: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    h: RunningHost = run_host(only={"ack_alert"},
+                              OperatorDevelopmentRoles=f"{READ_ROLE},{RESUBMIT_ROLE}")
+    failed_and_compensated(h, "f-1")
+    compensation_failed(h, "f-2")
+    assert orders("alerts", "--open", "--json") == 0
+    first, second, third = json.loads(capsys.readouterr().out)
+    assert orders("alerts", "ack", third["AlertId"]) == 0
+    assert orders("alerts", "--wide") == 0
+    assert first["AlertId"] in capsys.readouterr().out  # whole, however narrow the terminal
+    assert orders("alerts", "ack", first["AlertId"], "--note", "looked at it") == 0
+    assert "acknowledged by" in capsys.readouterr().out
+    api = f"http://127.0.0.1:{h.port}/api"
+    assert orders("--api", api, "alerts", "ack", second["AlertId"]) == 0
+    capsys.readouterr()
+    assert orders("alerts", "--acknowledged", "--json") == 0
+    by = {a["AlertId"]: a["AcknowledgedBy"] for a in json.loads(capsys.readouterr().out)}
+    assert by == {first["AlertId"]: f"{getpass.getuser()} (orders CLI, storage)",
+                  second["AlertId"]: "local developer (oid development)",
+                  third["AlertId"]: f"{getpass.getuser()} (orders CLI, storage)"}
+    assert orders("alerts", "--open", "--json") == 0
+    assert json.loads(capsys.readouterr().out) == []
+    # Once, and said in one line either way.
+    assert orders("alerts", "ack", first["AlertId"]) == 1
+    assert "was acknowledged by" in capsys.readouterr().err
+    assert orders("--api", api, "alerts", "ack", first["AlertId"]) == 1
+    assert "was acknowledged by" in capsys.readouterr().err
+    assert orders("alerts", "ack", "nope") == 2
+    assert "not an alert id" in capsys.readouterr().err

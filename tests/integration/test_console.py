@@ -34,7 +34,7 @@ CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 # is closed; its background connections would only be refused).
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-CONSOLE = {"overview", "console", "get_order", "resubmit_order"}
+CONSOLE = {"overview", "console", "get_order", "resubmit_order", "ack_alert"}
 
 
 @pytest.fixture(scope="module")
@@ -251,3 +251,29 @@ def test_a_failed_compensation_needs_the_force_confirmation(page: Page, h: Runni
     resubmit(page, "refunded by hand", force=True)
     expect(page.get_by_test_id("resubmit-result")).to_contain_text("Resubmitted")
     assert h.container.store.get_state("f-2").history[-1]["forced"] is True
+
+
+def test_an_alert_is_acknowledged_from_the_console(page: Page, h: RunningHost) -> None:
+    alerts = page.get_by_test_id("alerts")
+    row = alerts.locator("tbody tr", has_text="f-1")
+    expect(row).to_contain_text("OrderFailed")
+    alert_id = row.get_attribute("data-alert")
+    row.get_by_role("button", name="Acknowledge").click()
+    expect(page.get_by_test_id("ack-result")).to_contain_text(
+        "acknowledged by local developer (oid development)")
+    # Listed apart, with who and when; no longer among the open ones.
+    acked = page.get_by_test_id("acknowledged").locator(f'tr[data-alert="{alert_id}"]')
+    expect(acked).to_contain_text("local developer (oid development)")
+    expect(page.get_by_test_id("alerts").locator(f'tr[data-alert="{alert_id}"]')).to_have_count(0)
+    views = h.container.operator.alerts(50, acknowledged=True)
+    assert [v["AlertId"] for v in views] == [alert_id]
+
+
+def test_a_reader_is_told_why_they_cannot_acknowledge(browser: Browser, h: RunningHost) -> None:
+    pg, foreign = open_console(browser, h, signed_in(READ_ROLE))
+    pg.get_by_test_id("alerts").get_by_role("button", name="Acknowledge").first.click()
+    expect(pg.get_by_test_id("ack-result")).to_contain_text(
+        "lacks the app role 'Orders.Resubmit'")
+    assert h.container.operator.alerts(50, acknowledged=True) == []
+    pg.context.close()
+    assert foreign == []

@@ -340,3 +340,44 @@ def test_locally_the_development_principal_has_the_roles_it_is_given(run_host: A
         # A request's own principal still counts: the same role check as in Azure.
         r = c.post("/orders/f-7/resubmit", headers=signed_in(READ_ROLE))
         assert r.status_code == 403
+
+
+def test_an_alert_is_acknowledged_once_with_who_and_when(run_host: Any) -> None:
+    """Issue 33, item 4: alerts could only be read; nobody could say "seen, on it"."""
+    h: RunningHost = run_host(only={"list_alerts", "ack_alert", "overview"})
+    failed_and_compensated(h, "f-8")
+    with api(h) as c:
+        (alert,) = c.get("/alerts").json()["alerts"]
+        assert alert["Kind"] == "OrderFailed" and alert["AcknowledgedBy"] is None
+        assert c.get("/alerts", params={"acknowledged": "true"}).json() == {"alerts": []}
+        with api(h, READ_ROLE) as reader:  # a reader looks, and is told why it cannot ack
+            r = reader.post(f"/alerts/{alert['AlertId']}/ack")
+            assert r.status_code == 403 and "Orders.Resubmit" in r.json()["error"]
+        r = c.post(f"/alerts/{alert['AlertId']}/ack", json={"note": "card service back"})
+        assert r.status_code == 200, r.text
+        acked = r.json()
+        assert acked["AcknowledgedBy"] == f"Ada Operator (oid {OPERATOR_OID})"
+        assert acked["AckNote"] == "card service back" and acked["AcknowledgedAt"]
+        # Kept on the row: listed apart, and in the overview's own list.
+        assert c.get("/alerts", params={"acknowledged": "false"}).json() == {"alerts": []}
+        (listed,) = c.get("/alerts", params={"acknowledged": "true"}).json()["alerts"]
+        assert listed == acked
+        overview = c.get("/overview").json()
+        assert overview["Alerts"] == [] and overview["Acknowledged"] == [acked]
+        # Once: a second acknowledgement names the first.
+        again = c.post(f"/alerts/{alert['AlertId']}/ack")
+        assert again.status_code == 409
+        assert f"acknowledged by Ada Operator (oid {OPERATOR_OID})" in again.json()["error"]
+        assert c.get("/alerts", params={"acknowledged": "true"}).json()["alerts"] == [acked]
+        # The same alert raised again (a replay) does not undo the acknowledgement.
+        h.container.supervisor.tick()
+        assert c.get("/alerts").json()["alerts"] == [acked]
+        for path, body, status, says in [
+                ("/alerts/20260101.0000000000001-000000000000/ack", None, 404, "no alert"),
+                ("/alerts/nope/ack", None, 400, "not an alert id"),
+                (f"/alerts/{alert['AlertId']}/ack", {"not": 1}, 400, "not a field"),
+                (f"/alerts/{alert['AlertId']}/ack", {"note": "x" * 501}, 400, "note")]:
+            r = c.post(path, json=body)
+            assert r.status_code == status and says in r.json()["error"], (path, r.text)
+        r = c.get("/alerts", params={"acknowledged": "yes"})
+        assert r.status_code == 400 and "true or false" in r.json()["error"]

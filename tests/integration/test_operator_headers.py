@@ -12,7 +12,7 @@ from tests.integration.conftest import RunningHost
 from tests.integration.test_operator_api import accept, failed_and_compensated, signed_in
 
 EVERY_ROUTE = {"get_order", "list_orders", "resubmit_order", "list_rejected", "overview",
-               "health", "openapi", "console"}
+               "health", "openapi", "console", "health_details", "list_alerts", "ack_alert"}
 
 # (method, path, body, who, status): who is "both" (both roles), "reader", "none" (no
 # principal) or "key" (the function key, no principal).
@@ -33,6 +33,13 @@ CALLS: list[tuple[str, str, Any, str, int]] = [
     ("GET", "/rejected?continuation=zzz", None, "reader", 400),
     ("GET", "/overview", None, "reader", 200),
     ("GET", "/overview", None, "none", 401),
+    ("GET", "/alerts", None, "reader", 200),
+    ("GET", "/alerts?acknowledged=maybe", None, "reader", 400),
+    ("POST", "/alerts/nope/ack", None, "both", 400),
+    ("POST", "/alerts/20260101.0000000000001-000000000000/ack", None, "both", 404),
+    ("POST", "/alerts/20260101.0000000000001-000000000000/ack", None, "reader", 403),
+    ("GET", "/health/details", None, "reader", 200),
+    ("GET", "/health/details", None, "key", 401),
     ("GET", "/health", None, "key", 200),
     ("GET", "/openapi.json", None, "key", 200),
 ]
