@@ -162,14 +162,14 @@ class BenchBase:
         from shared import bootstrap
         from shared.domain.workflow import Registry
         from shared.settings import load_settings
-        from shared.workflows.orders import ORDER_FULFILMENT
+        from shared.workflows import REGISTRY
 
         env = self.base_env(tag, **overrides)
         meter = StorageMeter()
         settings = load_settings(env)
         c = bootstrap.build(settings, table_options=meter.table_options,
                             queue_options=meter.queue_options,
-                            workflows=Registry.of([workflow or ORDER_FULFILMENT]))
+                            workflows=Registry.of([workflow or REGISTRY.get()]))
         bootstrap.reset(c)
         c.ensure_resources()
         tables = TableServiceClient.from_connection_string(self.connection)
