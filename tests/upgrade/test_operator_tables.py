@@ -6,10 +6,10 @@ rejected rows, the Supervisor's tick log. The tests write them into a fresh pipe
 release and read them through the paths an operator and the Supervisor use:
 
 - alerts: the operator API's list (``Operator.alerts``, also ``orders alerts``), an order's
-  alerts (``Operator.alerts_for``: the API's order view and ``orders show``) and the console's
-  overview, each row with its kind, order, step, reason and time;
+  alerts (``Operator.alerts_for``: ``orders trace``) and the console's overview, each row with
+  its kind, order, step, reason and time; and each acknowledged by the id it is listed with;
 - rejected rows: the API's list page by page (``Operator.rejected``, also ``orders rejected``),
-  the look-up by message id (``orders send --wait``), the overview; and their expiry: kept
+  the look-up by message id (``orders watch``), the overview; and their expiry: kept
   within RejectedRetentionDays, deleted past it by the next rejection recorded;
 - the tick log: read as it was written, continued by this release's Supervisor, and an outage
   it recorded still excuses a step whose time fell in it.
@@ -87,6 +87,36 @@ def test_old_alert_rows_are_listed_by_the_api_the_cli_and_the_console(
     # A later day's list still reaches them (one partition a day, seven days back).
     pipeline.clock.now += timedelta(days=6)
     assert seen(op.alerts(limit=50)) == wanted
+
+
+# The first release's alert row keys end in 8 hex digits (a random part); the alert id the
+# list gives such a row is refused by the acknowledgement (dace039), whose pattern takes only
+# today's 12 (shared/handlers/operator.py, _ALERT_ID). Proposed fix: accept 8 or 12 there,
+# r"^(\d{8})\.(\d{13}-(?:[0-9a-f]{12}|[0-9a-f]{8}))$".
+ACK_GAPS = {
+    "alert-row_d227dda_no-alert-key":
+        "a d227dda alert is listed with an id the acknowledgement refuses "
+        "(shared/handlers/operator.py, _ALERT_ID)",
+}
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param(f, id=f.stem, marks=[pytest.mark.xfail(strict=True, reason=ACK_GAPS[f.stem])]
+                 if f.stem in ACK_GAPS else []) for f in fixtures("alert-row")])
+def test_old_alert_rows_can_be_acknowledged_by_the_id_they_are_listed_with(
+        path: Path, pipeline: Pipeline) -> None:
+    fx = load(path)
+    rows = install(pipeline, fx)
+    op = pipeline.container.operator
+    pipeline.clock.now = at(fx["now"]) + timedelta(hours=1)
+    listed = [a for a in op.alerts(limit=50) if a["OrderID"] == fx["order_id"]]
+    assert len(listed) == len(rows)
+    for a in listed:
+        acked = op.acknowledge(a["AlertId"], "operator@example.com", "seen after the upgrade")
+        assert acked["AcknowledgedBy"] == "operator@example.com"
+    assert {a["AlertId"] for a in op.alerts(limit=50, acknowledged=True)} == \
+        {a["AlertId"] for a in listed}
+    assert not [a for a in op.overview()["Alerts"] if a["OrderID"] == fx["order_id"]]
 
 
 # -- rejected rows --------------------------------------------------------------------------
