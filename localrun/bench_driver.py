@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,7 @@ def _settled(s: dict[str, Any]) -> bool:
 class Run:
     orders: int
     elapsed: float
-    states: list[dict[str, Any]]
+    states: Sequence[dict[str, Any]]
     sent_at: dict[str, float]
     usage: dict[str, Any]
     per_function: dict[str, dict[str, int]]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Callable
 from types import TracebackType
 
@@ -57,7 +57,7 @@ class CpuUse:
 
     def _own_seconds(self) -> float:
         t = self._own.cpu_times()
-        return t.user + t.system
+        return float(t.user + t.system)
 
     def start(self) -> CpuUse:
         if self._roles:
@@ -76,7 +76,7 @@ class CpuUse:
 
     def _split(self, roles: Roles) -> dict[str, float]:
         now, total = _threads(), self._own_seconds() - self._own_at_start
-        out: Counter[str] = Counter()
+        out: defaultdict[str, float] = defaultdict(float)
         for tid, (name, seconds) in now.items():
             before = self._threads_at_start.get(tid)
             # A native id can be reused: a thread is the same one only under the same name.

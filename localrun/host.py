@@ -572,7 +572,7 @@ class LocalFunctionHost:
 
     @property
     def http_port(self) -> int | None:
-        return self._http.server_address[1] if self._http else None  # type: ignore[return-value]
+        return self._http.server_address[1] if self._http else None
 
     # -- invocation --------------------------------------------------------------------------
 
@@ -923,7 +923,8 @@ def _serve_http(host: LocalFunctionHost, functions: list[_Function],
                     # may take it on the same route.
                     continue
                 query = parse_qs(url.query, keep_blank_values=True)
-                key = self.headers.get("x-functions-key") or (query.get("code") or [None])[0]
+                key = self.headers.get("x-functions-key") or next(iter(query.get("code", [])),
+                                                                   None)
                 if not host.keys.allow(f.trigger.get("authLevel", "FUNCTION"), key):
                     return self._refuse(401, b"")  # the host answers with an empty body
                 body = self._body()

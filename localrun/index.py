@@ -35,7 +35,8 @@ _cache: dict[int, list[IndexedFunction]] = {}
 def functions_of(app: func.FunctionApp) -> list[IndexedFunction]:
     if id(app) not in _cache:
         _cache[id(app)] = [
-            IndexedFunction(f.get_function_name(),
+            # The v2 model names every function (its Python name unless function_name says).
+            IndexedFunction(f.get_function_name() or f.get_user_function().__name__,
                             tuple(json.loads(b) for b in f.get_raw_bindings()),
                             f.get_user_function())
             for f in app.get_functions()

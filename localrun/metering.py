@@ -91,8 +91,9 @@ class StorageMeter:
         self.requests: Counter[tuple[str, str]] = Counter()
         self.by_function: Counter[tuple[str, str, str]] = Counter()
         self.entities_read = 0
-        self.table_options = {"raw_response_hook": _ServiceHook(self, "table")}
-        self.queue_options = {"raw_response_hook": _ServiceHook(self, "queue")}
+        # Keyword arguments for the storage clients (Any: the SDKs type them loosely).
+        self.table_options: dict[str, Any] = {"raw_response_hook": _ServiceHook(self, "table")}
+        self.queue_options: dict[str, Any] = {"raw_response_hook": _ServiceHook(self, "queue")}
 
     def record(self, service: str, operation: str, entities: int) -> None:
         from localrun.host import current_function

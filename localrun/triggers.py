@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import azure.functions as func
 from azure.functions.http import HttpRequestConverter
@@ -81,7 +81,7 @@ def queue_message(function: str, *, body: bytes, id: str, dequeue_count: int,
         "PopReceipt": Datum(pop_receipt, "string"),
         "sys": _sys(function),
     }.items() if v is not None}
-    return QueueMessageInConverter.decode(data, trigger_metadata=metadata)
+    return cast(func.QueueMessage, QueueMessageInConverter.decode(data, trigger_metadata=metadata))
 
 
 def service_bus_message(function: str, *, body: bytes, message_id: str, content_type: str | None,
@@ -108,7 +108,9 @@ def service_bus_message(function: str, *, body: bytes, message_id: str, content_
         "MessageActions": _json({}),
         "sys": _sys(function),
     }.items() if v is not None}
-    return ServiceBusMessageInConverter.decode(_text(body), trigger_metadata=metadata)
+    # One message (the trigger's cardinality is one): the worker's converter says either.
+    return cast(func.ServiceBusMessage,
+                ServiceBusMessageInConverter.decode(_text(body), trigger_metadata=metadata))
 
 
 def _timespan(td: timedelta) -> str:
@@ -129,7 +131,7 @@ def timer_request(*, past_due: bool, last: datetime | None, next: datetime) -> f
                                "Next": next.isoformat(),
                                "LastUpdated": datetime.now(UTC).isoformat()},
             "IsPastDue": past_due}
-    return TimerRequestConverter.decode(_json(info), trigger_metadata={})
+    return cast(func.TimerRequest, TimerRequestConverter.decode(_json(info), trigger_metadata={}))
 
 
 def http_request(*, method: str, url: str, headers: Mapping[str, str], query: Mapping[str, str],
@@ -140,4 +142,4 @@ def http_request(*, method: str, url: str, headers: Mapping[str, str], query: Ma
     data = Datum({"method": Datum(method, "string"), "url": Datum(url, "string"),
                   "headers": strings(headers), "query": strings(query),
                   "params": strings(route), "body": Datum(body, "bytes")}, "http")
-    return HttpRequestConverter.decode(data, trigger_metadata={})
+    return cast(func.HttpRequest, HttpRequestConverter.decode(data, trigger_metadata={}))

@@ -11,11 +11,11 @@ from opentelemetry.trace import SpanKind
 
 from shared import tracing
 
-APP_PROPERTIES = {"source": "orders-cli", "schema_version": 1}
+APP_PROPERTIES: dict[str, str | int] = {"source": "orders-cli", "schema_version": 1}
 
 
 @contextmanager
-def _traced(order_id: str | None) -> Iterator[dict[str, Any]]:
+def _traced(order_id: str | None) -> Iterator[dict[str, str | int]]:
     """The message's application properties, with the trace context of a send span when
     tracing is on (OTEL_TRACES_EXPORTER): the order's trace then starts here."""
     with tracing.span("orders send", parent=None, kind=SpanKind.PRODUCER,
@@ -55,7 +55,7 @@ class ServiceBusSender:
             with _traced(oid) as props:
                 self._sender.send_messages(ServiceBusMessage(
                     body, message_id=mid, content_type="application/json",
-                    application_properties=props))
+                    application_properties={k: v for k, v in props.items()}))
             ids.append(mid)
         return ids
 
