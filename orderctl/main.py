@@ -17,9 +17,11 @@ import getpass
 import json
 import logging
 import os
+import re
 import sys
 import time
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -36,7 +38,14 @@ from orderctl.samples import NoSamples, orders_from_file, sample_orders
 from orderctl.senders import LocalSender, OrderSender, ServiceBusSender
 from shared import bootstrap, tracing
 from shared.domain.state import OrderState
-from shared.handlers.operator import AckRefused, AlertNotFound, OrderNotFound, ResubmitRefused
+from shared.handlers.operator import (
+    MAX_BULK,
+    AckRefused,
+    AlertNotFound,
+    BulkResubmitRequest,
+    OrderNotFound,
+    ResubmitRefused,
+)
 from shared.settings import SettingsError, load_settings
 from shared.workflows import REGISTRY
 
@@ -308,30 +317,111 @@ def watch(
 
 
 @app.command()
-def resubmit(order_id: str, reason: Annotated[str, typer.Option(
-        help="Why it can go round again (kept in its history).")] = "",
+def resubmit(order_id: Annotated[str | None, typer.Argument(
+        help="The order; or leave it out and pick failed orders with --state and the filters.")
+        ] = None,
+        reason: Annotated[str, typer.Option(
+            help="Why it can go round again (kept in its history).")] = "",
         force: Annotated[bool, typer.Option(
             "--force", help="Resubmit although its compensation failed: you have checked the "
             "work still standing at the services. Standing work is kept, not redone.")] = False,
+        state: Annotated[str | None, typer.Option(
+            help="Resubmit every order of this state the filters pick (only Error can be).")
+        ] = None,
+        since: Annotated[str | None, typer.Option(
+            help="With --state: failed at or after this time (ISO 8601, or an age: 30m, 2h, "
+                 "1d).")] = None,
+        until: Annotated[str | None, typer.Option(
+            help="With --state: failed before this time (the same forms).")] = None,
+        failed_step: Annotated[str | None, typer.Option(
+            help="With --state: failed at this step.")] = None,
+        limit: Annotated[int, typer.Option(
+            min=1, max=MAX_BULK, help="With --state: at most this many (the batch).")] = 50,
+        dry_run: Annotated[bool, typer.Option(
+            "--dry-run", help="With --state: only say what would be resubmitted.")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
         ) -> None:
-    """Send a failed order (compensation settled) through the workflow again."""
+    """Send a failed order (compensation settled) through the workflow again; or, with
+    --state, every failed order the filters pick, a batch at a time (--dry-run first)."""
+    if state is not None or order_id is None:
+        if order_id is not None or state is None:
+            raise CliError("give an order id, or --state Error with filters, not both", 2)
+        _resubmit_many(state, since, until, failed_step, limit, reason, force, dry_run,
+                       as_json)
+        return
+    if any(x is not None for x in (since, until, failed_step)) or dry_run:
+        raise CliError("--since, --until, --failed-step and --dry-run go with --state", 2)
     if opts.api:
         view = _resubmit_through_api(order_id, reason, force)
-        out().print(f"{order_id} resubmitted: {view['ProcessState']} "
-                    f"(resubmission {view['Resubmissions']})")
+    else:
+        try:
+            # Straight to storage: whoever holds the storage role; their login name is what we
+            # know.
+            view = opts.container().operator.resubmit(order_id, reason, force,
+                                                      by=_cli_operator())
+        except OrderNotFound:
+            raise CliError(f"no order {order_id!r}") from None
+        except ValueError as e:  # not an order id, or a reason too long to keep
+            raise CliError(str(e), 2) from None
+        except ResubmitRefused as e:
+            raise CliError(str(e)) from None
+    if as_json:
+        print(json.dumps(view))
         return
-    try:
-        # Straight to storage: whoever holds the storage role; their login name is what we know.
-        view = opts.container().operator.resubmit(order_id, reason, force,
-                                                  by=f"{getpass.getuser()} (orders CLI, storage)")
-    except OrderNotFound:
-        raise CliError(f"no order {order_id!r}") from None
-    except ValueError as e:  # not an order id, or a reason too long to keep
-        raise CliError(str(e), 2) from None
-    except ResubmitRefused as e:
-        raise CliError(str(e)) from None
     out().print(f"{order_id} resubmitted: {view['ProcessState']} "
                 f"(resubmission {view['Resubmissions']})")
+
+
+def _cli_operator() -> str:
+    return f"{getpass.getuser()} (orders CLI, storage)"
+
+
+def _when(value: str | None, option: str) -> str | None:
+    """An ISO 8601 time (UTC if it names no zone), or an age (30m, 2h, 1d) back from now."""
+    if value is None:
+        return None
+    m = re.fullmatch(r"(\d+)([smhd])", value.strip())
+    if m:
+        unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[m.group(2)]
+        return (datetime.now(UTC) - timedelta(**{unit: int(m.group(1))})).isoformat()
+    try:
+        at = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(f"{option}: {value!r} is neither a time (2026-11-25T08:00Z) nor an age "
+                       "(30m, 2h, 1d)", 2) from None
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).isoformat()
+
+
+def _resubmit_many(state: str, since: str | None, until: str | None, failed_step: str | None,
+                   limit: int, reason: str, force: bool, dry_run: bool, as_json: bool) -> None:
+    body = {"state": state, "since": _when(since, "--since"), "until": _when(until, "--until"),
+            "failed_step": failed_step, "reason": reason, "force": force, "dry_run": dry_run,
+            "limit": limit}
+    if opts.api:
+        result = _call_api("POST", "/resubmissions", body, ok=(200, 202))
+    else:
+        try:
+            ask = BulkResubmitRequest.from_body(json.dumps(body).encode())
+        except ValueError as e:
+            raise CliError(str(e), 2) from None
+        result = opts.container().operator.resubmit_many(ask, by=_cli_operator())
+    if as_json:
+        print(json.dumps(result))
+    else:
+        t = Table(_id_column("order", [i["OrderID"] for i in result["Items"]]), "failed step",
+                  "failed", "outcome", "why / last error")
+        for i in result["Items"]:
+            t.add_row(i["OrderID"], i["FailedStep"] or "", i["UpdatedAt"], i["Outcome"],
+                      i["Why"] or i["LastError"] or "")
+        out().print(t)
+        verb = "would be resubmitted" if dry_run else "resubmitted"
+        done = sum(i["Outcome"] != "refused" for i in result["Items"])
+        err().print(f"{done} order(s) {verb}, {len(result['Items']) - done} refused"
+                    + ("; more match than this batch (--limit), or than one request reads: "
+                       "run it again once these are done" if result["More"] else "")
+                    + (" (dry run: nothing was changed)" if dry_run else ""))
+    if any(i["Outcome"] == "refused" for i in result["Items"]):
+        raise typer.Exit(1)
 
 
 def _resubmit_through_api(order_id: str, reason: str, force: bool) -> dict[str, Any]:
@@ -454,7 +544,7 @@ def alerts_ack(alert_id: Annotated[str, typer.Argument(
     else:
         try:
             view = opts.container().operator.acknowledge(
-                alert_id, f"{getpass.getuser()} (orders CLI, storage)", note)
+                alert_id, _cli_operator(), note)
         except AlertNotFound:
             raise CliError(f"no alert {alert_id!r}") from None
         except ValueError as e:  # not an alert id, or a note too long to keep

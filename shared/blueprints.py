@@ -64,6 +64,12 @@ def operator_api() -> func.Blueprint:
     def resubmit_order(req: func.HttpRequest) -> func.HttpResponse:
         return entrypoints.resubmit_order(req)
 
+    @bp.function_name("resubmit_orders")
+    @bp.route(route="resubmissions", methods=["POST"],
+              auth_level=func.AuthLevel.ANONYMOUS)
+    def resubmit_orders(req: func.HttpRequest) -> func.HttpResponse:
+        return entrypoints.resubmit_orders(req)
+
     @bp.function_name("list_rejected")
     @bp.route(route="rejected", methods=["GET"],
               auth_level=func.AuthLevel.ANONYMOUS)

@@ -24,6 +24,7 @@ from shared.handlers.operator import (
     AckRefused,
     AckRequest,
     AlertNotFound,
+    BulkResubmitRequest,
     OrderNotFound,
     ResubmitRefused,
     ResubmitRequest,
@@ -169,6 +170,15 @@ def _resubmit_order(req: func.HttpRequest, principal: Principal) -> func.HttpRes
         return _error(500, str(e))
 
 
+def _resubmit_orders(req: func.HttpRequest, principal: Principal) -> func.HttpResponse:
+    try:
+        ask = BulkResubmitRequest.from_body(req.get_body())
+    except ValueError as e:
+        return _error(400, str(e))
+    return _json(bootstrap.container().operator.resubmit_many(ask, by=principal.label()),
+                 200 if ask.dry_run else 202)
+
+
 def _overview(req: func.HttpRequest, _: Principal) -> func.HttpResponse:
     return _json(bootstrap.container().operator.overview())
 
@@ -216,6 +226,8 @@ def _ack_alert(req: func.HttpRequest, principal: Principal) -> func.HttpResponse
 get_order = _as_operator(READ_ROLE, _get_order)
 list_orders = _as_operator(READ_ROLE, _list_orders)
 resubmit_order = _as_operator(RESUBMIT_ROLE, _resubmit_order)
+# A dry run writes nothing, but it is the rehearsal of a resubmit: the same role.
+resubmit_orders = _as_operator(RESUBMIT_ROLE, _resubmit_orders)
 overview = _as_operator(READ_ROLE, _overview)
 list_rejected = _as_operator(READ_ROLE, _list_rejected)
 list_alerts = _as_operator(READ_ROLE, _list_alerts)

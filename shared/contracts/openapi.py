@@ -14,10 +14,11 @@ from pydantic.json_schema import models_json_schema
 
 from shared.domain.message import ORDER_ID_PATTERN
 from shared.domain.state import ProcessState
-from shared.handlers.operator import MAX_PAGE, AckRequest, ResubmitRequest
+from shared.handlers.operator import MAX_PAGE, AckRequest, BulkResubmitRequest, ResubmitRequest
 from shared.handlers.views import (
     AlertPage,
     AlertView,
+    BulkResult,
     ErrorBody,
     HealthDetails,
     HealthReport,
@@ -78,8 +79,9 @@ def openapi_document() -> dict[str, Any]:
     _, defs = models_json_schema(
         [(m, "serialization") for m in (OrderView, OrderPage, RejectedPage, Overview,
                                         HealthReport, HealthDetails, AlertPage, AlertView,
-                                        ErrorBody)]
-        + [(ResubmitRequest, "validation"), (AckRequest, "validation")], ref_template=_REF)
+                                        BulkResult, ErrorBody)]
+        + [(m, "validation") for m in (ResubmitRequest, AckRequest, BulkResubmitRequest)],
+        ref_template=_REF)
     function_key: list[dict[str, list[str]]] = [{"functionKey": []}, {"functionKeyQuery": []}]
     operator: list[dict[str, list[str]]] = [{"operator": []}]
     return {
@@ -149,6 +151,17 @@ def openapi_document() -> dict[str, Any]:
                     "application/json": {"schema": _ref(AckRequest)}}},
                 "responses": {"200": _json(AlertView, "Acknowledged: the alert as it is now."),
                               **_operator_errors(400, 401, 404, 409)},
+            }},
+            "/resubmissions": {"post": {
+                "operationId": "resubmitOrders",
+                "summary": "Resubmit the failed orders a filter picks, a bounded batch at a "
+                           "time, each recorded with the operator as a single resubmit is; "
+                           "by default a dry run that says what each would come to.",
+                "requestBody": {"required": False, "content": {
+                    "application/json": {"schema": _ref(BulkResubmitRequest)}}},
+                "responses": {"200": _json(BulkResult, "A dry run: what would be done."),
+                              "202": _json(BulkResult, "Done: each order's outcome."),
+                              **_operator_errors(400, 401)},
             }},
             "/rejected": {"get": {
                 "operationId": "listRejected",

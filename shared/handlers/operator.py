@@ -10,13 +10,13 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from azure.core import MatchConditions
 from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableClient, UpdateMode
 from opentelemetry.trace import SpanKind
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from shared import tracing
 from shared.adapters.paging import decode_token, encode_token
@@ -37,6 +37,8 @@ from shared.handlers.health import HealthProbe
 from shared.handlers.relay import EffectRelay
 from shared.handlers.views import (
     AlertView,
+    BulkItem,
+    BulkResult,
     FailedView,
     HealthDetails,
     HealthReport,
@@ -93,6 +95,52 @@ def check_order_id(order_id: str) -> None:
 
 class OrderNotFound(LookupError):
     pass
+
+
+# A bulk resubmit acts on at most this many orders per request: each is a read, a write and a
+# message, and an operator reads the list back; more are done by asking again.
+MAX_BULK = 100
+
+
+def _whole(v: object) -> object:
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+class BulkResubmitRequest(BaseModel):
+    """The body of POST /api/resubmissions: which failed orders, and what to say."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    state: Literal["Error"] = Field("Error", description="Only a failed order can be "
+                                                         "resubmitted.")
+    since: AwareDatetime | None = Field(None, description="Only orders last updated (for a "
+                                                          "failed one: when it failed) at or "
+                                                          "after this time.")
+    until: AwareDatetime | None = Field(None, description="... and before this time.")
+    failed_step: str | None = Field(None, max_length=128, description="Only orders that "
+                                                                      "failed at this step.")
+    reason: str = Field("", max_length=MAX_REASON)
+    force: bool = Field(False, description="Also orders whose compensation failed.")
+    dry_run: bool = Field(True, description="Only say what would be resubmitted (the "
+                                            "default: acting takes dry_run false).")
+    # JSON has numbers, not integers: 33.0 is the integer 33 (as JSON Schema says), 33.5 none.
+    limit: Annotated[int, BeforeValidator(_whole)] = Field(50, ge=1, le=MAX_BULK)
+
+    @classmethod
+    def from_body(cls, body: bytes) -> BulkResubmitRequest:
+        try:
+            return cls.model_validate_json(body or b"{}")
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(x) for x in err["loc"]) or "body"
+            if err["type"] == "extra_forbidden":
+                raise ValueError(f"{where} is not a field of a bulk resubmit (state, since, "
+                                 "until, failed_step, reason, force, dry_run, limit)") from None
+            if err["loc"] == ("state",):
+                raise ValueError("state: only orders in Error can be resubmitted") from None
+            if err["type"] in ("json_invalid", "model_type"):
+                raise ValueError('body must be a JSON object, e.g. {"since": '
+                                 '"2026-11-25T08:00:00Z", "dry_run": true}') from None
+            raise ValueError(f"{where}: {err['msg']}") from None
 
 
 class AlertNotFound(LookupError):
@@ -244,6 +292,42 @@ class Operator:
         log.warning("order %s resubmitted%s (%s)", order_id, " with force" if force else "",
                     reason or "no reason given")
         return state_view(saved).model_dump(mode="json")
+
+    def resubmit_many(self, ask: BulkResubmitRequest, by: str | None) -> dict[str, Any]:
+        """Resubmit the failed orders ``ask`` picks, newest first, at most ``ask.limit`` (or,
+        with ``dry_run``, say what each would come to): each as a single resubmit is, its
+        history naming ``by``. Reads at most OVERVIEW_SCAN failed records."""
+        now = self._clock()
+        picked: builtins.list[OrderState] = []
+        scanned, token = 0, None
+        while len(picked) < ask.limit + 1:  # one more: is there more than this batch?
+            states, token = self._store.list_states(ProcessState.ERROR.value, MAX_PAGE, token)
+            scanned += len(states)
+            picked += [s for s in states
+                       if (ask.since is None or s.updated_at >= ask.since)
+                       and (ask.until is None or s.updated_at < ask.until)
+                       and (ask.failed_step is None or s.failed_step == ask.failed_step)]
+            if not token or scanned >= OVERVIEW_SCAN:
+                break
+        picked.sort(key=lambda s: s.updated_at, reverse=True)
+        more = len(picked) > ask.limit or bool(token)
+        items = []
+        for s in picked[:ask.limit]:
+            item = {"OrderID": s.order_id, "FailedStep": s.failed_step,
+                    "LastError": s.last_error, "Compensation": s.compensation,
+                    "UpdatedAt": s.updated_at, "Outcome": "", "Why": None}
+            try:
+                if ask.dry_run:  # the same check a resubmit makes, nothing written
+                    resubmit(s, now, self._pending_grace, ask.reason, ask.force, by)
+                    item["Outcome"] = "would resubmit"
+                else:
+                    self.resubmit(s.order_id, ask.reason, ask.force, by)
+                    item["Outcome"] = "resubmitted"
+            except (IllegalTransition, ResubmitRefused) as e:
+                item["Outcome"], item["Why"] = "refused", str(e)
+            items.append(BulkItem.model_validate(item))
+        return BulkResult(DryRun=ask.dry_run, Items=items, Scanned=scanned,
+                          More=more).model_dump(mode="json")
 
     def alerts(self, limit: int = 50, days: int = 7,
                acknowledged: bool | None = None) -> builtins.list[dict[str, Any]]:

@@ -178,6 +178,26 @@ class RejectedPage(_View):
     continuation: str | None
 
 
+class BulkItem(_View):
+    OrderID: str
+    FailedStep: str | None
+    LastError: str | None
+    Compensation: domain.CompensationState | None
+    UpdatedAt: datetime
+    Outcome: str = Field(description='"would resubmit" (a dry run), "resubmitted" or '
+                                     '"refused".')
+    Why: str | None = Field(description="Why it was (or would be) refused.")
+
+
+class BulkResult(_View):
+    DryRun: bool
+    Items: list[BulkItem] = Field(description="The orders picked, newest failure first, at "
+                                              "most the request's limit.")
+    Scanned: int = Field(description="Failed orders' records read to pick them.")
+    More: bool = Field(description="More orders may match than this batch (or than one "
+                                   "request reads): ask again, after acting on these.")
+
+
 class HealthReport(_View):
     status: str = Field(description='"ok", or "unhealthy" with a 503.')
     checks: dict[str, str] = Field(description='Each check (the state table, each queue the '

@@ -396,3 +396,45 @@ def test_alerts_ack_straight_to_storage_and_through_the_api(
     assert "was acknowledged by" in capsys.readouterr().err
     assert orders("alerts", "ack", "nope") == 2
     assert "not an alert id" in capsys.readouterr().err
+
+
+def test_bulk_resubmit_with_a_dry_run_then_for_real(
+        run_host: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    h: RunningHost = run_host(only={"resubmit_orders"},
+                              OperatorDevelopmentRoles=f"{READ_ROLE},{RESUBMIT_ROLE}")
+    failed_and_compensated(h, "b-1")
+    failed_and_compensated(h, "b-2")
+    compensation_failed(h, "b-3")
+    # The dry run names each order and what it would come to; a refusal makes it exit 1.
+    assert orders("resubmit", "--state", "Error", "--since", "1h", "--dry-run") == 1
+    captured = capsys.readouterr()
+    assert "b-1" in captured.out and "would resubmit" in captured.out
+    assert "refused" in captured.out and "force" in captured.out
+    assert "2 order(s) would be resubmitted, 1 refused" in captured.err
+    assert "nothing was changed" in captured.err
+    assert all(h.container.store.get_state(o).generation == 0 for o in ("b-1", "b-2", "b-3"))
+    # A time in the future picks nothing.
+    assert orders("resubmit", "--state", "Error", "--since", "2999-01-01T00:00Z",
+                  "--dry-run", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["Items"] == []
+    # For real, through the API as the signed-in operator, one batch of one.
+    api = f"http://127.0.0.1:{h.port}/api"
+    assert orders("--api", api, "resubmit", "--state", "Error", "--failed-step",
+                  "charge_payment", "--limit", "1", "--reason", "outage over") == 0
+    assert "more match" in capsys.readouterr().err
+    done = [o for o in ("b-1", "b-2") if h.container.store.get_state(o).generation == 1]
+    assert len(done) == 1
+    assert h.container.store.get_state(done[0]).history[-1]["by"] == (
+        "local developer (oid development)")
+    # Straight to storage: the login name, as a single resubmit.
+    assert orders("resubmit", "--state", "Error", "--failed-step", "charge_payment") == 0
+    (other,) = {"b-1", "b-2"} - set(done)
+    assert h.container.store.get_state(other).history[-1]["by"] == (
+        f"{getpass.getuser()} (orders CLI, storage)")
+    for args, says in [(["resubmit", "b-1", "--state", "Error"], "not both"),
+                       (["resubmit"], "not both"),
+                       (["resubmit", "b-1", "--dry-run"], "go with --state"),
+                       (["resubmit", "--state", "Pending"], "only orders in Error"),
+                       (["resubmit", "--state", "Error", "--since", "soon"], "--since")]:
+        assert orders(*args) == 2, args
+        assert says in capsys.readouterr().err, args

@@ -381,3 +381,59 @@ def test_an_alert_is_acknowledged_once_with_who_and_when(run_host: Any) -> None:
             assert r.status_code == status and says in r.json()["error"], (path, r.text)
         r = c.get("/alerts", params={"acknowledged": "yes"})
         assert r.status_code == 400 and "true or false" in r.json()["error"]
+
+
+def test_bulk_resubmit_picks_failed_orders_dry_runs_first_and_names_the_operator(
+        run_host: Any) -> None:
+    """Issue 33, item 4: after an outage an operator resubmitted failed orders one by one."""
+    h: RunningHost = run_host(only={"resubmit_orders"})
+    for oid in ("b-1", "b-2", "b-3"):
+        failed_and_compensated(h, oid)  # failed at charge_payment
+    compensation_failed(h, "b-4")  # failed at arrange_shipping, its refund refused
+    accept("b-5")  # not failed: never picked
+    with api(h) as c:
+        # A dry run is the default: what each would come to, nothing written.
+        r = c.post("/resubmissions", json={})
+        assert r.status_code == 200, r.text
+        result = r.json()
+        assert result["DryRun"] is True and result["More"] is False
+        outcome = {i["OrderID"]: i["Outcome"] for i in result["Items"]}
+        assert outcome == {"b-1": "would resubmit", "b-2": "would resubmit",
+                           "b-3": "would resubmit", "b-4": "refused"}
+        (refused,) = [i for i in result["Items"] if i["Outcome"] == "refused"]
+        assert "resubmit with force" in refused["Why"]
+        assert all(h.container.store.get_state(o).generation == 0 for o in outcome)
+        # Newest failure first, and filters: by step, by time.
+        assert [i["OrderID"] for i in result["Items"]] == ["b-4", "b-3", "b-2", "b-1"]
+        by_step = c.post("/resubmissions", json={"failed_step": "arrange_shipping"}).json()
+        assert [i["OrderID"] for i in by_step["Items"]] == ["b-4"]
+        b2 = h.container.store.get_state("b-2").updated_at
+        window = c.post("/resubmissions", json={"since": b2.isoformat(),
+                                                "until": h.container.store.get_state(
+                                                    "b-3").updated_at.isoformat()}).json()
+        assert [i["OrderID"] for i in window["Items"]] == ["b-2"]
+        # A bounded batch: the rest are said to be there.
+        batch = c.post("/resubmissions", json={"limit": 2, "dry_run": False,
+                                               "reason": "card service back"})
+        assert batch.status_code == 202, batch.text
+        assert [(i["OrderID"], i["Outcome"]) for i in batch.json()["Items"]] == [
+            ("b-4", "refused"), ("b-3", "resubmitted")]
+        assert batch.json()["More"] is True
+        state = h.container.store.get_state("b-3")
+        assert (state.process_state, state.generation) == (ProcessState.PENDING, 1)
+        assert state.history[-1]["by"] == f"Ada Operator (oid {OPERATOR_OID})"
+        assert state.history[-1]["reason"] == "card service back"
+        assert h.container.store.get_state("b-4").generation == 0  # refused: untouched
+        rest = c.post("/resubmissions", json={"dry_run": False, "force": True}).json()
+        assert {i["OrderID"]: i["Outcome"] for i in rest["Items"]} == {
+            "b-4": "resubmitted", "b-2": "resubmitted", "b-1": "resubmitted"}
+        assert h.container.store.get_state("b-5").generation == 0
+        for body, says in [({"state": "Pending"}, "only orders in Error"),
+                           ({"limit": 101}, "limit"), ({"since": "yesterday"}, "since"),
+                           ({"since": "2026-11-25T08:00:00"}, "since"),  # no zone
+                           ({"orders": ["b-1"]}, "not a field"), ([1], "JSON object")]:
+            r = c.post("/resubmissions", json=body)
+            assert r.status_code == 400 and says in r.json()["error"], (body, r.text)
+    with api(h, READ_ROLE) as reader:
+        r = reader.post("/resubmissions", json={})
+        assert r.status_code == 403 and "Orders.Resubmit" in r.json()["error"]

@@ -12,7 +12,8 @@ from tests.integration.conftest import RunningHost
 from tests.integration.test_operator_api import accept, failed_and_compensated, signed_in
 
 EVERY_ROUTE = {"get_order", "list_orders", "resubmit_order", "list_rejected", "overview",
-               "health", "openapi", "console", "health_details", "list_alerts", "ack_alert"}
+               "health", "openapi", "console", "health_details", "list_alerts", "ack_alert",
+               "resubmit_orders"}
 
 # (method, path, body, who, status): who is "both" (both roles), "reader", "none" (no
 # principal) or "key" (the function key, no principal).
@@ -33,6 +34,9 @@ CALLS: list[tuple[str, str, Any, str, int]] = [
     ("GET", "/rejected?continuation=zzz", None, "reader", 400),
     ("GET", "/overview", None, "reader", 200),
     ("GET", "/overview", None, "none", 401),
+    ("POST", "/resubmissions", {}, "both", 200),
+    ("POST", "/resubmissions", {"limit": 0}, "both", 400),
+    ("POST", "/resubmissions", {}, "reader", 403),
     ("GET", "/alerts", None, "reader", 200),
     ("GET", "/alerts?acknowledged=maybe", None, "reader", 400),
     ("POST", "/alerts/nope/ack", None, "both", 400),

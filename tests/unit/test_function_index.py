@@ -79,6 +79,7 @@ def test_the_function_set_is_exactly_the_documented_one() -> None:
         "intake", "scheduler_commands", "scheduler_replies", "supervisor", "simulated_service",
         "get_order", "list_orders", "resubmit_order", "health", "list_rejected", "overview",
         "console", "openapi", "health_details", "list_alerts", "ack_alert",
+        "resubmit_orders",
         *(agent_function(s) for s in REGISTRY.services),
     }
     assert {"inventory_agent", "payment_agent", "shipping_agent", "email_agent"} <= set(index())
