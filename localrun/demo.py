@@ -23,13 +23,14 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from shared.workflows import REGISTRY
@@ -77,7 +78,13 @@ METERING_WAIT_SECONDS = 60
 @dataclass
 class Snapshot:
     total: int
-    states: list[dict[str, Any]] = field(default_factory=list)
+    states: Sequence[dict[str, Any]] = field(default_factory=list)
+    # Orders intake refused (RejectedOrders rows by message id = order id): done, not settled.
+    rejected: Sequence[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def done(self) -> int:
+        return len(self.settled) + len(self.rejected)
 
     @property
     def settled(self) -> list[dict[str, Any]]:
@@ -92,7 +99,8 @@ class Snapshot:
             if label == "Error":
                 label += f" (compensation {s.get('Compensation') or 'pending'})"
             c[label] += 1
-        c["not yet received"] = self.total - len(self.states)
+        c["rejected at intake"] = len(self.rejected)
+        c["not yet received"] = self.total - len(self.states) - len(self.rejected)
         return c
 
     def retries(self) -> int:
@@ -172,6 +180,7 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
         from orderctl.samples import sample_orders
         from orderctl.senders import LocalSender
         from shared import bootstrap
+        from shared.adapters.rejections import REJECTED_PARTITION
         from shared.settings import load_settings
 
         env = local_app_settings(az.connection_string, port,
@@ -221,19 +230,28 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
                       f"{float(env['SimPermanentErrorRate']):.0%} are refused, "
                       f"{float(env['SimHangRate']):.0%} hang")
 
+        rejections = tables.get_table_client(settings.rejected_table)
+        sent = set(ids)
+
         def look() -> Snapshot:
-            return Snapshot(orders, list(watcher.query_entities("RowKey eq 'state'")))
+            states = list(watcher.query_entities("RowKey eq 'state'"))
+            rejected = [] if len(states) == orders else [
+                r for r in rejections.query_entities(
+                    "PartitionKey eq @p", parameters={"p": REJECTED_PARTITION},
+                    select=["MessageId", "Kind", "Reason"])
+                if r.get("MessageId") in sent]
+            return Snapshot(orders, states, rejected)
 
         snap = look()
         if console.is_terminal:
             with Live(_progress_table(snap, 0), console=console, refresh_per_second=4) as live:
-                while len(snap.settled) < orders and time.monotonic() - started < timeout:
+                while snap.done < orders and time.monotonic() - started < timeout:
                     time.sleep(0.5)
                     snap = look()
                     live.update(_progress_table(snap, time.monotonic() - started))
         else:
             last = 0.0
-            while len(snap.settled) < orders and time.monotonic() - started < timeout:
+            while snap.done < orders and time.monotonic() - started < timeout:
                 time.sleep(0.5)
                 snap = look()
                 if time.monotonic() - last > 2:
@@ -243,11 +261,18 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
         elapsed = time.monotonic() - started
         # The counts, once the app has finished with these orders, not as the last one shows
         # settled: its outbox is still being carried out then.
-        unsettled = orders - len(snap.settled)
+        unsettled = orders - snap.done
         metered = not unsettled and wait_metered(
             snap.states, inflight, host, time.monotonic() + METERING_WAIT_SECONDS)
         _summary(console, snap, elapsed, per_order_counts(orders, meter.per_function()))
         code = 0
+        for r in snap.rejected[:5]:
+            console.print("[red]rejected at intake:[/] " + escape(
+                f"{r.get('MessageId')}: {r.get('Kind')}: {r.get('Reason')}"), soft_wrap=True)
+        if snap.rejected:
+            console.print(f"[red]{len(snap.rejected)} orders rejected at intake[/] (their "
+                          "reasons: `orders rejected`, or the console)")
+            code = 1
         if unsettled:
             console.print(f"[red]{unsettled} orders not settled after {timeout:.0f}s[/]")
             code = 1
@@ -356,6 +381,7 @@ def _summary(console: Console, snap: Snapshot, elapsed: float, cost: dict[str, A
     t.add_column("", justify="right")
     for label, value in [
         ("orders", orders),
+        *([("rejected at intake", len(snap.rejected))] if snap.rejected else []),
         ("processed", processed),
         ("failed (Error)", len(failed)),
         ("  of which compensated", compensated),
