@@ -86,20 +86,30 @@ class TableRejectionStore:
             "DeliveryCount": r.delivery_count,
             "RejectedAt": r.at,
         }, mode=UpdateMode.REPLACE)
-        self._expire(r.at - self._retention)
+        self._expire(r.at - self._retention, r.at)
 
-    def _expire(self, before: datetime) -> None:
+    def _expire(self, before: datetime, now: datetime) -> None:
         # Rows sent before ``before`` count down past its key ("." sorts after "-", so one sent
         # in the same millisecond is kept): a range from the partition's old end. Of those, only
         # rows also recorded before it go (a message may be rejected long after it was sent).
-        query = (f"PartitionKey eq '{REJECTED_PARTITION}' and "
-                 f"RowKey gt '{_countdown(before)}.' and RejectedAt lt @before")
+        # Then the rows d227dda wrote, keyed by a digest (f037ed7 on count down): those that
+        # sort past the countdown fall in the first range, the others below any countdown a
+        # message sent by now (give or take a day of clock skew) can have.
+        ranges = [f"RowKey gt '{_countdown(before)}.'",
+                  f"RowKey lt '{_countdown(now + timedelta(days=1))}'"]
+        budget_left = EXPIRE_PER_RECORD
         try:
-            page: Iterable[dict[str, Any]] = next(self._table.query_entities(
-                query, parameters={"before": before}, select=["PartitionKey", "RowKey"],
-                results_per_page=EXPIRE_PER_RECORD).by_page(), [])
-            for key in [row["RowKey"] for row in page]:
-                with contextlib.suppress(ResourceNotFoundError):  # another intake's, at once
-                    self._table.delete_entity(REJECTED_PARTITION, key)
+            for keys in ranges:
+                query = (f"PartitionKey eq '{REJECTED_PARTITION}' and {keys} and "
+                         "RejectedAt lt @before")
+                page: Iterable[dict[str, Any]] = next(self._table.query_entities(
+                    query, parameters={"before": before}, select=["PartitionKey", "RowKey"],
+                    results_per_page=budget_left).by_page(), [])
+                for key in [row["RowKey"] for row in page]:
+                    with contextlib.suppress(ResourceNotFoundError):  # another intake's, at once
+                        self._table.delete_entity(REJECTED_PARTITION, key)
+                    budget_left -= 1
+                if budget_left <= 0:
+                    return
         except AzureError as e:  # the rejection itself is recorded; the next one tries again
             log.warning("expiring rejected orders: %s", e)
