@@ -91,6 +91,12 @@ var tables = {
   simulator: 'SimulatedEffects'
 }
 var ordersQueueName = 'orders'
+// The storage queues the app triggers on or sends to (each with its -poison queue).
+var appQueueNames = concat([queues.scheduler, queues.responses], services.queues)
+// Prefixes of the queues an order's reply_to may name (ReplyQueueAllowList); the app's identity
+// may put messages on queues so named and no other queue outside its own (app/rbac.bicep).
+var replyQueuePrefixes = ['order-status-']
+var tableNames = [tables.state, tables.inFlight, tables.rejected, tables.alerts, tables.simulator]
 
 var appSettings = union(services.queueSettings, {
   // The Python worker runs every synchronous function on one pool of this many threads, and an
@@ -119,7 +125,7 @@ var appSettings = union(services.queueSettings, {
   RetryBackoffMaxSeconds: '300'
   PendingGraceSeconds: '60'
   StepBudgetSeconds: ''
-  ReplyQueueAllowList: 'order-status-*'
+  ReplyQueueAllowList: join(replyQueuePrefixes, ',')
   // The share of fault-free orders whose whole trace is exported; orders in trouble are kept
   // whatever it says. '1' for full fidelity (docs/tracing.md).
   OrderTraceSampleRatio: '0.05'
@@ -161,8 +167,8 @@ module storage 'app/storage.bicep' = {
     location: location
     tags: tags
     deploymentContainerName: deploymentContainerName
-    queueNames: concat([queues.scheduler, queues.responses], services.queues)
-    tableNames: [tables.state, tables.inFlight, tables.rejected, tables.alerts, tables.simulator]
+    queueNames: appQueueNames
+    tableNames: tableNames
     publicNetworkAccess: publicNetworkAccess
   }
 }
@@ -195,6 +201,9 @@ module rbac 'app/rbac.bicep' = {
   scope: rg
   params: {
     storageAccountName: storage.outputs.name
+    queueNames: appQueueNames
+    tableNames: tableNames
+    replyQueuePrefixes: replyQueuePrefixes
     serviceBusNamespaceName: serviceBus.outputs.name
     ordersQueueName: serviceBus.outputs.ordersQueueName
     applicationInsightsName: monitoring.outputs.applicationInsightsName

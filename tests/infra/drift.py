@@ -57,8 +57,9 @@ class BicepNames:
 class _Resolver:
     """Evaluates the few expression shapes our Bicep uses for names: variables and parameters,
     property and index access, ``loadJsonContent``, ``toObject``, ``map``, ``concat``,
-    ``union``, lambdas, ``??``, ``==`` between strings, ``c ? a : b`` once ``c`` is known, and
-    ``${name}`` interpolation. Anything else stays as parsed."""
+    ``union``, ``join``, lambdas, ``[for x in xs: ...]``, ``??``, ``==`` between strings,
+    ``c ? a : b`` once ``c`` is known, and ``${name}`` interpolation. Anything else stays as
+    parsed."""
 
     def __init__(self, bicep: dict[str, Any], base: Path,
                  params: dict[str, Any] | None = None) -> None:
@@ -81,6 +82,11 @@ class _Resolver:
             return [self(v, scope) for v in value]
         if not isinstance(value, dict):
             return value
+        loop = value.get("loop_type")
+        if isinstance(loop, dict) and loop.get("type") == "array":  # [for x in xs: ...]
+            detail = loop["detail"]
+            return [self(value["config"], {**scope, detail["item_name"]: item})
+                    for item in self(detail["array_name"], scope)]
         op, fn = value.get("operator"), value.get("function")
         if isinstance(op, dict) and op.get("type") in ("property_accessor", "index_accessor"):
             target = self(op["operands"]["operand_1"], scope)
@@ -130,6 +136,11 @@ class _Resolver:
                     for i in items}
         if name == "map":
             return [self._apply(args[1], i, scope) for i in self(args[0], scope)]
+        if name == "join":
+            items = self(args[0], scope)
+            if isinstance(items, list) and all(isinstance(i, str) for i in items):
+                return str(self(args[1], scope)).join(items)
+            return raw
         if name == "concat":
             return [x for a in args for x in self(a, scope)]
         if name == "union":
