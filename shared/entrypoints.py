@@ -147,8 +147,9 @@ def _list_orders(req: func.HttpRequest, _: Principal) -> func.HttpResponse:
     state = req.params.get("state")  # present but empty is a bad state, not "any"
     try:
         limit = int(req.params.get("limit", "50"))
-        page = bootstrap.container().operator.list(state, limit,
-                                                   req.params.get("continuation"))
+        page = bootstrap.container().operator.list(
+            state, limit, req.params.get("continuation"), prefix=req.params.get("prefix"),
+            customer=req.params.get("customer"))
     except ValueError as e:  # a bad state, limit or continuation token
         return _error(400, str(e))
     return _json({"orders": page.items, "continuation": page.continuation})

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import itertools
 import json
 import logging
 from dataclasses import dataclass
@@ -47,6 +48,8 @@ from shared.domain.state import (
 log = logging.getLogger(__name__)
 
 ORDER_ROW = "order"
+# How many pages of the table a search by an order column reads at most.
+SEARCH_PAGES = 10
 STATE_ROW = "state"
 
 
@@ -127,7 +130,9 @@ class OrderStore(Protocol):
     def drop(self, key: str) -> None: ...
     def quarantine(self, entry: InFlightEntry, version: str, until: datetime) -> None: ...
     def list_states(self, process_state: str | None, limit: int,
-                    continuation: str | None) -> tuple[list[OrderState], str | None]: ...
+                    continuation: str | None, prefix: str | None = None,
+                    ) -> tuple[list[OrderState], str | None]: ...
+    def order_ids_where(self, column: str, value: str, limit: int) -> list[str]: ...
 
 
 # A time for an index entry that carries none (the first releases wrote only the key): old
@@ -350,14 +355,19 @@ class TableOrderStore:
         return confirmed
 
     def list_states(self, process_state: str | None, limit: int,
-                    continuation: str | None) -> tuple[list[OrderState], str | None]:
-        """One page of state records, optionally of one ProcessState.
+                    continuation: str | None, prefix: str | None = None,
+                    ) -> tuple[list[OrderState], str | None]:
+        """One page of state records, optionally of one ProcessState, optionally of the orders
+        whose id starts with ``prefix``.
 
         An operator's query: it filters on properties, so Table Storage reads the whole table
         for it. The Scheduler and the Supervisor never call it.
         """
         query = "RowKey eq @rk" + (" and ProcessState eq @ps" if process_state else "")
         params = {"rk": STATE_ROW, "ps": process_state or ""}
+        if prefix:  # ids starting with it: a range of partitions, not a scan
+            query += " and PartitionKey ge @lo and PartitionKey lt @hi"
+            params |= {"lo": prefix, "hi": prefix[:-1] + chr(ord(prefix[-1]) + 1)}
         pages = self._states.query_entities(query, parameters=params,
                                             results_per_page=limit).by_page(
             continuation_token=decode_token(continuation))
@@ -370,6 +380,25 @@ class TableOrderStore:
                 log.warning("%s", err)
         token = pages.continuation_token  # type: ignore[attr-defined]
         return items, encode_token(token) if token else None
+
+    def order_ids_where(self, column: str, value: str, limit: int) -> list[str]:
+        """The ids of at most ``limit`` orders whose stored order row has ``column`` equal to
+        ``value`` (a column the workflow's message model writes, WorkflowMessage.columns).
+
+        An operator's query, and a scan: it reads at most SEARCH_PAGES pages of the table
+        (the service hands back a page, perhaps empty, every 1,000 rows or 5 s it reads).
+        """
+        if not column.isidentifier():  # a name from the code, never from a request
+            raise ValueError(f"{column!r} is not a column name")
+        pages = self._states.query_entities(
+            f"RowKey eq @rk and {column} eq @v", parameters={"rk": ORDER_ROW, "v": value},
+            results_per_page=limit, select=["PartitionKey"]).by_page()
+        found: list[str] = []
+        for page in itertools.islice(pages, SEARCH_PAGES):
+            found += [str(e["PartitionKey"]) for e in page]
+            if len(found) >= limit:
+                break
+        return found[:limit]
 
     def _file(self, state: OrderState, base: str, *, exact: bool) -> tuple[str, bool]:
         """Put an index entry for the state (due_index.file_at); its key, and whether this call

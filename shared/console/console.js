@@ -35,7 +35,14 @@ async function api(path, options = {}) {
   return body;
 }
 
-function when(iso) { return iso ? new Date(iso).toLocaleString() : ""; }
+// A time in the viewer's own zone, and in UTC on hover (and for a screen reader, the
+// machine-readable datetime).
+function when(iso) {
+  if (!iso) return "";
+  const d = new Date(iso);
+  return el("time", {datetime: d.toISOString(), title: utc(d), text: d.toLocaleString()});
+}
+function utc(d) { return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC"); }
 function duration(seconds) {
   const s = Math.round(seconds), h = Math.floor(s / 3600), m = Math.floor(s % 3600 / 60);
   return (h ? `${h}h ` : "") + (h || m ? `${m}m ` : "") + `${s % 60}s`;
@@ -148,9 +155,11 @@ function renderOrder(o, message) {
     ["rescues", String(o.Rescues)], ["created", when(o.CreatedAt)],
     ["updated", when(o.UpdatedAt)]];
   main.replaceChildren(
-    el("section", {"data-testid": "order"}, el("h2", {}, "Order ", el("code", {text: o.OrderID})),
+    el("section", {"data-testid": "order"},
+      el("h2", {id: "order-heading", tabindex: "-1"}, "Order ", el("code", {text: o.OrderID}),
+         " ", el("small", {text: "Escape: back"})),
       el("dl", {}, ...facts.flatMap(([k, v]) => [el("dt", {text: k}),
-                                                   el("dd", {"data-field": k, text: v})]))),
+                                                   el("dd", {"data-field": k}, v)]))),
     el("section", {}, el("h2", {text: "Steps"}), steps),
     el("section", {}, el("h2", {text: "Resubmissions"}), history),
     resubmitForm(o, message),
@@ -198,15 +207,31 @@ function resubmitForm(o, message) {
 // one (the overview asked for at load, a refresh) would otherwise replace the page the
 // operator has moved to since, and a form they were filling in with it.
 let shown = 0;
+// Where Escape on an order's page goes back to: the list it was opened from.
+let listHash = "";
 async function show(message) {
   const mine = ++shown;
-  const m = location.hash.match(/^#\/orders\/(.+)$/);
+  const hash = location.hash;
+  const order = hash.match(/^#\/orders\/(.+)$/);
+  const search = hash.startsWith("#/search?") ? new URLSearchParams(hash.slice(9)) : null;
   const stamp = document.getElementById("refreshed");
   try {
-    const body = await api(m ? "/orders/" + m[1] : "/overview");
+    let draw;
+    if (order) {
+      const body = await api("/orders/" + order[1]);
+      draw = () => renderOrder(body, message);
+    } else if (search) {
+      const found = await find(search.get("q") || "", search.get("state") || "");
+      draw = () => renderSearch(search, found);
+    } else {
+      const body = await api("/overview");
+      draw = () => renderOverview(body);
+    }
     if (mine !== shown) return;
-    if (m) renderOrder(body, message);
-    else renderOverview(body);
+    const focused = document.activeElement;
+    draw();
+    if (!order) listHash = hash;
+    arrive(order, search, message, focused);
     stamp.textContent = "updated " + new Date().toLocaleTimeString();
     stamp.className = "meta";
   } catch (e) {
@@ -218,16 +243,91 @@ async function show(message) {
   }
 }
 
+// Where the keyboard is once a page is drawn: on the order's heading when one was opened, on
+// the first result of a search, back on the link that opened an order when it was closed; a
+// refresh leaves it where it was.
+let arrivedAt = null;
+function arrive(order, search, message, focused) {
+  const at = location.hash;
+  if (at === arrivedAt && !message) {  // a refresh: the same element, if it is still there
+    if (focused && focused.id) document.getElementById(focused.id)?.focus();
+    return;
+  }
+  const opened = arrivedAt && arrivedAt.match(/^#\/orders\/(.+)$/);
+  arrivedAt = at;
+  if (order) {
+    if (message) document.querySelector("[data-testid=resubmit-result]")?.focus();
+    else document.getElementById("order-heading").focus();
+  } else if (search) {
+    (main.querySelector("[data-testid=search-results] a") ||
+     document.getElementById("search-q")).focus();
+  } else if (opened) {
+    main.querySelector(`a[data-order="${CSS.escape(decodeURIComponent(opened[1]))}"]`)?.focus();
+  }
+}
+
+// A search: the orders whose id starts with the text and the customer's orders (of the
+// state, if one is chosen); with no text, the orders of the state.
+async function find(q, state) {
+  const s = state ? "&state=" + encodeURIComponent(state) : "";
+  if (!q) return {orders: (await api(`/orders?limit=50${s}`)).orders};
+  const asked = [api(`/orders?limit=50&prefix=${encodeURIComponent(q)}${s}`),
+                 api(`/orders?limit=50&customer=${encodeURIComponent(q)}${s}`)];
+  const answers = await Promise.allSettled(asked);
+  const seen = new Map();
+  for (const a of answers) if (a.status === "fulfilled")
+    for (const o of a.value.orders) seen.set(o.OrderID, o);
+  // One of the two may refuse the text (a customer's name is no order id): the other answers.
+  if (answers.every(a => a.status === "rejected")) throw answers[0].reason;
+  return {orders: [...seen.values()]};
+}
+
+function renderSearch(params, found) {
+  const q = params.get("q") || "", state = params.get("state") || "";
+  const what = [q && `"${q}" (order id or customer)`, state && `state ${state}`]
+    .filter(Boolean).join(", ");
+  main.replaceChildren(
+    el("section", {}, el("h2", {}, "Search ", el("small", {text: what})),
+      table("search-results", ["order", "state", "step", "last error", "updated"],
+        found.orders, r => el("tr", {"data-order": r.OrderID},
+          cell(orderLink(r.OrderID), "id"),
+          cell(r.ProcessState + (r.Compensation ? ` / compensation ${r.Compensation}` : "")),
+          cell(r.FailedStep || r.CurrentStep), cell(r.LastError), cell(when(r.UpdatedAt))))));
+}
+
 function schedule() {
   clearInterval(timer);
-  // Live only while someone looks, and not while a resubmit form is being filled in.
+  // Live only while someone looks, and not while a resubmit form is being filled in. A
+  // search's answer stays as it was (a search by customer reads the table: once per asking).
   timer = setInterval(() => {
     const typing = main.querySelector("form") && location.hash;
-    if (document.getElementById("live").checked && !document.hidden && !typing) show();
+    const searching = location.hash.startsWith("#/search?");
+    if (document.getElementById("live").checked && !document.hidden && !typing && !searching)
+      show();
   }, 5000);
 }
 
 document.getElementById("home").onclick = ev => { ev.preventDefault(); location.hash = ""; };
+document.getElementById("search").onsubmit = ev => {
+  ev.preventDefault();
+  const f = new FormData(ev.target);
+  const q = String(f.get("q") || "").trim(), state = String(f.get("state") || "");
+  if (!q && !state) { location.hash = ""; return; }
+  const next = "#/search?" + new URLSearchParams({q, state}).toString();
+  if (location.hash === next) show(); else location.hash = next;
+};
+// Escape closes an order's page (back to the list it came from), then a search (back to the
+// overview). In a field with something typed, it only leaves the field.
+document.addEventListener("keydown", ev => {
+  if (ev.key !== "Escape") return;
+  const f = document.activeElement;
+  if (f && (f.tagName === "TEXTAREA" || f.tagName === "INPUT") && f.value &&
+      f.type !== "checkbox") { f.blur(); return; }
+  if (location.hash.startsWith("#/orders/")) location.hash = listHash;
+  else if (location.hash.startsWith("#/search?")) location.hash = "";
+});
+document.getElementById("zone").textContent =
+  "times in " + Intl.DateTimeFormat().resolvedOptions().timeZone + " (UTC on hover)";
 window.addEventListener("hashchange", () => show());
 show();
 schedule();

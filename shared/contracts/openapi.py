@@ -105,6 +105,14 @@ def openapi_document() -> dict[str, Any]:
                 "parameters": [
                     {"name": "state", "in": "query", "required": False,
                      "schema": {"type": "string", "enum": [p.value for p in ProcessState]}},
+                    {"name": "prefix", "in": "query", "required": False,
+                     "description": "Only orders whose id starts with this.",
+                     "schema": {"type": "string",
+                                "pattern": r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"}},
+                    {"name": "customer", "in": "query", "required": False,
+                     "description": "Only this customer's orders (the stored order's "
+                                    "CustomerId): at most 50, one page, no continuation.",
+                     "schema": {"type": "string", "minLength": 1, "maxLength": 128}},
                     _LIMIT, _CONTINUATION],
                 "responses": {"200": _json(OrderPage, "A page of orders."),
                               **_operator_errors(400, 401)},

@@ -57,6 +57,13 @@ OVERVIEW_ROWS = 50
 # A resubmit reason is kept in the order's history: a sentence, not a document.
 MAX_REASON = budget.REASON_TEXT
 _ORDER_ID = re.compile(ORDER_ID_PATTERN)
+_ID_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+# The stored order's column a search by customer reads: the example's message model writes it
+# (shared/workflows/orders/message.py, columns()); a workflow whose model writes none finds
+# no order by customer.
+CUSTOMER_COLUMN = "CustomerId"
+# A search by customer reads each order it finds (one point read each): at most this many.
+MAX_SEARCH = 50
 
 
 class ResubmitRequest(BaseModel):
@@ -250,12 +257,29 @@ class Operator:
             raise OrderNotFound(order_id)
         return state_view(stored.state, stored.order).model_dump(mode="json")
 
-    def list(self, process_state: str | None, limit: int, continuation: str | None) -> Page:
+    def list(self, process_state: str | None, limit: int, continuation: str | None,
+             prefix: str | None = None, customer: str | None = None) -> Page:
+        """A page of orders, optionally of one state, whose id starts with ``prefix``, of one
+        customer (the stored order's CUSTOMER_COLUMN; one page only, no continuation)."""
         if process_state is not None:
             ProcessState(process_state)  # ValueError names the bad value
         if not 1 <= limit <= MAX_PAGE:
             raise ValueError(f"limit must be between 1 and {MAX_PAGE}")
-        states, token = self._store.list_states(process_state, limit, continuation)
+        if prefix is not None and not _ID_PREFIX.match(prefix):
+            raise ValueError(f"{prefix[:140]!r} is not the start of an order id (letters, "
+                             "digits and ._:- , up to 128 characters)")
+        if customer is not None:
+            if not customer or len(customer) > 128:
+                raise ValueError("customer must be 1 to 128 characters")
+            if continuation:
+                raise ValueError("a search by customer has one page: no continuation")
+            ids = self._store.order_ids_where(CUSTOMER_COLUMN, customer, min(limit, MAX_SEARCH))
+            states = [s for s in map(self._store.get_state, ids) if s is not None
+                      and (process_state is None or s.process_state.value == process_state)
+                      and (prefix is None or s.order_id.startswith(prefix))]
+            return Page([state_view(s).model_dump(mode="json") for s in states], None)
+        states, token = self._store.list_states(process_state, limit, continuation,
+                                                prefix=prefix or None)
         return Page([state_view(s).model_dump(mode="json") for s in states], token)
 
     def resubmit(self, order_id: str, reason: str = "", force: bool = False,

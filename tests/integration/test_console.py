@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
@@ -34,7 +35,7 @@ CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 # is closed; its background connections would only be refused).
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-CONSOLE = {"overview", "console", "get_order", "resubmit_order", "ack_alert"}
+CONSOLE = {"overview", "console", "get_order", "resubmit_order", "ack_alert", "list_orders"}
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +66,15 @@ def h(run_host: Any) -> RunningHost:
 
 
 def open_console(browser: Browser, h: RunningHost, headers: dict[str, str] | None = None,
-                 timezone: str | None = None) -> tuple[Page, list[str]]:
+                 timezone: str | None = None, locale: str | None = None,
+                 ) -> tuple[Page, list[str]]:
     """The console in a fresh browser context; the list collects what it tried to fetch from
     anywhere but this app (aborted), and every error the browser logged (a script error, or
     something its Content-Security-Policy refused). ``headers``: an operator's principal on
-    every request; ``timezone``: the viewer's."""
+    every request; ``timezone`` and ``locale``: the viewer's."""
     context = browser.new_context(viewport={"width": 1300, "height": 1000},
-                                  extra_http_headers=headers, timezone_id=timezone)
+                                  extra_http_headers=headers, timezone_id=timezone,
+                                  locale=locale)
     pg = context.new_page()
     foreign: list[str] = []
     pg.on("console", lambda m: foreign.append(f"console {m.type}: {m.text}")
@@ -275,5 +278,86 @@ def test_a_reader_is_told_why_they_cannot_acknowledge(browser: Browser, h: Runni
     expect(pg.get_by_test_id("ack-result")).to_contain_text(
         "lacks the app role 'Orders.Resubmit'")
     assert h.container.operator.alerts(50, acknowledged=True) == []
+    pg.context.close()
+    assert foreign == []
+
+
+def focused(page: Page) -> str:
+    """What has the keyboard: its test id, id, name, order or text."""
+    return str(page.evaluate("""() => { const e = document.activeElement;
+        return e.dataset.testid || e.id || e.name || e.dataset.order || e.textContent; }"""))
+
+
+def test_the_keyboard_path_search_open_and_close(page: Page, h: RunningHost) -> None:
+    """Issue 33, item 4: every console feature by keyboard alone. Tab goes through the header
+    in reading order; Enter searches and opens; Escape closes, and the keyboard lands where
+    the operator left it."""
+    page.locator("body").focus()
+    seen = []
+    for _ in range(5):
+        page.keyboard.press("Tab")
+        seen.append(focused(page))
+    assert seen == ["search-q", "state", "Search", "live", "home"]
+    page.locator("#search-q").focus()
+    page.keyboard.type("f-1")
+    page.keyboard.press("Enter")
+    results = page.get_by_test_id("search-results")
+    expect(results.locator("tbody tr")).to_have_count(1)
+    expect(results.get_by_role("link", name="f-1")).to_be_focused()
+    page.keyboard.press("Enter")  # opens it
+    expect(page.get_by_test_id("order")).to_contain_text("f-1")
+    expect(page.locator("#order-heading")).to_be_focused()
+    page.keyboard.press("Escape")  # back to the results, on the order it opened
+    expect(results.get_by_role("link", name="f-1")).to_be_focused()
+    page.keyboard.press("Escape")  # and to the overview
+    expect(page.get_by_test_id("by-state")).to_be_visible()
+    assert "#/search" not in page.url
+    # Escape in the resubmit form's text leaves the field first: nothing typed is lost.
+    page.goto(f"http://127.0.0.1:{h.port}/api/console#/orders/f-1")
+    page.locator("textarea[name=reason]").fill("half a sentence")
+    page.locator("textarea[name=reason]").focus()
+    page.keyboard.press("Escape")
+    expect(page.get_by_test_id("order")).to_be_visible()
+    assert page.locator("textarea[name=reason]").input_value() == "half a sentence"
+
+
+def test_search_by_customer_by_state_and_by_the_start_of_an_id(page: Page) -> None:
+    search = page.get_by_test_id("search")
+    results = page.get_by_test_id("search-results")
+
+    def ids() -> set[str]:
+        expect(results).to_be_visible()
+        return {r.get_attribute("data-order") or "" for r in results.locator("tbody tr").all()}
+
+    search.locator("select[name=state]").select_option("Error")
+    search.locator("input[name=q]").fill("c-1")  # the test orders' customer
+    search.get_by_role("button", name="Search").click()
+    expect(results.locator("tbody tr")).to_have_count(2)
+    assert ids() == {"f-1", "f-2"}
+    search.locator("input[name=q]").fill("")
+    search.locator("select[name=state]").select_option("Processing")
+    search.get_by_role("button", name="Search").click()
+    expect(results.locator("tbody tr")).to_have_count(1)
+    assert ids() == {"o-fresh"}
+    search.locator("select[name=state]").select_option("")
+    search.locator("input[name=q]").fill("o-")
+    search.get_by_role("button", name="Search").click()
+    expect(results.locator("tbody tr")).to_have_count(2)
+    assert ids() == {"o-fresh", "o-late"}
+    search.locator("input[name=q]").fill("nobody")
+    search.get_by_role("button", name="Search").click()
+    expect(results).to_have_text("none")
+
+
+def test_times_are_the_viewers_with_utc_on_hover(browser: Browser, h: RunningHost) -> None:
+    pg, foreign = open_console(browser, h, timezone="Asia/Tokyo", locale="en-GB")
+    pg.goto(f"http://127.0.0.1:{h.port}/api/console#/orders/f-1")
+    updated = h.container.store.get_state("f-1").updated_at
+    shown = pg.locator('dd[data-field="updated"] time')
+    tokyo = updated.astimezone(ZoneInfo("Asia/Tokyo"))
+    expect(shown).to_have_text(tokyo.strftime("%d/%m/%Y, %H:%M:%S"))
+    expect(shown).to_have_attribute("title", updated.astimezone(UTC).strftime(
+        "%Y-%m-%d %H:%M:%S UTC"))
+    expect(pg.get_by_test_id("zone")).to_have_text("times in Asia/Tokyo (UTC on hover)")
     pg.context.close()
     assert foreign == []

@@ -437,3 +437,27 @@ def test_bulk_resubmit_picks_failed_orders_dry_runs_first_and_names_the_operator
     with api(h, READ_ROLE) as reader:
         r = reader.post("/resubmissions", json={})
         assert r.status_code == 403 and "Orders.Resubmit" in r.json()["error"]
+
+
+def test_orders_are_found_by_the_start_of_their_id_and_by_customer(run_host: Any) -> None:
+    h: RunningHost = run_host(only=API)
+    failed_and_compensated(h, "find-1")
+    accept("find-2")
+    accept("other-1")
+    with api(h) as c:
+        def ids(**params: str) -> list[str]:
+            r = c.get("/orders", params=params)
+            assert r.status_code == 200, r.text
+            return sorted(o["OrderID"] for o in r.json()["orders"])
+
+        assert ids(prefix="find-") == ["find-1", "find-2"]
+        assert ids(prefix="find-", state="Error") == ["find-1"]
+        assert ids(customer="c-1", state="Pending") == ["find-2", "other-1"]
+        assert ids(customer="c-1", prefix="oth") == ["other-1"]
+        assert ids(customer="nobody") == []
+        assert c.get("/orders", params={"customer": "c-1"}).json()["continuation"] is None
+        for params, says in [({"prefix": "a b"}, "not the start of an order id"),
+                             ({"customer": "x" * 129}, "customer"),
+                             ({"customer": "c-1", "continuation": "abc"}, "one page")]:
+            r = c.get("/orders", params=params)
+            assert r.status_code == 400 and says in r.json()["error"], (params, r.text)
