@@ -48,7 +48,7 @@ resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
 }
 
 resource app 'Microsoft.Web/sites@2024-04-01' = {
-  // checkov:skip=CKV_AZURE_222:No virtual network in this template: the operator API (Entra ID sign-in) and the simulated services (function key) are called over the internet, HTTPS only.
+  // checkov:skip=CKV_AZURE_222:The site takes requests from the internet on purpose: the operator API (Entra ID sign-in) and the simulated services (function key) are called over it, HTTPS only; appSubnetId joins a virtual network for outbound traffic only, and an inbound private endpoint is not in this template.
   // checkov:skip=CKV_AZURE_17:Operators sign in with Entra ID (authsettingsV2 below); Agents calling the simulated services present a function key, no client certificate.
   // checkov:skip=CKV_AZURE_78:Flex Consumption has no FTP endpoint to configure (ftpsState does not apply); FTP basic-auth publishing is off below.
   // checkov:skip=CKV_AZURE_212:The app scales to zero on purpose (no cost at rest); add alwaysReady instances for production latency.
