@@ -28,7 +28,7 @@ from urllib.parse import quote
 
 import httpx
 import typer
-from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, ServiceRequestError
+from azure.core.exceptions import AzureError
 from azure.servicebus.exceptions import ServiceBusError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -37,7 +37,9 @@ from rich.table import Column, Table
 from orderctl.samples import NoSamples, orders_from_file, sample_orders
 from orderctl.senders import LocalSender, OrderSender, ServiceBusSender
 from shared import bootstrap, tracing
+from shared.adapters.state_store import CorruptRecord
 from shared.domain.state import OrderState
+from shared.handlers.failures import describe, plain
 from shared.handlers.operator import (
     MAX_BULK,
     AckRefused,
@@ -280,7 +282,9 @@ def watch(
         raise CliError("no order ids given", 2)
     store, operator = opts.container().store, opts.container().operator
     deadline = time.monotonic() + timeout
-    states: dict[str, OrderState | None] = {}
+    # The first look before the progress bar: storage that cannot be reached is then one line,
+    # not a bar left half-drawn above it.
+    states: dict[str, OrderState | None] = {ids[0]: store.get_state(ids[0])}
     rejected: dict[str, str] = {}  # message id -> why intake refused it
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err()) as progress:
@@ -440,8 +444,8 @@ def _call_api(method: str, path: str, body: Any = None,
         r = httpx.request(method, opts.api.rstrip("/") + path, json=body, headers=headers,
                           timeout=30, follow_redirects=False)
     except httpx.HTTPError as e:
-        raise CliError(f"cannot reach the operator API at {opts.api}: {_first_line(e)}", 2
-                       ) from None
+        raise CliError(f"cannot reach the operator API at {opts.api}: "
+                       f"{plain(_first_line(e)) or 'no connection'}", 2) from None
     try:
         answer = r.json()
     except ValueError:
@@ -668,18 +672,16 @@ def run(argv: list[str] | None = None) -> int:
     except SettingsError as e:
         err().print(f"[red]error:[/] {e}")
         return 2
-    except ServiceRequestError as e:
-        err().print(f"[red]error:[/] cannot reach storage or Service Bus: {_first_line(e)}")
-        return 2
     except ServiceBusError as e:  # unreachable namespace, no rights, no such queue
-        err().print(f"[red]error:[/] Service Bus: {_first_line(e)}")
+        err().print(f"[red]error:[/] Service Bus: {plain(_first_line(e))}")
         return 2
-    except ClientAuthenticationError as e:
-        err().print(f"[red]error:[/] not authorised: {_first_line(e)}")
+    except AzureError as e:  # storage unreachable, refusing, or not letting us in
+        err().print(f"[red]error:[/] storage {describe(e)}")
         return 2
-    except HttpResponseError as e:
-        err().print(f"[red]error:[/] the service refused: {_first_line(e)}")
-        return 2
+    except CorruptRecord as e:
+        err().print(f"[red]error:[/] the state record of order {e.order_id} is unreadable by "
+                    f"this version: {plain(e.reason)}")
+        return 1
     except typer.Exit as e:
         return int(e.exit_code)
     except typer.Abort:
@@ -692,6 +694,13 @@ def run(argv: list[str] | None = None) -> int:
         else:
             err().print(f"[red]error:[/] {e}")
         return int(getattr(e, "exit_code", 2))
+    except Exception as e:  # a failure nobody foresaw: one line, the traceback on request
+        if os.environ.get("ORDERS_DEBUG"):
+            raise
+        err().print(f"[red]error:[/] something went wrong that the CLI cannot say more "
+                    f"precisely ({plain(_first_line(e)) or 'no detail'}); run it again with "
+                    "ORDERS_DEBUG=1 to see where")
+        return 1
     finally:
         if provider is not None:
             provider.force_flush()  # type: ignore[attr-defined]
@@ -701,7 +710,7 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def _first_line(e: Exception) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+    return (str(e).strip().splitlines() or [""])[0][:300]
 
 
 def cli() -> None:

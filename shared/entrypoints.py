@@ -15,12 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import azure.functions as func
+from azure.core.exceptions import AzureError
 from opentelemetry.trace import SpanKind
 
 from shared import bootstrap, tracing
 from shared.adapters.state_store import CorruptRecord
 from shared.contracts.openapi import openapi_document
+from shared.handlers.failures import describe, plain
 from shared.handlers.operator import (
+    MAX_PAGE,
     AckRefused,
     AckRequest,
     AlertNotFound,
@@ -59,6 +62,8 @@ NO_STORE = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 # errors still go through.
 for _sdk in ("azure", "httpx", "httpcore"):
     logging.getLogger(_sdk).setLevel(logging.WARNING)
+
+log = logging.getLogger(__name__)
 
 
 def check_settings() -> Settings:
@@ -115,6 +120,19 @@ def _error(status: int, message: str) -> func.HttpResponse:
     return _json({"error": message}, status)
 
 
+def _limit(req: func.HttpRequest) -> int:
+    text = req.params.get("limit", "50")
+    if not text.isdigit():
+        raise ValueError(f"limit must be a whole number from 1 to {MAX_PAGE}, not {text[:20]!r}")
+    return int(text)
+
+
+def _unreadable(e: CorruptRecord) -> func.HttpResponse:
+    # Our data, not the caller's fault: say which record and what is wrong with it.
+    return _error(500, f"the state record of order {e.order_id} is unreadable by this "
+                       f"version of the app: {plain(e.reason)}")
+
+
 def _as_operator(role: str, handle: Callable[[func.HttpRequest, Principal], func.HttpResponse]
                  ) -> Callable[[func.HttpRequest], func.HttpResponse]:
     """An operator route: the caller's identity with ``role`` first (shared/handlers/principal.py),
@@ -127,7 +145,11 @@ def _as_operator(role: str, handle: Callable[[func.HttpRequest, Principal], func
             return _error(401, str(e))
         except Forbidden as e:
             return _error(403, str(e))
-        return handle(req, principal)
+        try:
+            return handle(req, principal)
+        except AzureError as e:  # storage down or refusing: said, not a bare 500
+            log.warning("operator route %s: storage failed", req.url, exc_info=True)
+            return _error(503, f"storage {describe(e)}; try again shortly")
     return route
 
 
@@ -139,14 +161,14 @@ def _get_order(req: func.HttpRequest, _: Principal) -> func.HttpResponse:
         return _error(400, str(e))
     except OrderNotFound:
         return _error(404, f"no order {order_id!r}")
-    except CorruptRecord as e:  # our data, not the caller's fault: say what is wrong
-        return _error(500, str(e))
+    except CorruptRecord as e:
+        return _unreadable(e)
 
 
 def _list_orders(req: func.HttpRequest, _: Principal) -> func.HttpResponse:
     state = req.params.get("state")  # present but empty is a bad state, not "any"
     try:
-        limit = int(req.params.get("limit", "50"))
+        limit = _limit(req)
         page = bootstrap.container().operator.list(
             state, limit, req.params.get("continuation"), prefix=req.params.get("prefix"),
             customer=req.params.get("customer"))
@@ -168,7 +190,7 @@ def _resubmit_order(req: func.HttpRequest, principal: Principal) -> func.HttpRes
     except ResubmitRefused as e:
         return _error(409, str(e))
     except CorruptRecord as e:
-        return _error(500, str(e))
+        return _unreadable(e)
 
 
 def _resubmit_orders(req: func.HttpRequest, principal: Principal) -> func.HttpResponse:
@@ -186,7 +208,7 @@ def _overview(req: func.HttpRequest, _: Principal) -> func.HttpResponse:
 
 def _list_rejected(req: func.HttpRequest, _: Principal) -> func.HttpResponse:
     try:
-        limit = int(req.params.get("limit", "50"))
+        limit = _limit(req)
         page = bootstrap.container().operator.rejected(limit, req.params.get("continuation"))
     except ValueError as e:  # a bad limit or continuation token
         return _error(400, str(e))
@@ -201,7 +223,7 @@ def _list_alerts(req: func.HttpRequest, _: Principal) -> func.HttpResponse:
     try:
         if which is not None and which not in _ACKNOWLEDGED:
             raise ValueError("acknowledged must be true or false (or left out for both)")
-        limit = int(req.params.get("limit", "50"))
+        limit = _limit(req)
         rows = bootstrap.container().operator.alerts(
             limit, acknowledged=None if which is None else _ACKNOWLEDGED[which])
     except ValueError as e:  # a bad filter or limit

@@ -43,6 +43,8 @@ def _json(model: type[BaseModel], description: str) -> dict[str, Any]:
 def _operator_errors(*codes: int) -> dict[str, Any]:
     """An operator route's: its 401 is the app's (no operator identity), with a JSON body."""
     out = _errors(403, *codes)
+    out["503"] = _json(ErrorBody, "Storage did not answer, or refused: the error says which, in "
+                                  "words; try again shortly.")
     if 401 in codes:
         out["401"] = _json(ErrorBody, "No operator identity came with the request (sign in), "
                                       "or it could not be read: the error says which.")
@@ -201,9 +203,9 @@ def openapi_document() -> dict[str, Any]:
                 "summary": "Health as an operator reads it: why a check failed, each remote "
                            "service's circuit breaker, the last Supervisor tick, the backlog "
                            "of each queue the app reads and of its poison queue.",
-                "responses": {"200": _json(HealthDetails, "Storage answers."),
-                              "503": _json(HealthDetails, "A check failed: it says why."),
-                              **_operator_errors(401)},
+                "responses": {**_operator_errors(401),
+                              "200": _json(HealthDetails, "Storage answers."),
+                              "503": _json(HealthDetails, "A check failed: it says why.")},
             }},
             "/console": {"get": {
                 "operationId": "console",

@@ -25,16 +25,11 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import datetime
 from typing import Any
 
-from azure.core.exceptions import (
-    ClientAuthenticationError,
-    HttpResponseError,
-    ResourceNotFoundError,
-    ServiceRequestError,
-    ServiceResponseError,
-)
+from azure.core.exceptions import ResourceNotFoundError
 
 from shared.circuit_breaker import CircuitBreaker
 from shared.clock import Clock, utc_now
+from shared.handlers.failures import describe
 
 log = logging.getLogger(__name__)
 
@@ -130,20 +125,3 @@ def _outcome(future: Future[Any], deadline: float, detailed: bool) -> str:
         return "ok"
     log.warning("health check failed: %r", e)  # the whole story, for whoever reads the log
     return describe(e) if detailed else "failed"
-
-
-def describe(e: BaseException) -> str:
-    """A failure in words an operator can act on: what happened, never the exception's class
-    or the SDK's internals (its messages name connection objects and modules)."""
-    if isinstance(e, ResourceNotFoundError):
-        return "does not exist"
-    if isinstance(e, ClientAuthenticationError):
-        return "refused the app's credentials"
-    if isinstance(e, HttpResponseError):
-        code = getattr(e, "error_code", None) or e.reason or "an error"
-        return f"answered HTTP {e.status_code} ({code})"
-    if isinstance(e, (ServiceRequestError, ServiceResponseError, ConnectionError)):
-        return "unreachable (no connection, or it timed out)"
-    if isinstance(e, TimeoutError):
-        return "timed out"
-    return "failed (the app's log has the details)"

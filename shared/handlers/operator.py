@@ -100,6 +100,12 @@ def check_order_id(order_id: str) -> None:
                          "up to 128 characters, starting with a letter or digit)")
 
 
+def check_state(process_state: str | None) -> None:
+    if process_state is not None and process_state not in set(ProcessState):
+        raise ValueError(f"{process_state[:40]!r} is not a state: "
+                         f"{', '.join(ProcessState)} (or none for all)")
+
+
 class OrderNotFound(LookupError):
     pass
 
@@ -261,8 +267,7 @@ class Operator:
              prefix: str | None = None, customer: str | None = None) -> Page:
         """A page of orders, optionally of one state, whose id starts with ``prefix``, of one
         customer (the stored order's CUSTOMER_COLUMN; one page only, no continuation)."""
-        if process_state is not None:
-            ProcessState(process_state)  # ValueError names the bad value
+        check_state(process_state)
         if not 1 <= limit <= MAX_PAGE:
             raise ValueError(f"limit must be between 1 and {MAX_PAGE}")
         if prefix is not None and not _ID_PREFIX.match(prefix):

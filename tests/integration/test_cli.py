@@ -200,7 +200,7 @@ def test_unreachable_storage_is_one_line(capsys: pytest.CaptureFixture[str]) -> 
     unreachable = AZURITE_CONNECTION.replace(":10001/", ":9/").replace(":10002/", ":9/")
     assert run([*NO_SETTINGS, "--storage", unreachable, "status", "o-1"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: cannot reach storage")
+    assert len(lines) == 1 and lines[0].startswith("error: storage unreachable")
 
 
 def test_bad_connection_string_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -271,7 +271,7 @@ def test_send_local_to_unreachable_storage_is_one_line_and_quick(
     assert run([*NO_SETTINGS, "--storage", unreachable, "send", "--local"]) == 2
     took = time.monotonic() - t0
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: cannot reach storage")
+    assert len(lines) == 1 and lines[0].startswith("error: storage unreachable")
     assert took < 10, took  # it took 19 s with the queue client's default retry policy
 
 
