@@ -210,7 +210,8 @@ def test_bad_connection_string_is_one_line(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
-    for cmd in ("send", "status", "list", "watch", "resubmit", "alerts", "rejected"):
+    for cmd in ("send", "status", "list", "watch", "resubmit", "alerts", "rejected", "health",
+                "trace"):
         assert run([cmd, "--help"]) == 0, cmd
         assert "Usage" in capsys.readouterr().out
 
