@@ -32,7 +32,7 @@ from shared.domain.alerts import OperatorAlert
 from shared.domain.due_index import IndexKey
 from shared.domain.message import WorkflowMessage
 from shared.domain.outages import TickLog
-from shared.domain.state import OrderState
+from shared.domain.state import SCHEMA_VERSION, OrderState
 
 Fault = Callable[[str], None]
 
@@ -93,6 +93,7 @@ class FakeOrderStore:
                                      f"{name} is {budget.utf16_units(value):,} units")
         stored = copy.deepcopy(state)
         stored.version = f"v{next(self._versions)}"
+        stored.schema_version = SCHEMA_VERSION  # what this release writes, as the table store
         self.states[state.order_id] = stored
         return copy.deepcopy(stored)
 

@@ -229,6 +229,7 @@ def _state_from_entity(e: Any) -> OrderState:
         index_key=e.get("IndexKey"),
         workflow=e.get("Workflow"),
         workflow_version=int(e.get("WorkflowVersion", 1)),
+        schema_version=int(e["SchemaVersion"]) if e.get("SchemaVersion") is not None else None,
         version=e.metadata["etag"],
     )
     # A record of any release reads as today's (shared/domain/legacy.py). The schema version is
@@ -283,7 +284,7 @@ class TableOrderStore:
             raise OrderAlreadyExists(
                 order.order_id, existing.get("Fingerprint") if existing else None
             ) from None
-        state.version = results[1]["etag"]
+        state.version, state.schema_version = results[1]["etag"], SCHEMA_VERSION
         return state
 
     def load(self, order_id: str) -> StoredOrder | None:
@@ -329,7 +330,7 @@ class TableOrderStore:
         except (ResourceModifiedError, ResourceNotFoundError) as e:
             # A new entry stays behind, named by nothing: the Supervisor drops it at its time.
             raise ConcurrencyConflict(f"order {state.order_id}: {e.reason}") from None
-        state.version = meta["etag"]
+        state.version, state.schema_version = meta["etag"], SCHEMA_VERSION
         if old is not None and old != state.index_key:
             self.drop(old)
         return state

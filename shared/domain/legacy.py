@@ -11,10 +11,9 @@ The shapes and the commits that wrote them: docs/upgrades.md, tests/upgrade/fixt
 from __future__ import annotations
 
 from shared.domain.messages import new_work_key
-from shared.domain.state import OrderState, StepState, StepStatus
+from shared.domain.state import SCHEMA_VERSION, OrderState, StepState, StepStatus
 
-# 2: steps record their work key; the record names its schema version.
-SCHEMA_VERSION = 2
+__all__ = ["SCHEMA_VERSION", "adopt_work_keys"]
 
 # Statuses a step can only have reached in the generation the record is at: a resubmission set
 # every step that was not completed back to not started.

@@ -161,6 +161,11 @@ _ALERTS: dict[str, AlertKind] = {
 }
 
 
+# The shape of the record this release writes (shared/domain/legacy.py reads the older ones).
+# 2: steps record their work key; the record names its schema version.
+SCHEMA_VERSION = 2
+
+
 @dataclass
 class OrderState:
     order_id: str
@@ -198,6 +203,10 @@ class OrderState:
     # the order's life). None: a record from before workflows were named, of the default one.
     workflow: str | None = None
     workflow_version: int = 1
+    # The schema version its record was read with (None: read without one, or not read yet).
+    # Above SCHEMA_VERSION, a newer release wrote it, for rules this release may not know: it is
+    # left to that release (Registry.of_record), as an order of a workflow version it lacks is.
+    schema_version: int | None = field(default=None, compare=False)
     # The store's concurrency token (an ETag); opaque to the domain.
     version: str | None = field(default=None, compare=False)
 
@@ -218,6 +227,10 @@ class OrderState:
     def is_settled(self) -> bool:
         """Nothing more will happen to this order without an operator."""
         return settled(self.process_state, self.compensation)
+
+    @property
+    def from_newer_release(self) -> bool:
+        return self.schema_version is not None and self.schema_version > SCHEMA_VERSION
 
     @property
     def dispatch_unconfirmed(self) -> bool:

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from shared.domain.message import (
     WORKFLOW_NAME_PATTERN,
@@ -22,6 +23,9 @@ from shared.domain.message import (
     WorkflowMessage,
     validate_as,
 )
+
+if TYPE_CHECKING:  # the record's module imports this one
+    from shared.domain.state import OrderState
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,16 @@ class Registry:
         known = sorted(w.version for w in versions)
         raise UnknownWorkflow(f"workflow {name!r} has no version {version} here (it has "
                               f"{known})", newer=version > known[-1])
+
+    def of_record(self, state: OrderState) -> Workflow:
+        """The workflow an order's record follows, at the version it started with. A record a
+        newer release wrote (a newer schema) is that release's to run, as is a version of a
+        workflow this release does not have: UnknownWorkflow, ``newer``."""
+        if state.from_newer_release:
+            raise UnknownWorkflow(f"order {state.order_id}'s record is of schema version "
+                                  f"{state.schema_version}, newer than this release's",
+                                  newer=True)
+        return self.get(state.workflow, state.workflow_version)
 
     def parse(self, body: bytes | str) -> WorkflowMessage:
         """A message as the model of the workflow it names reads it (the default workflow's

@@ -150,11 +150,11 @@ class Agent:
         """The order as stored, when its record shows this request's work in flight now."""
         stored = self._records.store.load(req.order_id)
         workflow = None
-        # A newer release's order (no such version here): its record alone says what was asked.
+        # A newer release's order (no such version here, or a newer record): its record alone
+        # says what was asked.
         if stored is not None:
             with contextlib.suppress(UnknownWorkflow):
-                workflow = self._records.workflows.get(stored.state.workflow,
-                                                       stored.state.workflow_version)
+                workflow = self._records.workflows.of_record(stored.state)
         verdict = judge(stored.state if stored else None, req, self.name, workflow)
         tracing.annotate(**{"order.request": verdict.verdict.value})
         if verdict.verdict is Verdict.IN_FLIGHT and stored is not None:

@@ -160,7 +160,7 @@ class EffectRelay:
         if step.work_key is None or step.complete_by is None or step.attempt != effect.attempt:
             raise ValueError(f"order {state.order_id}: outbox names {effect} but the step reads "
                              f"{step}")  # a transition wrote an outbox that contradicts it
-        definition = self._workflows.get(state.workflow, state.workflow_version).step(step.name)
+        definition = self._workflows.of_record(state).step(step.name)
         undo = effect.action is Action.UNDO
         request = AgentRequest(
             order_id=state.order_id, step=step.name, action=effect.action,

@@ -76,9 +76,9 @@ class Scheduler:
         self._queues = queues
 
     def _of(self, state: OrderState) -> Workflow:
-        # A version this release does not have raises UnknownWorkflow before anything is
-        # written (see _defer_if_newer).
-        return self._workflows.get(state.workflow, state.workflow_version)
+        # A version this release does not have, or a record a newer release wrote, raises
+        # UnknownWorkflow before anything is written (see _defer_if_newer).
+        return self._workflows.of_record(state)
 
     def _refused(self, state: OrderState, e: ForgedReply, cause: str) -> None:
         log.error("order %s: %s", state.order_id, e)

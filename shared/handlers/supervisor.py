@@ -184,7 +184,7 @@ class Supervisor:
                 report.dropped += 1
             return
         try:
-            workflow = self._workflows.get(state.workflow, state.workflow_version)
+            workflow = self._workflows.of_record(state)
         except UnknownWorkflow as e:
             if not e.newer:  # removed from the app while orders still follow it: an operator's
                 raise CorruptRecord(entry.order_id, state.version or "", str(e)) from e

@@ -148,3 +148,16 @@ def test_todays_records_read_as_written() -> None:
     e = state_to_entity(s)
     assert e["SchemaVersion"] == SCHEMA_VERSION
     assert state_from_entity(_Entity(e)).steps == s.steps
+
+
+def test_the_store_reads_which_schema_a_record_was_written_in() -> None:
+    """This release's records read as its own; one without a version (before 75e3701's) as
+    old; one of a later schema as a newer release's, which this release leaves alone
+    (tests/unit/test_newer_release.py)."""
+    state = receive("o-schema", WF, T0)
+    mine = state_from_entity(_Entity(state_to_entity(state)))
+    assert mine.schema_version == SCHEMA_VERSION and not mine.from_newer_release
+    assert not as_written_before_work_keys(state).from_newer_release
+    later = state_from_entity(_Entity({**state_to_entity(state),
+                                       "SchemaVersion": SCHEMA_VERSION + 1}))
+    assert later.from_newer_release

@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from shared.domain.messages import AgentReply, CommandKind, ReplyOutcome, SchedulerCommand
+from shared.domain.state import SCHEMA_VERSION
 from shared.domain.workflow import Registry, UnknownWorkflow
 from shared.handlers.relay import EffectRelay
 from shared.handlers.scheduler import DEFER, Outcome, Queues, Scheduler
@@ -30,12 +31,19 @@ def scheduler() -> tuple[FakeClock, FakeOrderStore, FakeQueues, Scheduler]:
                                            queues=Queues(queues, COMMANDS, REPLIES))
 
 
+# What makes an order a newer release's: a version of its workflow this release lacks, or a
+# record of a newer schema (the rules a later release changes, not only its shape).
+NEWER = {"workflow version": {"workflow_version": 99},
+         "record schema": {"schema_version": SCHEMA_VERSION + 1}}
+
+
+@pytest.mark.parametrize("newer", NEWER)
 @pytest.mark.parametrize("kind", ["command", "reply"])
 def test_a_newer_releases_message_is_put_back_for_later_and_the_record_left_as_it_is(
-        kind: str) -> None:
+        kind: str, newer: str) -> None:
     clock, store, queues, s = scheduler()
     accepted(store, "o-new", clock.now)
-    store.states["o-new"] = dataclasses.replace(store.states["o-new"], workflow_version=99)
+    store.states["o-new"] = dataclasses.replace(store.states["o-new"], **NEWER[newer])
     before = store.states["o-new"]
     if kind == "command":
         queue, body = COMMANDS, SchedulerCommand(order_id="o-new",

@@ -112,17 +112,26 @@ def test_a_newer_releases_workflow_is_left_alone_and_a_removed_one_goes_to_an_op
     next release has: its Supervisor follows it. A workflow no release has is an operator's."""
     import dataclasses
 
+    from shared.domain.state import SCHEMA_VERSION
+
     clock, store, alerts, sup = setup()
     pending(store, clock, "a-newer")
     pending(store, clock, "b-removed")
+    pending(store, clock, "c-newer-record")
     store.states["a-newer"] = dataclasses.replace(store.states["a-newer"], workflow_version=99)
+    # A record a newer release wrote, of a schema this one does not know: the same.
+    store.states["c-newer-record"] = dataclasses.replace(store.states["c-newer-record"],
+                                                         schema_version=SCHEMA_VERSION + 1)
+    newer_record = store.states["c-newer-record"]
     store.states["b-removed"] = dataclasses.replace(store.states["b-removed"],
                                                     workflow="gone-workflow")
     before = store.states["a-newer"]
     clock.advance(seconds=61)
     report = sup.tick()
-    assert (report.skipped, report.unreadable, report.errors) == (1, 1, 0)
+    assert (report.skipped, report.unreadable, report.errors) == (2, 1, 0)
     assert store.states["a-newer"] == before
-    assert alerts.of("a-newer") == []
+    assert store.states["c-newer-record"] == newer_record
+    assert store.states["c-newer-record"].version == newer_record.version  # never written
+    assert alerts.of("a-newer") == [] and alerts.of("c-newer-record") == []
     [alert] = alerts.of("b-removed", AlertKind.RECORD_UNREADABLE)
     assert "gone-workflow" in alert.reason
