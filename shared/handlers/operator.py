@@ -165,7 +165,8 @@ class AckRefused(Exception):
 
 
 # An alert's id: its day's partition and its row key (alert_row_key), joined by a dot.
-_ALERT_ID = re.compile(r"^(\d{8})\.(\d{13}-[0-9a-f]{12})$")
+# d227dda's rows end in 8 hex digits, later ones in 12: both are listed, both acknowledged.
+_ALERT_ID = re.compile(r"^(\d{8})\.(\d{13}-(?:[0-9a-f]{12}|[0-9a-f]{8}))$")
 # An acknowledgement's note is kept on the alert row: a sentence.
 MAX_NOTE = 500
 # How many alert rows one listing reads at most, filtered or not: a bound on a listing's cost
@@ -308,6 +309,12 @@ class Operator:
     def _resubmit(self, state: OrderState, reason: str, force: bool,
                   by: str | None) -> dict[str, Any]:
         order_id = state.order_id
+        if state.from_newer_release:
+            # Rewritten by this release, it would lose what the newer one records: that
+            # release's operator API resubmits it (the rollout is under way, or went back).
+            raise ResubmitRefused(f"order {order_id} was written by a newer release of the app "
+                                  f"(record schema {state.schema_version}); resubmit it once "
+                                  "that release runs")
         try:
             t = resubmit(state, self._clock(), self._pending_grace, reason, force, by)
         except IllegalTransition as e:

@@ -82,3 +82,33 @@ def test_a_resubmit_body_is_read_strictly(body: bytes, problem: str | None) -> N
         return
     with pytest.raises(ValueError, match=problem):
         ResubmitRequest.from_body(body)
+
+
+def test_a_newer_releases_record_is_not_resubmitted_by_this_one() -> None:
+    """Rewritten by this release, a record of a newer schema would lose what that release
+    keeps: the resubmit is refused, saying why, and the record left as it is."""
+    import dataclasses
+
+    from shared.domain.state import SCHEMA_VERSION
+    from shared.handlers.operator import ResubmitRefused
+
+    clock = FakeClock(T0)
+    store = FakeOrderStore()
+    o = parse_order(json.dumps({"order_id": "o-9", "customer_id": "c",
+                                "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
+    s = store.create(o, receive("o-9", WF, T0))
+    s.process_state, s.compensation = ProcessState.ERROR, CompensationState.DONE
+    store.save(s)
+    store.states["o-9"] = dataclasses.replace(store.states["o-9"],
+                                              schema_version=SCHEMA_VERSION + 1)
+    before = store.states["o-9"]
+    relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=FakeAlertSink(),
+                        workflows=Registry.of([WF]), agent_queues={}, scheduler_queue="cmds",
+                        clock=clock)
+    op = Operator(store=store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
+                  health=HealthProbe({}), pending_grace=timedelta(seconds=30), clock=clock)
+    with pytest.raises(ResubmitRefused, match="newer release"):
+        op.resubmit("o-9", "try again")
+    assert store.states["o-9"] == before and store.states["o-9"].version == before.version
+    store.states["o-9"] = dataclasses.replace(before, schema_version=SCHEMA_VERSION)
+    assert op.resubmit("o-9", "try again")["ProcessState"] == "Pending"  # its own: as ever
