@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
@@ -44,6 +44,9 @@ class WorkflowMessage(BaseModel):
     refused (``extra="forbid"``), so a typo is a rejection with a reason, not lost data."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # Which of columns() names the customer, for the operator's search by customer (None: the
+    # workflow's orders have none).
+    customer_column: ClassVar[str | None] = None
 
     schema_version: Annotated[int, Field(json_schema_extra={"enum": [1]}),
                               BeforeValidator(json_integer)] = 1

@@ -166,6 +166,11 @@ class Registry:
             raise InvalidOrder(f"workflow: {e}") from None
         return validate_as(workflow.message, body)
 
+    @property
+    def customer_columns(self) -> list[str]:
+        """The stored order columns that name a customer, of every workflow's message model."""
+        return sorted({c for w in self.workflows if (c := w.message.customer_column)})
+
     def describe(self) -> str:
         """What this app runs, for its start-up log: each workflow with the versions it keeps."""
         parts = []

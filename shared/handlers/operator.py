@@ -7,7 +7,7 @@ import builtins
 import logging
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
@@ -58,10 +58,6 @@ OVERVIEW_ROWS = 50
 MAX_REASON = budget.REASON_TEXT
 _ORDER_ID = re.compile(ORDER_ID_PATTERN)
 _ID_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
-# The stored order's column a search by customer reads: the example's message model writes it
-# (shared/workflows/orders/message.py, columns()); a workflow whose model writes none finds
-# no order by customer.
-CUSTOMER_COLUMN = "CustomerId"
 # A search by customer reads each order it finds (one point read each): at most this many.
 MAX_SEARCH = 50
 
@@ -248,8 +244,11 @@ def _failed_view(s: OrderState) -> FailedView:
 class Operator:
     def __init__(self, *, store: OrderStore, relay: EffectRelay, alerts: TableClient,
                  rejected: TableClient, health: HealthProbe, pending_grace: timedelta,
-                 clock: Clock) -> None:
+                 clock: Clock, customer_columns: Sequence[str] = ()) -> None:
+        """``customer_columns``: the stored order columns a search by customer reads (the
+        workflows' message models name them: Registry.customer_columns)."""
         self._store = store
+        self._customer_columns = tuple(customer_columns)
         self._relay = relay
         self._alerts = alerts
         self._rejected = rejected
@@ -267,7 +266,7 @@ class Operator:
     def list(self, process_state: str | None, limit: int, continuation: str | None,
              prefix: str | None = None, customer: str | None = None) -> Page:
         """A page of orders, optionally of one state, whose id starts with ``prefix``, of one
-        customer (the stored order's CUSTOMER_COLUMN; one page only, no continuation)."""
+        customer (the stored order's customer column; one page only, no continuation)."""
         check_state(process_state)
         if not 1 <= limit <= MAX_PAGE:
             raise ValueError(f"limit must be between 1 and {MAX_PAGE}")
@@ -279,7 +278,13 @@ class Operator:
                 raise ValueError("customer must be 1 to 128 characters")
             if continuation:
                 raise ValueError("a search by customer has one page: no continuation")
-            ids = self._store.order_ids_where(CUSTOMER_COLUMN, customer, min(limit, MAX_SEARCH))
+            if not self._customer_columns:
+                raise ValueError("no workflow of this app names a customer in its orders (its "
+                                 "message model's customer_column): search by id or state")
+            ids = list(dict.fromkeys(i for column in self._customer_columns
+                                     for i in self._store.order_ids_where(
+                                         column, customer, min(limit, MAX_SEARCH))))
+            ids = ids[:min(limit, MAX_SEARCH)]
             states = [s for s in map(self._store.get_state, ids) if s is not None
                       and (process_state is None or s.process_state.value == process_state)
                       and (prefix is None or s.order_id.startswith(prefix))]

@@ -112,3 +112,22 @@ def test_a_newer_releases_record_is_not_resubmitted_by_this_one() -> None:
     assert store.states["o-9"] == before and store.states["o-9"].version == before.version
     store.states["o-9"] = dataclasses.replace(before, schema_version=SCHEMA_VERSION)
     assert op.resubmit("o-9", "try again")["ProcessState"] == "Pending"  # its own: as ever
+
+
+def test_a_search_by_customer_reads_the_columns_the_message_models_name() -> None:
+    """The engine names no field of the example: the models say which column is the customer;
+    with none, a search by customer is refused, saying so (a 400 at the API)."""
+    from shared.workflows import REGISTRY
+
+    assert REGISTRY.customer_columns == ["CustomerId"]  # the example's Order names its own
+    assert Registry.of([WF]).customer_columns == []
+    clock = FakeClock(T0)
+    store = FakeOrderStore()
+    relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=FakeAlertSink(),
+                        workflows=Registry.of([WF]), agent_queues={}, scheduler_queue="cmds",
+                        clock=clock)
+    op = Operator(store=store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
+                  health=HealthProbe({}), pending_grace=timedelta(seconds=30), clock=clock,
+                  customer_columns=Registry.of([WF]).customer_columns)
+    with pytest.raises(ValueError, match="names a customer"):
+        op.list(None, 10, None, customer="c-1")

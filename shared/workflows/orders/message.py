@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import re
 from decimal import Decimal
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
@@ -54,6 +54,8 @@ class LineItem(BaseModel):
 
 
 class Order(WorkflowMessage):
+    customer_column: ClassVar[str | None] = "CustomerId"
+
     customer_id: Annotated[str, Field(min_length=1, max_length=128, pattern=TEXT_PATTERN)]
     items: Annotated[list[LineItem], Field(min_length=1, max_length=100)]
 
