@@ -118,7 +118,8 @@ def build(settings: Settings, *, clock: Clock = utc_now,
                             tables.get_table_client(settings.inflight_table), grace,
                             horizon=min([grace, *registry.budgets]))
     sender = StorageQueueSender(queues)
-    alerts = TableAlertSink(tables.get_table_client(settings.alerts_table))
+    alerts = TableAlertSink(tables.get_table_client(settings.alerts_table),
+                            timedelta(days=settings.alert_retention_days))
     relay = EffectRelay(store=store, sender=sender, alerts=alerts, workflows=registry,
                         agent_queues={name: v.queue for name, v in services.items()},
                         scheduler_queue=settings.scheduler_queue, clock=clock)

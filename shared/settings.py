@@ -69,6 +69,7 @@ class Settings(BaseModel):
 
     # How long a rejected message's row is kept (RejectedOrders): senders' input, so bounded.
     rejected_retention_days: int = Field(30, alias="RejectedRetentionDays", ge=1, le=3650)
+    alert_retention_days: int = Field(90, alias="AlertRetentionDays", ge=1, le=3650)
     supervisor_schedule: str = Field("*/30 * * * * *", alias="SupervisorSchedule")
     failure_threshold: int = Field(3, alias="FailureThreshold", ge=1, le=100)
     compensation_threshold: int = Field(10, alias="CompensationFailureThreshold", ge=1, le=1000)

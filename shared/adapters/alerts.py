@@ -1,14 +1,21 @@
 """Operator alerts: a structured log event and a row in the alerts table, so an operator can
-search them and the CLI can list them. Raising the same alert (same key) twice adds no row."""
+search them and the CLI can list them. Raising the same alert (same key) twice adds no row.
+
+Rows are kept for a retention (AlertRetentionDays): an alert can be raised from outside (a
+request nobody sent is refused with one), so the table would otherwise grow for as long as
+anyone sends. Each alert raised deletes up to EXPIRE_PER_ALERT rows of days past it, oldest
+first; the log event (Application Insights) keeps its own retention."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import logging
-from typing import Protocol
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any, Protocol
 
-from azure.core.exceptions import ResourceExistsError
+from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableClient
 
 from shared.domain.alerts import OperatorAlert
@@ -29,9 +36,19 @@ def alert_row_key(alert: OperatorAlert) -> str:
     return f"{countdown:013d}-{digest}"
 
 
+# Rows past their retention that one alert raised deletes: a flood drains what an earlier one
+# left at the pace it adds.
+EXPIRE_PER_ALERT = 10
+
+
+def alert_partition(at: datetime) -> str:
+    return at.strftime("%Y%m%d")
+
+
 class TableAlertSink:
-    def __init__(self, table: TableClient) -> None:
+    def __init__(self, table: TableClient, retention: timedelta = timedelta(days=90)) -> None:
         self._table = table
+        self._retention = retention
 
     def raise_alert(self, alert: OperatorAlert) -> None:
         # The log event goes first: at least once is what an alert rule needs (a replay may log
@@ -48,7 +65,7 @@ class TableAlertSink:
         # Raised before (a replay) when the row exists: the operator already has it.
         with contextlib.suppress(ResourceExistsError):
             self._table.create_entity({
-                "PartitionKey": alert.at.strftime("%Y%m%d"),
+                "PartitionKey": alert_partition(alert.at),
                 "RowKey": alert_row_key(alert),
                 "Kind": alert.kind.value,
                 "OrderID": alert.order_id,
@@ -57,3 +74,17 @@ class TableAlertSink:
                 "RaisedAt": alert.at,
                 "AlertKey": alert.key,
             })
+        self._expire(alert.at - self._retention)
+
+    def _expire(self, before: datetime) -> None:
+        # Whole days before the cut-off's: one range over the day partitions, oldest first.
+        try:
+            page: Iterable[dict[str, Any]] = next(self._table.query_entities(
+                f"PartitionKey lt '{alert_partition(before)}'",
+                select=["PartitionKey", "RowKey"],
+                results_per_page=EXPIRE_PER_ALERT).by_page(), [])
+            for row in list(page):
+                with contextlib.suppress(ResourceNotFoundError):  # another's, at once
+                    self._table.delete_entity(row["PartitionKey"], row["RowKey"])
+        except AzureError as e:  # the alert itself is recorded; the next one tries again
+            log.warning("expiring operator alerts: %s", e)
