@@ -15,9 +15,8 @@ from shared.settings import (
     load_settings,
     service_setting_names,
 )
-from shared.workflows import REGISTRY
-from shared.workflows.orders import ORDER_FULFILMENT
 from shared.workflows.orders.message import InvalidOrder, parse_order
+from tests.workflow import FLOW, REGISTRY
 
 GOOD = {"order_id": "o-1", "customer_id": "c-1",
         "items": [{"sku": "A", "quantity": 2, "unit_price": "9.99"}]}
@@ -83,6 +82,8 @@ def test_garbage_is_invalid_not_a_crash(raw: bytes) -> None:
         parse_order(raw)
 
 
+# The settings are the engine's: checked on its test workflow (tests/workflow.py: services
+# alpha, beta, gamma; steps hold, take, send), not the shipped example.
 # As locally: the services are the local host's simulated ones unless a test says otherwise.
 BASE = {"AzureWebJobsStorage": "UseDevelopmentStorage=true", "SimulatorsEnabled": "true"}
 
@@ -92,20 +93,20 @@ def test_defaults_are_sensible() -> None:
     assert s.failure_threshold == 3
     assert s.effective_storage_connection and "127.0.0.1:10002" in s.effective_storage_connection
     assert s.registry(REGISTRY) == REGISTRY
-    assert s.services(["inventory"])["inventory"].queue == "inventory-requests"
-    assert not s.reply_check(["inventory"])("order-status-42")  # no reply queue by default
+    assert s.services(["alpha"])["alpha"].queue == "alpha-requests"
+    assert not s.reply_check(["alpha"])("order-status-42")  # no reply queue by default
 
 
 @pytest.mark.parametrize("allow_list", ["order-status-", "order-status-*", " x-, order-status-"])
 def test_a_reply_queue_is_one_under_an_allowed_prefix(allow_list: str) -> None:
     """A trailing * is what earlier releases' glob setting said: it reads as the prefix."""
-    allowed = load_settings({**BASE, "ReplyQueueAllowList": allow_list}).reply_check(["inventory"])
+    allowed = load_settings({**BASE, "ReplyQueueAllowList": allow_list}).reply_check(["alpha"])
     assert allowed("order-status-42")
     assert not allowed("orders-status-42") and not allowed("order-statu")
 
 
 @pytest.mark.parametrize("queue", [
-    "scheduler-commands", "agent-responses", "inventory-requests", "inventory-requests-poison",
+    "scheduler-commands", "agent-responses", "alpha-requests", "alpha-requests-poison",
     "scheduler-commands-poison", "azure-webjobs-blobtrigger-x", "fraud-q"])
 def test_reply_to_never_names_a_queue_the_app_reads_whatever_the_allow_list_says(
         queue: str) -> None:
@@ -113,7 +114,7 @@ def test_reply_to_never_names_a_queue_the_app_reads_whatever_the_allow_list_says
     those of a service renamed by its setting) stay out."""
     widest = ",".join("abcdefghijklmnopqrstuvwxyz0123456789")
     s = load_settings({**BASE, "ReplyQueueAllowList": widest, "FraudRequestsQueueName": "fraud-q"})
-    allowed = s.reply_check(["inventory", "fraud"])
+    allowed = s.reply_check(["alpha", "fraud"])
     assert not allowed(queue)
     assert allowed("order-status-42")
 
@@ -133,9 +134,9 @@ def test_an_allow_list_that_is_no_prefix_stops_the_app_and_names_the_setting(
     ("SupervisorSchedule", "*/5 * * * *"),
     ("RetryBackoffSeconds", "-1"),
     ("SimTransientErrorRate", "1.5"),
-    ("InventoryServiceUrl", "ftp://x"),
-    ("PaymentRequestsQueueName", "Has_Upper"),
-    ("StepBudgetSeconds", "charge_payment=soon"),
+    ("AlphaServiceUrl", "ftp://x"),
+    ("BetaRequestsQueueName", "Has_Upper"),
+    ("StepBudgetSeconds", "take=soon"),
 ])
 def test_a_wrong_setting_fails_fast_and_is_named(name: str, value: str) -> None:
     """Per-service settings (named by convention from the registered services) included."""
@@ -155,10 +156,10 @@ def test_identity_based_storage_is_accepted() -> None:
 
 
 def test_step_budgets_override_the_workflow() -> None:
-    s = load_settings({**BASE, "StepBudgetSeconds": "charge_payment=7, arrange_shipping=9"})
-    wf = s.registry(REGISTRY).get(ORDER_FULFILMENT.name)
-    assert wf.step("charge_payment").budget.total_seconds() == 7
-    assert wf.step("arrange_shipping").budget.total_seconds() == 9
+    s = load_settings({**BASE, "StepBudgetSeconds": "take=7, send=9"})
+    wf = s.registry(REGISTRY).get(FLOW.name)
+    assert wf.step("take").budget.total_seconds() == 7
+    assert wf.step("send").budget.total_seconds() == 9
     with pytest.raises(SettingsError, match="StepBudgetSeconds"):
         load_settings({**BASE, "StepBudgetSeconds": "nope=3"}).registry(REGISTRY)
 
@@ -175,18 +176,18 @@ def test_a_breaker_window_shorter_than_a_call_is_refused() -> None:
 
 
 @pytest.mark.parametrize(("given", "url"), [
-    ({}, "http://localhost:7071/api/sim/payment"),
+    ({}, "http://localhost:7071/api/sim/beta"),
     ({"SimulatorsEnabled": "false", "SimulatorBaseUrl": "https://demo.example/api/sim"},
-     "https://demo.example/api/sim/payment"),
-    ({"SimulatorsEnabled": "false", "PaymentServiceUrl": "https://pay.example"},
-     "https://pay.example"),
+     "https://demo.example/api/sim/beta"),
+    ({"SimulatorsEnabled": "false", "BetaServiceUrl": "https://beta.example"},
+     "https://beta.example"),
 ])
 def test_a_service_without_its_own_url_is_the_simulated_one_where_there_are_any(
         given: dict[str, str], url: str) -> None:
     others = {service_setting_names(x)[0]: f"https://{x}" for x in REGISTRY.services
-              if x != "payment"}
+              if x != "beta"}
     s = load_settings({**BASE, **others, **given})
-    assert s.services(REGISTRY.services)["payment"].url == url
+    assert s.services(REGISTRY.services)["beta"].url == url
 
 
 def test_a_deployment_without_simulators_needs_every_services_url() -> None:
@@ -201,16 +202,16 @@ def test_a_deployment_without_simulators_needs_every_services_url() -> None:
 def test_a_deployment_without_service_urls_fails_fast_naming_them() -> None:
     from shared.settings import SettingsError, load_settings
 
-    with pytest.raises(SettingsError, match="InventoryServiceUrl=''"):
+    with pytest.raises(SettingsError, match="AlphaServiceUrl=''"):
         load_settings({"AzureWebJobsStorage": "UseDevelopmentStorage=true",
-                       "InventoryServiceUrl": "", "PaymentServiceUrl": "https://pay"}
+                       "AlphaServiceUrl": "", "BetaServiceUrl": "https://beta"}
                       ).registry(REGISTRY)
 
 
 @pytest.mark.parametrize("url", [
-    "http://pay.example", "http://10.0.0.5:8080/api", "http://localhost.example/x",
-    "http://127.0.0.1.example", "ftp://pay.example", "https://", "pay.example", "https://x:y"])
-@pytest.mark.parametrize("setting", ["PaymentServiceUrl", "SimulatorBaseUrl"])
+    "http://beta.example", "http://10.0.0.5:8080/api", "http://localhost.example/x",
+    "http://127.0.0.1.example", "ftp://beta.example", "https://", "beta.example", "https://x:y"])
+@pytest.mark.parametrize("setting", ["BetaServiceUrl", "SimulatorBaseUrl"])
 def test_a_service_url_over_plain_http_to_another_machine_stops_the_app_naming_it(
         setting: str, url: str) -> None:
     """Issue 32: every call carries the order and RemoteServiceKey; plain http would put both
@@ -220,16 +221,16 @@ def test_a_service_url_over_plain_http_to_another_machine_stops_the_app_naming_i
 
 
 @pytest.mark.parametrize("url", [
-    "https://pay.example", "https://pay.example:8443/api", "http://127.0.0.1:7071/api/sim",
+    "https://beta.example", "https://beta.example:8443/api", "http://127.0.0.1:7071/api/sim",
     "http://localhost:7071/api/sim", "http://[::1]:7071/api/sim", "http://LocalHost:7071/api/sim"])
 def test_https_anywhere_and_plain_http_to_this_machine_are_taken(url: str) -> None:
     """What the local host, the demo and the end-to-end tests give (loopback) and what a
     deployment gives (https)."""
-    s = load_settings({**BASE, "SimulatorBaseUrl": url, "PaymentServiceUrl": url})
+    s = load_settings({**BASE, "SimulatorBaseUrl": url, "BetaServiceUrl": url})
     services = s.services(REGISTRY.services)
-    assert services["payment"].url == url
-    assert {v.url for k, v in services.items() if k != "payment"} \
-        == {f"{url}/{k}" for k in services if k != "payment"}
+    assert services["beta"].url == url
+    assert {v.url for k, v in services.items() if k != "beta"} \
+        == {f"{url}/{k}" for k in services if k != "beta"}
 
 
 def test_the_local_simulators_default_is_taken() -> None:
