@@ -28,8 +28,8 @@ from urllib.parse import quote
 
 import httpx
 import typer
-from azure.core.exceptions import AzureError
-from azure.servicebus.exceptions import ServiceBusError
+from azure.core.exceptions import AzureError, HttpResponseError
+from azure.servicebus.exceptions import MessageSizeExceededError, ServiceBusError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
@@ -163,8 +163,16 @@ def send(
         help="The workflow the sample orders follow (repeat it to take turns); default: the "
              f"app's ({REGISTRY.default}). The app runs: {', '.join(REGISTRY.names)}.")
     ] = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print one JSON object at the end: the ids sent, and each order that "
+                       "could not be sent with why (`orders watch -` reads it too).")] = False,
 ) -> None:
-    """Send orders; prints each order id sent (message id = order id)."""
+    """Send orders; prints each order id sent (message id = order id).
+
+    An order the channel refuses on its own (too large for it) is said and skipped; the
+    others are still sent, and the exit code is 1. A channel that cannot be reached stops
+    the send (exit 2).
+    """
     if sum(bool(x) for x in (local, connection_string, namespace)) != 1:
         raise CliError("choose one of --local, --connection-string or --namespace", 2)
     unknown = sorted(set(workflow or []) - set(REGISTRY.names))
@@ -188,17 +196,59 @@ def send(
     except NoSamples as e:
         raise CliError(f"--workflow: {e}", 2) from None
     started = time.monotonic()
+    sent: list[str] = []
+    failed: list[dict[str, Any]] = []
+    stopped: CliError | None = None
     try:
         for i, item in enumerate(items):
             if rate:
                 # Pace the load: send number i at i/rate seconds after the start.
                 time.sleep(max(0.0, started + i / rate - time.monotonic()))
-            for mid in sender.send([item]):
-                print(mid, flush=True)
+            try:
+                ids = sender.send([item])
+            except (AzureError, ServiceBusError) as e:
+                why = _refused_message(e)
+                if why is None:
+                    raise
+                failed.append({"order_id": item[0], "position": i + 1, "error": why})
+                if not as_json:
+                    err().print(f"[red]error:[/] order {item[0] or f'number {i + 1}'} not "
+                                f"sent: {why}")
+                continue
+            sent += ids
+            if not as_json:
+                for mid in ids:
+                    print(mid, flush=True)
+    except (AzureError, ServiceBusError) as e:
+        if not as_json:
+            raise
+        # A script still learns what went before the channel failed: the JSON, then the line.
+        stopped = CliError(f"Service Bus: {plain(_first_line(e))}"
+                           if isinstance(e, ServiceBusError) else f"storage {describe(e)}", 2)
     finally:
         sender.close()
-    err().print(f"sent {len(items)} order(s) to {orders_queue!r} in "
-                f"{time.monotonic() - started:.1f}s")
+    if as_json:
+        print(json.dumps({"queue": orders_queue, "sent": sent, "failed": failed,
+                          "stopped": str(stopped) if stopped else None}), flush=True)
+    if stopped:
+        raise stopped
+    err().print(f"sent {len(sent)} order(s) to {orders_queue!r} in "
+                f"{time.monotonic() - started:.1f}s"
+                + (f"; {len(failed)} not sent" if failed else ""))
+    if failed:
+        raise typer.Exit(1)
+
+
+def _refused_message(e: Exception) -> str | None:
+    """Why the channel refused this one message (the others may go), or None when the
+    channel itself failed (unreachable, not letting us in) and nothing more can be sent."""
+    if isinstance(e, MessageSizeExceededError):
+        return "too large for Service Bus (MessageSizeExceeded)"
+    if isinstance(e, HttpResponseError) and (
+            e.status_code == 413 or getattr(e, "error_code", None) in (
+                "RequestBodyTooLarge", "MessageTooLarge")):
+        return f"too large for the local channel's queue ({describe(e)})"
+    return None
 
 
 def _step_table(view: dict[str, Any]) -> Table:
@@ -270,14 +320,21 @@ def _settled(s: OrderState | None) -> bool:
 @app.command()
 def watch(
     order_ids: Annotated[list[str] | None, typer.Argument(
-        help="Order ids; '-' reads them from standard input (e.g. piped from send).")] = None,
+        help="Order ids; '-' reads them from standard input, one a line, or the JSON of "
+             "`orders send --json`.")] = None,
     timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 600,
     interval: Annotated[float, typer.Option(help="Seconds between looks.")] = 1.0,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="No progress bar; at the end one JSON object: each order's state, "
+                       "failures, last error, and why intake rejected it.")] = False,
 ) -> None:
-    """Follow orders live until each is settled (Processed, or Error with compensation done)."""
+    """Follow orders live until each is settled (Processed, or Error with compensation done).
+
+    Exits 1 when an order is not settled in time or intake rejected it.
+    """
     ids = list(order_ids or [])
     if ids == ["-"]:
-        ids = [line.strip() for line in sys.stdin if line.strip()]
+        ids = _ids_from(sys.stdin.read())
     if not ids:
         raise CliError("no order ids given", 2)
     store, operator = opts.container().store, opts.container().operator
@@ -285,16 +342,16 @@ def watch(
     # The first look before the progress bar: storage that cannot be reached is then one line,
     # not a bar left half-drawn above it.
     states: dict[str, OrderState | None] = {ids[0]: store.get_state(ids[0])}
-    rejected: dict[str, str] = {}  # message id -> why intake refused it
+    rejected: dict[str, dict[str, Any]] = {}  # message id -> intake's rejection row
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err()) as progress:
+                  TimeElapsedColumn(), console=err(), disable=as_json) as progress:
         task = progress.add_task("waiting", total=len(ids))
         while True:
             for oid in ids:
                 if not _settled(states.get(oid)) and oid not in rejected:
                     states[oid] = store.get_state(oid)
                     if states[oid] is None and (r := operator.rejection(oid)) is not None:
-                        rejected[oid] = f"{r['Kind']}: {r['Reason']}"
+                        rejected[oid] = r
             by_state = Counter("rejected" if oid in rejected else
                                s.process_state.value if s else "not yet received"
                                for oid, s in states.items())
@@ -304,20 +361,53 @@ def watch(
             if done == len(ids) or time.monotonic() > deadline:
                 break
             time.sleep(interval)
-    t = Table(_id_column("order", ids), "state", "failures", "last error")
-    for oid in ids:
-        s = states.get(oid)
-        if oid in rejected:
-            t.add_row(oid, "rejected", "", rejected[oid])
-            continue
-        t.add_row(oid, s.process_state.value if s else "not received",
-                  str(s.failure_count) if s else "", (s.last_error or "") if s else "")
-    out().print(t)
+    if as_json:
+        print(json.dumps({"orders": [_watched(oid, states.get(oid), rejected.get(oid))
+                                     for oid in ids],
+                          "settled": done - len(rejected), "rejected": len(rejected),
+                          "not_settled": len(ids) - done}, default=str))
+    else:
+        t = Table(_id_column("order", ids), "state", "failures", "last error")
+        for oid in ids:
+            s = states.get(oid)
+            if oid in rejected:
+                r = rejected[oid]
+                t.add_row(oid, "rejected", "", f"{r['Kind']}: {r['Reason']}")
+                continue
+            t.add_row(oid, s.process_state.value if s else "not received",
+                      str(s.failure_count) if s else "", (s.last_error or "") if s else "")
+        out().print(t)
     if done < len(ids):
         raise CliError(f"{len(ids) - done} order(s) not settled after {timeout:.0f}s")
     if rejected:
         raise CliError(f"{len(rejected)} message(s) rejected at intake (see the table, or "
                        "`orders rejected`)")
+
+
+def _ids_from(text: str) -> list[str]:
+    """Order ids from standard input: one a line, or what `orders send --json` printed."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return [line.strip() for line in text.splitlines() if line.strip()]
+    if isinstance(doc, dict) and isinstance(doc.get("sent"), list):
+        return [str(i) for i in doc["sent"]]
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _watched(oid: str, s: OrderState | None, rejection: dict[str, Any] | None
+             ) -> dict[str, Any]:
+    """One order as `watch --json` says it: the same facts as its table, in fields."""
+    return {
+        "order_id": oid,
+        "state": "rejected" if rejection else s.process_state.value if s else "not received",
+        "settled": rejection is None and _settled(s),
+        "compensation": s.compensation.value if s and s.compensation else None,
+        "failures": s.failure_count if s else None,
+        "last_error": s.last_error if s else None,
+        "rejected": ({"kind": str(rejection["Kind"]), "reason": rejection["Reason"],
+                      "at": rejection["RejectedAt"]} if rejection else None),
+    }
 
 
 @app.command()
@@ -541,7 +631,9 @@ def alerts(ctx: typer.Context,
 def alerts_ack(alert_id: Annotated[str, typer.Argument(
                    help="The alert's id (`orders alerts --wide` or --json shows it).")],
                note: Annotated[str, typer.Option(help="Kept on the alert with your name.")
-                               ] = "") -> None:
+                               ] = "",
+               as_json: Annotated[bool, typer.Option(
+                   "--json", help="Print the acknowledged alert as JSON.")] = False) -> None:
     """Acknowledge an alert: your name and the time are kept on it."""
     if opts.api:
         view = _call_api("POST", f"/alerts/{quote(alert_id, safe='')}/ack", {"note": note})
@@ -555,6 +647,9 @@ def alerts_ack(alert_id: Annotated[str, typer.Argument(
             raise CliError(str(e), 2) from None
         except AckRefused as e:
             raise CliError(str(e)) from None
+    if as_json:
+        print(json.dumps(view, default=str))
+        return
     out().print(f"{alert_id} acknowledged by {view['AcknowledgedBy']} at "
                 f"{view['AcknowledgedAt']}", soft_wrap=True)
 

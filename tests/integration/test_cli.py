@@ -209,11 +209,24 @@ def test_bad_connection_string_is_one_line(capsys: pytest.CaptureFixture[str]) -
     assert len(lines) == 1 and "malformed" in lines[0]
 
 
-def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
-    for cmd in ("send", "status", "list", "watch", "resubmit", "alerts", "rejected", "health",
-                "trace"):
-        assert run([cmd, "--help"]) == 0, cmd
-        assert "Usage" in capsys.readouterr().out
+COMMANDS = (["send"], ["status"], ["list"], ["watch"], ["resubmit"], ["alerts"],
+            ["alerts", "ack"], ["rejected"], ["health"], ["trace"])
+
+
+def test_every_command_has_help_and_json_for_scripts(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from typer.main import get_command
+
+    # Every command the CLI has is in the list above (a new one must be added to it).
+    root = get_command(cli_main.app)
+    names = {(n,) for n in root.commands} | {  # type: ignore[attr-defined]
+        (n, s) for n, c in root.commands.items()  # type: ignore[attr-defined]
+        for s in getattr(c, "commands", {})}
+    assert names == {tuple(c) for c in COMMANDS}
+    for cmd in COMMANDS:
+        assert run([*cmd, "--help"]) == 0, cmd
+        text = capsys.readouterr().out
+        assert "Usage" in text and "--json" in text, cmd
 
 
 def test_ctrl_c_exits_130(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -381,8 +394,8 @@ def test_alerts_ack_straight_to_storage_and_through_the_api(
     assert orders("alerts", "ack", first["AlertId"], "--note", "looked at it") == 0
     assert "acknowledged by" in capsys.readouterr().out
     api = f"http://127.0.0.1:{h.port}/api"
-    assert orders("--api", api, "alerts", "ack", second["AlertId"]) == 0
-    capsys.readouterr()
+    assert orders("--api", api, "alerts", "ack", second["AlertId"], "--json") == 0
+    assert json.loads(capsys.readouterr().out)["AlertId"] == second["AlertId"]
     assert orders("alerts", "--acknowledged", "--json") == 0
     by = {a["AlertId"]: a["AcknowledgedBy"] for a in json.loads(capsys.readouterr().out)}
     assert by == {first["AlertId"]: f"{getpass.getuser()} (orders CLI, storage)",
@@ -439,3 +452,106 @@ def test_bulk_resubmit_with_a_dry_run_then_for_real(
                        (["resubmit", "--state", "Error", "--since", "soon"], "--since")]:
         assert orders(*args) == 2, args
         assert says in capsys.readouterr().err, args
+
+
+# -- JSON for scripts: send and watch (issue 33, item 4) --------------------------------------
+
+def test_send_json_names_the_ids_sent_and_each_order_refused(
+        env: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One JSON object on stdout and nothing else there; an order too large for the channel
+    is named with why, the others still go, and the exit code says one was not sent."""
+    f = tmp_path / "orders.jsonl"
+    f.write_text("\n".join(json.dumps(o) for o in (
+        order("j-1"), {**order("j-big"), "note": "x" * 70_000}, order("j-3"))) + "\n")
+    assert orders("send", "--local", "--file", str(f), "--json") == 1
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert doc["sent"] == ["j-1", "j-3"] and doc["queue"] == env["OrdersQueueName"]
+    (refused,) = doc["failed"]
+    assert refused["order_id"] == "j-big" and refused["position"] == 2
+    assert "too large" in refused["error"] and doc["stopped"] is None
+    assert "1 not sent" in captured.err
+    # Samples: every id, and nothing refused.
+    assert orders("send", "--local", "--count", "2", "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["sent"]) == 2 and doc["failed"] == []
+    # Without --json the refused order is a line on stderr, the sent ids on stdout as before.
+    assert orders("send", "--local", "--file", str(f)) == 1
+    captured = capsys.readouterr()
+    assert captured.out.split() == ["j-1", "j-3"]
+    assert "order j-big not sent: too large" in captured.err
+
+
+def test_send_json_to_unreachable_storage_still_prints_the_json_and_one_line(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from shared.settings import AZURITE_CONNECTION
+
+    unreachable = AZURITE_CONNECTION.replace(":10001/", ":9/").replace(":10002/", ":9/")
+    monkeypatch.setattr(cli_main, "LocalSender", _SendsThenFails)
+    assert run([*NO_SETTINGS, "--storage", unreachable, "send", "--local", "--count", "3",
+                "--json"]) == 2
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert len(doc["sent"]) == 1 and "unreachable" in doc["stopped"]
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith("error: storage unreachable")
+
+
+class _SendsThenFails:
+    """A local channel whose storage goes away after the first order."""
+
+    def __init__(self, *_: Any) -> None:
+        self.sent = 0
+
+    def send(self, items: Any) -> list[str]:
+        from azure.core.exceptions import ServiceRequestError
+
+        if self.sent:
+            raise ServiceRequestError("HTTPConnectionPool(host='127.0.0.1', port=9): gone")
+        self.sent += 1
+        return [oid for oid, _ in items]
+
+    def close(self) -> None:
+        pass
+
+
+def test_watch_json_says_each_order_and_keeps_the_exit_codes(
+        run_host: Any, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    h: RunningHost = run_host(only=set())
+    failed_and_compensated(h, "w-failed")  # settled: Error, compensation done
+    function("intake")(msg=sb_message(order("w-stuck"), message_id="w-stuck"))
+    function("intake")(msg=sb_message(b"{oops", message_id="w-bad"))
+    assert orders("watch", "w-failed", "w-stuck", "w-bad", "w-never", "--json",
+                  "--timeout", "0.3", "--interval", "0.1") == 1
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)  # only the JSON on stdout: no table
+    by = {o["order_id"]: o for o in doc["orders"]}
+    assert list(by) == ["w-failed", "w-stuck", "w-bad", "w-never"]
+    assert by["w-failed"] | {"rejected": None} == {
+        "order_id": "w-failed", "state": "Error", "settled": True, "compensation": "Done",
+        "failures": by["w-failed"]["failures"], "last_error": by["w-failed"]["last_error"],
+        "rejected": None}
+    assert "card declined" in by["w-failed"]["last_error"]
+    assert (by["w-stuck"]["state"], by["w-stuck"]["settled"]) == ("Processing", False)
+    assert by["w-bad"]["state"] == "rejected" and by["w-bad"]["rejected"]["kind"] == "invalid"
+    assert "JSON" in by["w-bad"]["rejected"]["reason"]
+    assert by["w-never"] == {"order_id": "w-never", "state": "not received", "settled": False,
+                             "compensation": None, "failures": None, "last_error": None,
+                             "rejected": None}
+    assert (doc["settled"], doc["rejected"], doc["not_settled"]) == (1, 1, 2)
+    # No progress on stderr either (without --json its last state is a line there).
+    assert captured.err.strip().splitlines() == ["error: 2 order(s) not settled after 0s"]
+    # Rejected, all else settled: 1, as without --json; all settled: 0.
+    assert orders("watch", "w-failed", "w-bad", "--json", "--interval", "0.1") == 1
+    assert "1 message(s) rejected" in capsys.readouterr().err
+    assert orders("watch", "w-failed", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["settled"] == 1
+    # `orders send --json | orders watch -`: it reads send's JSON as well as one id a line.
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(
+        {"queue": "orders", "sent": ["w-failed"], "failed": [], "stopped": None})))
+    assert orders("watch", "-", "--json") == 0
+    assert [o["order_id"] for o in json.loads(capsys.readouterr().out)["orders"]] == [
+        "w-failed"]
