@@ -6,12 +6,18 @@ import threading
 from datetime import timedelta
 from typing import Protocol
 
-from azure.core.exceptions import ResourceNotFoundError
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.storage.queue import QueueClient, QueueServiceClient, TextBase64EncodePolicy
 
 
 class QueueNotFound(Exception):
     """The queue does not exist: sending again will not help."""
+
+
+class QueueRefused(Exception):
+    """The app's identity may not send to this queue (403): sending again will not help until
+    an administrator changes the role. For a submitter's reply queue, its role condition names
+    the allowed prefixes (infra/app/rbac.bicep, replyQueuePrefixes)."""
 
 
 class MessageSender(Protocol):
@@ -40,3 +46,9 @@ class StorageQueueSender:
             self.client(queue).send_message(body, visibility_timeout=seconds or None)
         except ResourceNotFoundError as e:
             raise QueueNotFound(f"queue {queue!r} does not exist") from e
+        except HttpResponseError as e:
+            if e.status_code == 403:
+                raise QueueRefused(f"the app may not send to queue {queue!r} "
+                                   f"({getattr(e, 'error_code', None) or 'AuthorizationFailure'})"
+                                   ) from e
+            raise

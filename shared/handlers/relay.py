@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, Protocol
 
 from shared import tracing
 from shared.adapters.alerts import AlertSink
-from shared.adapters.queues import MessageSender, QueueNotFound
+from shared.adapters.queues import MessageSender, QueueNotFound, QueueRefused
 from shared.adapters.state_store import ConcurrencyConflict, OrderStore
 from shared.clock import Clock
 from shared.domain.alerts import OperatorAlert
@@ -148,6 +148,12 @@ class EffectRelay:
         except QueueNotFound as e:
             # The submitter's queue is gone: their loss, and no reason to stop the order.
             log.warning("status %s for %s not sent: %s", effect.event, state.order_id, e)
+        except QueueRefused as e:
+            # Allowed by ReplyQueueAllowList, refused by the app's role (its condition lists the
+            # prefixes the Bicep was given): a courtesy copy, never a reason to stop the order.
+            log.error("status %s for %s not sent: %s; give the app's role the same reply queue "
+                      "prefixes as ReplyQueueAllowList (docs/settings.md)", effect.event,
+                      state.order_id, e)
 
     def _dispatch(self, state: OrderState, effect: Dispatch, order: dict[str, Any] | None,
                   traceparent: str | None) -> dict[str, Any]:

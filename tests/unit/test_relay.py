@@ -64,3 +64,35 @@ def test_a_command_that_must_wait_goes_through_the_queue() -> None:
     handing.carry_out(state, ORDER)
     assert taker.taken == [] and [q for q, _ in queues.sent] == ["cmds"]
     assert queues.queues["cmds"][0].visible_at == NOW + timedelta(seconds=30)
+
+
+def test_a_status_update_the_role_refuses_does_not_stop_the_orders_work() -> None:
+    """ReplyQueueAllowList let the order name its queue, the app's role (its condition's
+    prefixes) does not: the courtesy copy is dropped, and the step's request still goes."""
+    import json
+
+    from shared.adapters.queues import QueueRefused
+    from shared.domain.state import claim, receive
+    from shared.workflows.orders.message import parse_order
+
+    clock = FakeClock(NOW)
+    queues, store = FakeQueues(clock), FakeOrderStore()
+
+    class Refusing:
+        def send(self, queue: str, body: str, delay: timedelta = timedelta(0)) -> None:
+            if queue.startswith("partner-"):
+                raise QueueRefused(f"the app may not send to queue {queue!r}")
+            queues.send(queue, body, delay)
+
+    relay = EffectRelay(store=store, sender=Refusing(), alerts=FakeAlertSink(),
+                        workflows=Registry.of([FLOW]),
+                        agent_queues={"alpha": "a", "beta": "b", "gamma": "c"},
+                        scheduler_queue="cmds", clock=clock)
+    o = parse_order(json.dumps({"order_id": "o-1", "customer_id": "c", "reply_to": "partner-x",
+                                "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
+    stored = store.create(o, receive("o-1", FLOW, NOW, "partner-x"))
+    claimed = store.save(claim(stored, "s1", NOW, FLOW).state)
+    assert claimed.outbox and claimed.dispatch_unconfirmed
+    done = relay.carry_out(claimed, ORDER)
+    assert [q for q, _ in queues.sent] == ["a"]  # the first step's request, and no status
+    assert not done.dispatch_unconfirmed
