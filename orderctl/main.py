@@ -14,6 +14,7 @@ writes to storage directly (your storage role is the check), and records your lo
 from __future__ import annotations
 
 import getpass
+import inspect
 import json
 import logging
 import os
@@ -150,9 +151,13 @@ def send(
     ] = None,
     queue: Annotated[str | None, typer.Option(
         help="Queue name (default: the OrdersQueueName setting).")] = None,
-    count: Annotated[int, typer.Option(min=1, help="How many sample orders to generate.")] = 1,
+    # A short metavar: typer's own ("<float range> [x>=0.1]") narrows the help column until
+    # an environment variable's name is cut at 80 columns.
+    count: Annotated[int, typer.Option(
+        min=1, metavar="N", help="How many sample orders to generate.")] = 1,
     rate: Annotated[float | None, typer.Option(
-        min=0.1, help="Orders per second (default: as fast as possible).")] = None,
+        min=0.1, metavar="N", help="Orders per second (default: as fast as possible).")
+    ] = None,
     file: Annotated[Path | None, typer.Option(
         exists=True, dir_okay=False, help="Send these orders (JSON lines) instead of samples.")
     ] = None,
@@ -160,6 +165,7 @@ def send(
     reply_to: Annotated[str | None, typer.Option(
         help="Reply queue for status messages (must match ReplyQueueAllowList).")] = None,
     workflow: Annotated[list[str] | None, typer.Option(
+        metavar="NAME",
         help="The workflow the sample orders follow (repeat it to take turns); default: the "
              f"app's ({REGISTRY.default}). The app runs: {', '.join(REGISTRY.names)}.")
     ] = None,
@@ -430,7 +436,8 @@ def resubmit(order_id: Annotated[str | None, typer.Argument(
         failed_step: Annotated[str | None, typer.Option(
             help="With --state: failed at this step.")] = None,
         limit: Annotated[int, typer.Option(
-            min=1, max=MAX_BULK, help="With --state: at most this many (the batch).")] = 50,
+            min=1, max=MAX_BULK, metavar="N",
+            help="With --state: at most this many (the batch).")] = 50,
         dry_run: Annotated[bool, typer.Option(
             "--dry-run", help="With --state: only say what would be resubmitted.")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -596,14 +603,14 @@ def _print_health(report: dict[str, Any]) -> None:
             + (f"; {sup['problem']}" if sup["problem"] else ""), soft_wrap=True)
 
 
-alerts_app = typer.Typer(help="Operator alerts: list them, acknowledge one.",
-                         no_args_is_help=False)
+alerts_app = typer.Typer(no_args_is_help=False)
 app.add_typer(alerts_app, name="alerts")
 
 
 @alerts_app.callback(invoke_without_command=True)
 def alerts(ctx: typer.Context,
-           limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+           limit: Annotated[int, typer.Option(min=1, max=1000, metavar="N",
+                                              help="How many alerts at most.")] = 20,
            acknowledged: Annotated[bool | None, typer.Option(
                "--acknowledged/--open",
                help="Only acknowledged alerts (with who and when), or only open ones; "
@@ -612,7 +619,8 @@ def alerts(ctx: typer.Context,
            wide: Annotated[bool, typer.Option(
                "--wide", help="Also show the alert id (what `alerts ack` takes).")] = False,
            ) -> None:
-    """Recent operator alerts (the last 7 days), newest first."""
+    """Operator alerts: the recent ones (the last 7 days), newest first; `alerts ack`
+    acknowledges one."""
     if ctx.invoked_subcommand is not None:
         return
     rows = opts.container().operator.alerts(limit, acknowledged=acknowledged)
@@ -811,3 +819,31 @@ def _first_line(e: Exception) -> str:
 def cli() -> None:
     """Console-script entry point (`orders`)."""
     raise SystemExit(run())
+
+
+def _prose(text: str | None) -> str | None:
+    """Help text as paragraphs: the docstring's line breaks inside a paragraph taken out.
+    Rich keeps a hard newline where the source wrapped at 100 columns, which at 80 reads as a
+    line cut mid-sentence; the terminal's own width wraps a paragraph instead."""
+    if text is None:
+        return None
+    return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(text).split("\n\n"))
+
+
+def _help_as_prose(t: typer.Typer) -> None:
+    """Every command's and group's help (the docstring unless given) as _prose."""
+    t.info.help = _prose(t.info.help if isinstance(t.info.help, str) else None)
+    for c in t.registered_commands:
+        c.help = _prose(c.help or (c.callback.__doc__ if c.callback else None))
+    if t.registered_callback is not None:
+        cb = t.registered_callback
+        text = _prose(cb.help if isinstance(cb.help, str) else
+                      cb.callback.__doc__ if cb.callback else None)
+        if text is not None:  # else the group's own help stands (typer's placeholder)
+            cb.help = text
+    for g in t.registered_groups:
+        if g.typer_instance is not None:
+            _help_as_prose(g.typer_instance)
+
+
+_help_as_prose(app)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import itertools
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -555,3 +556,59 @@ def test_watch_json_says_each_order_and_keeps_the_exit_codes(
     assert orders("watch", "-", "--json") == 0
     assert [o["order_id"] for o in json.loads(capsys.readouterr().out)["orders"]] == [
         "w-failed"]
+
+
+# -- help that reads well at 80 columns (issue 33, item 4) --------------------------------------
+
+def _help(cmd: list[str], columns: int, monkeypatch: pytest.MonkeyPatch,
+          capsys: pytest.CaptureFixture[str]) -> list[str]:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert run([*cmd, "--help"]) == 0, cmd
+    return capsys.readouterr().out.splitlines()
+
+
+def _in_panel(line: str) -> bool:
+    return line.startswith(("│", "╭", "╰"))
+
+
+def _continues(line: str) -> bool:
+    """A panel line that carries on the cell above (no option or command of its own)."""
+    inner = line[1:-1]
+    return len(inner) - len(inner.lstrip()) > 4 and bool(inner.strip())
+
+
+@pytest.mark.parametrize("cmd", [[], *COMMANDS], ids=lambda c: " ".join(c) or "orders")
+def test_help_has_no_line_broken_mid_paragraph(
+        cmd: list[str], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Rich keeps a docstring's hard line breaks, so help wrapped at 100 columns in the source
+    read at 80 as lines cut mid-sentence ("as you, with an" / "Entra ID access token").
+
+    Two checks. On a terminal too wide to wrap anything, every line break is one the text
+    itself holds: a paragraph (or an option's help) must then be one line, the only lines
+    that carry on a cell being typer's own [default: ...] and [env var: ...]. At 80 columns:
+    nothing is cut ("…"), no line is wider, and no line ends where the next line's first word
+    would still have fitted (the mark of a break the text made, not the terminal)."""
+    wide = _help(cmd, 2000, monkeypatch, capsys)
+    for i, line in enumerate(wide[1:], 1):
+        prev = wide[i - 1]
+        if _in_panel(line):
+            if _continues(line):
+                assert line[1:-1].strip().startswith("["), (cmd, prev, line)
+        elif line.strip() and prev.strip() and not _in_panel(prev):
+            raise AssertionError(f"{cmd}: a paragraph broken by the text itself: "
+                                 f"{prev.strip()!r} / {line.strip()!r}")
+    narrow = _help(cmd, 80, monkeypatch, capsys)
+    assert all(len(line) <= 80 and "…" not in line for line in narrow), cmd
+    for prev, line in itertools.pairwise(narrow):
+        if _in_panel(line) != _in_panel(prev) or not line.strip(" │") or not prev.strip(" │"):
+            continue
+        if _in_panel(line):
+            if not _continues(line) or line[1:-1].strip().startswith("["):
+                continue
+            text, room = prev[:-1].rstrip(), 78  # the cell ends a space before the border
+        else:
+            text, room = prev.rstrip(), 79  # the page's own padding: one space each side
+        word = line.strip(" │").split()[0]
+        assert len(text) + 1 + len(word) > room, (
+            f"{cmd}: {text.strip()!r} ends though {word!r} would fit after it")
