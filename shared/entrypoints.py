@@ -19,7 +19,7 @@ from azure.core.exceptions import AzureError
 from opentelemetry.trace import SpanKind
 
 from shared import bootstrap, tracing
-from shared.adapters.state_store import CorruptRecord
+from shared.adapters.state_store import CorruptRecord, NewerRecord
 from shared.contracts.openapi import openapi_document
 from shared.handlers.failures import describe, plain
 from shared.handlers.operator import (
@@ -128,6 +128,9 @@ def _limit(req: func.HttpRequest) -> int:
 
 
 def _unreadable(e: CorruptRecord) -> func.HttpResponse:
+    if isinstance(e, NewerRecord):  # not broken: the next release's, mid-rollout
+        return _error(409, f"the state record of order {e.order_id} was written by a newer "
+                           "release of the app: its own operator API reads it")
     # Our data, not the caller's fault: say which record and what is wrong with it.
     return _error(500, f"the state record of order {e.order_id} is unreadable by this "
                        f"version of the app: {plain(e.reason)}")

@@ -22,6 +22,7 @@ from shared.adapters.state_store import (
     ConcurrencyConflict,
     CorruptRecord,
     InFlightEntry,
+    NewerRecord,
     OrderAlreadyExists,
     OrderNotStorable,
     StoredOrder,
@@ -99,8 +100,11 @@ class FakeOrderStore:
 
     def _read(self, order_id: str) -> OrderState | None:
         if order_id in self.corrupt:
-            raise CorruptRecord(order_id, self.states[order_id].version or "",
-                                self.corrupt[order_id])
+            reason = self.corrupt[order_id]
+            if reason.startswith("newer:"):  # as the table store reads a newer release's record
+                raise NewerRecord(order_id, self.states[order_id].version or "",
+                                  SCHEMA_VERSION + 1, reason)
+            raise CorruptRecord(order_id, self.states[order_id].version or "", reason)
         s = self.states.get(order_id)
         return copy.deepcopy(s) if s is not None else None
 

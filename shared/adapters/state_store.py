@@ -44,6 +44,7 @@ from shared.domain.state import (
     ProcessState,
     StepState,
 )
+from shared.domain.workflow import UnknownWorkflow
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,18 @@ class CorruptRecord(Exception):
         self.order_id = order_id
         self.version = version
         self.reason = reason
+
+
+class NewerRecord(CorruptRecord, UnknownWorkflow):
+    """A record a newer release wrote (its SchemaVersion above this release's) in a shape this
+    release cannot read: a value it does not know, say. It is not corrupt, only not ours: the
+    Scheduler defers its messages and the Supervisor leaves it (UnknownWorkflow, ``newer``), a
+    listing skips it, as for an unreadable record, and nothing reports it as broken."""
+
+    def __init__(self, order_id: str, version: str, schema: int, reason: str) -> None:
+        CorruptRecord.__init__(self, order_id, version,
+                               f"written by a newer release (schema {schema}): {reason}")
+        self.newer = True
 
 
 class OrderNotStorable(Exception):
@@ -197,6 +210,12 @@ def state_from_entity(e: Any) -> OrderState:
     try:
         return _state_from_entity(e)
     except (KeyError, ValueError, TypeError) as err:  # pydantic's errors are ValueErrors
+        schema = e.get("SchemaVersion")
+        schema = int(schema) if isinstance(schema, int | str) and str(schema).isdigit() else 0
+        if schema > SCHEMA_VERSION:
+            # Read before anything else is trusted: the version says whose rules these are.
+            raise NewerRecord(str(e.get("PartitionKey")), e.metadata["etag"], schema,
+                              str(err)[:500]) from None
         raise CorruptRecord(str(e.get("PartitionKey")), e.metadata["etag"],
                             f"{type(err).__name__}: {err}"[:500]) from None
 

@@ -30,6 +30,7 @@ from shared.adapters.state_store import (
     ConcurrencyConflict,
     CorruptRecord,
     InFlightEntry,
+    NewerRecord,
     OrderStore,
 )
 from shared.adapters.tick_log import TickLogStore
@@ -124,6 +125,10 @@ class Supervisor:
             try:
                 self._supervise(entry, report, tick)
                 self._failing.pop(entry.order_id, None)
+            except NewerRecord as e:
+                # Not broken, a newer release's (a rolling deployment): its Supervisor has it.
+                log.info("supervisor: order %s left to a newer release (%s)", entry.order_id, e)
+                report.skipped += 1
             except CorruptRecord as e:
                 self._unreadable(entry, e, report)
             except Exception as e:

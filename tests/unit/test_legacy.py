@@ -161,3 +161,21 @@ def test_the_store_reads_which_schema_a_record_was_written_in() -> None:
     later = state_from_entity(_Entity({**state_to_entity(state),
                                        "SchemaVersion": SCHEMA_VERSION + 1}))
     assert later.from_newer_release
+
+
+def test_a_newer_releases_record_this_release_cannot_parse_is_newer_not_corrupt() -> None:
+    """The version is read before anything else is trusted: a value only a later release
+    knows makes the record that release's, which the handlers leave to it."""
+    import pytest
+
+    from shared.adapters.state_store import CorruptRecord, NewerRecord
+    from shared.domain.workflow import UnknownWorkflow
+
+    e = {**state_to_entity(receive("o-held", WF, T0)), "ProcessState": "Held"}
+    with pytest.raises(NewerRecord) as newer:
+        state_from_entity(_Entity({**e, "SchemaVersion": SCHEMA_VERSION + 1}))
+    assert isinstance(newer.value, UnknownWorkflow) and newer.value.newer
+    assert "newer release" in str(newer.value)
+    with pytest.raises(CorruptRecord) as corrupt:  # of this release's schema: broken
+        state_from_entity(_Entity({**e, "SchemaVersion": SCHEMA_VERSION}))
+    assert not isinstance(corrupt.value, NewerRecord)

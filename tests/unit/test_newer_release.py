@@ -34,7 +34,9 @@ def scheduler() -> tuple[FakeClock, FakeOrderStore, FakeQueues, Scheduler]:
 # What makes an order a newer release's: a version of its workflow this release lacks, or a
 # record of a newer schema (the rules a later release changes, not only its shape).
 NEWER = {"workflow version": {"workflow_version": 99},
-         "record schema": {"schema_version": SCHEMA_VERSION + 1}}
+         "record schema": {"schema_version": SCHEMA_VERSION + 1},
+         # ...and one whose record this release cannot even parse (a value it does not know).
+         "record it cannot read": {}}
 
 
 @pytest.mark.parametrize("newer", NEWER)
@@ -44,6 +46,8 @@ def test_a_newer_releases_message_is_put_back_for_later_and_the_record_left_as_i
     clock, store, queues, s = scheduler()
     accepted(store, "o-new", clock.now)
     store.states["o-new"] = dataclasses.replace(store.states["o-new"], **NEWER[newer])
+    if newer == "record it cannot read":
+        store.corrupt["o-new"] = "newer: 'Held' is not a valid ProcessState"
     before = store.states["o-new"]
     if kind == "command":
         queue, body = COMMANDS, SchedulerCommand(order_id="o-new",

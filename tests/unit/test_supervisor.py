@@ -118,6 +118,8 @@ def test_a_newer_releases_workflow_is_left_alone_and_a_removed_one_goes_to_an_op
     pending(store, clock, "a-newer")
     pending(store, clock, "b-removed")
     pending(store, clock, "c-newer-record")
+    pending(store, clock, "d-newer-unreadable")
+    store.corrupt["d-newer-unreadable"] = "newer: 'Held' is not a valid ProcessState"
     store.states["a-newer"] = dataclasses.replace(store.states["a-newer"], workflow_version=99)
     # A record a newer release wrote, of a schema this one does not know: the same.
     store.states["c-newer-record"] = dataclasses.replace(store.states["c-newer-record"],
@@ -128,10 +130,11 @@ def test_a_newer_releases_workflow_is_left_alone_and_a_removed_one_goes_to_an_op
     before = store.states["a-newer"]
     clock.advance(seconds=61)
     report = sup.tick()
-    assert (report.skipped, report.unreadable, report.errors) == (2, 1, 0)
+    assert (report.skipped, report.unreadable, report.errors) == (3, 1, 0)
     assert store.states["a-newer"] == before
     assert store.states["c-newer-record"] == newer_record
     assert store.states["c-newer-record"].version == newer_record.version  # never written
     assert alerts.of("a-newer") == [] and alerts.of("c-newer-record") == []
+    assert alerts.of("d-newer-unreadable") == []  # not broken: not reported as such
     [alert] = alerts.of("b-removed", AlertKind.RECORD_UNREADABLE)
     assert "gone-workflow" in alert.reason
