@@ -136,11 +136,27 @@ def _unreadable(e: CorruptRecord) -> func.HttpResponse:
                        f"version of the app: {plain(e.reason)}")
 
 
+def _cross_site(req: func.HttpRequest) -> func.HttpResponse | None:
+    """A change asked for by another site's page in the operator's browser, which carries the
+    platform's session cookie (cross-site request forgery). Browsers say where a request comes
+    from (Sec-Fetch-Site), and a page elsewhere can send a body only as a form or plain text
+    without the app's leave (CORS): the console and the CLI send JSON, or no body at all."""
+    if (req.headers.get("Sec-Fetch-Site") or "").lower() == "cross-site":
+        return _error(403, "a change asked for from another site's page is not accepted")
+    kind = (req.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+    if kind and kind != "application/json":
+        return _error(415, f"send the body as JSON (Content-Type: application/json), not "
+                           f"{kind[:60]}")
+    return None
+
+
 def _as_operator(role: str, handle: Callable[[func.HttpRequest, Principal], func.HttpResponse]
                  ) -> Callable[[func.HttpRequest], func.HttpResponse]:
     """An operator route: the caller's identity with ``role`` first (shared/handlers/principal.py),
     whatever key came with the request: keys are for machine callers, not operators."""
     def route(req: func.HttpRequest) -> func.HttpResponse:
+        if req.method == "POST" and (refused := _cross_site(req)) is not None:
+            return refused
         try:
             principal = authorise(req.headers, role, os.environ,
                                   bootstrap.container().settings.operator_development_roles)
