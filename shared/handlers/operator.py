@@ -21,7 +21,7 @@ from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Fiel
 from shared import tracing
 from shared.adapters.paging import decode_token, encode_token
 from shared.adapters.rejections import REJECTED_PARTITION
-from shared.adapters.state_store import ConcurrencyConflict, OrderStore
+from shared.adapters.state_store import ConcurrencyConflict, CorruptRecord, OrderStore
 from shared.clock import Clock
 from shared.domain import budget
 from shared.domain.message import ORDER_ID_PATTERN
@@ -33,6 +33,7 @@ from shared.domain.state import (
     due_at,
     resubmit,
 )
+from shared.handlers.failures import plain
 from shared.handlers.health import HealthProbe
 from shared.handlers.relay import EffectRelay
 from shared.handlers.views import (
@@ -154,6 +155,12 @@ class BulkResubmitRequest(BaseModel):
 
 class AlertNotFound(LookupError):
     pass
+
+
+def _resubmittable(state: OrderState, force: bool) -> bool:
+    """What a resubmit takes (shared/domain/state.resubmit, and Operator._resubmit)."""
+    return (state.is_settled and not state.from_newer_release
+            and (force or state.compensation is not CompensationState.FAILED))
 
 
 class AckRefused(Exception):
@@ -340,14 +347,19 @@ class Operator:
         history naming ``by``. Reads at most OVERVIEW_SCAN failed records."""
         now = self._clock()
         picked: builtins.list[OrderState] = []
-        scanned, token = 0, None
+        scanned, skipped, token = 0, 0, None
         while len(picked) < ask.limit + 1:  # one more: is there more than this batch?
             states, token = self._store.list_states(ProcessState.ERROR.value, MAX_PAGE, token)
             scanned += len(states)
-            picked += [s for s in states
-                       if (ask.since is None or s.updated_at >= ask.since)
-                       and (ask.until is None or s.updated_at < ask.until)
-                       and (ask.failed_step is None or s.failed_step == ask.failed_step)]
+            matching = [s for s in states
+                        if (ask.since is None or s.updated_at >= ask.since)
+                        and (ask.until is None or s.updated_at < ask.until)
+                        and (ask.failed_step is None or s.failed_step == ask.failed_step)]
+            # Those a resubmit would refuse are not picked: a batch of them would come back
+            # first on every call, and the others never be reached.
+            takeable = [s for s in matching if _resubmittable(s, ask.force)]
+            skipped += len(matching) - len(takeable)
+            picked += takeable
             if not token or scanned >= OVERVIEW_SCAN:
                 break
         picked.sort(key=lambda s: s.updated_at, reverse=True)
@@ -366,9 +378,13 @@ class Operator:
                     item["Outcome"] = "resubmitted"
             except (IllegalTransition, ResubmitRefused) as e:
                 item["Outcome"], item["Why"] = "refused", str(e)
+            except OrderNotFound:  # gone since it was listed
+                item["Outcome"], item["Why"] = "refused", f"order {s.order_id} is gone"
+            except CorruptRecord as e:  # changed since it was listed, to what this cannot read
+                item["Outcome"], item["Why"] = "refused", plain(e.reason)
             items.append(BulkItem.model_validate(item))
-        return BulkResult(DryRun=ask.dry_run, Items=items, Scanned=scanned,
-                          More=more).model_dump(mode="json")
+        return BulkResult(DryRun=ask.dry_run, Items=items, Scanned=scanned, More=more,
+                          Skipped=skipped).model_dump(mode="json")
 
     def alerts(self, limit: int = 50, days: int = 7,
                acknowledged: bool | None = None) -> builtins.list[dict[str, Any]]:

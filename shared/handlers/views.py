@@ -196,6 +196,10 @@ class BulkResult(_View):
     Scanned: int = Field(description="Failed orders' records read to pick them.")
     More: bool = Field(description="More orders may match than this batch (or than one "
                                    "request reads): ask again, after acting on these.")
+    Skipped: int = Field(0, description="Failed orders that match but that a resubmit would "
+                                        "refuse (compensation not settled; compensation failed "
+                                        "and no force; written by a newer release): not "
+                                        "picked, so they never hold back the others.")
 
 
 class HealthReport(_View):

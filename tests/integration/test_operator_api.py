@@ -399,13 +399,17 @@ def test_bulk_resubmit_picks_failed_orders_dry_runs_first_and_names_the_operator
         assert result["DryRun"] is True and result["More"] is False
         outcome = {i["OrderID"]: i["Outcome"] for i in result["Items"]}
         assert outcome == {"b-1": "would resubmit", "b-2": "would resubmit",
-                           "b-3": "would resubmit", "b-4": "refused"}
-        (refused,) = [i for i in result["Items"] if i["Outcome"] == "refused"]
-        assert "resubmit with force" in refused["Why"]
-        assert all(h.container.store.get_state(o).generation == 0 for o in outcome)
-        # Newest failure first, and filters: by step, by time.
-        assert [i["OrderID"] for i in result["Items"]] == ["b-4", "b-3", "b-2", "b-1"]
-        by_step = c.post("/resubmissions", json={"failed_step": "arrange_shipping"}).json()
+                           "b-3": "would resubmit"}
+        # One a resubmit would refuse without force (its compensation failed) is not picked,
+        # only counted: a batch of those must never hold the others back (the review's).
+        assert result["Skipped"] == 1
+        assert all(h.container.store.get_state(o).generation == 0 for o in [*outcome, "b-4"])
+        # Newest failure first, and filters: by step, by time; with force, b-4 is taken.
+        forced = c.post("/resubmissions", json={"force": True}).json()
+        assert [i["OrderID"] for i in forced["Items"]] == ["b-4", "b-3", "b-2", "b-1"]
+        assert forced["Skipped"] == 0
+        by_step = c.post("/resubmissions", json={"failed_step": "arrange_shipping",
+                                                 "force": True}).json()
         assert [i["OrderID"] for i in by_step["Items"]] == ["b-4"]
         b2 = h.container.store.get_state("b-2").updated_at
         window = c.post("/resubmissions", json={"since": b2.isoformat(),
@@ -417,16 +421,16 @@ def test_bulk_resubmit_picks_failed_orders_dry_runs_first_and_names_the_operator
                                                "reason": "card service back"})
         assert batch.status_code == 202, batch.text
         assert [(i["OrderID"], i["Outcome"]) for i in batch.json()["Items"]] == [
-            ("b-4", "refused"), ("b-3", "resubmitted")]
+            ("b-3", "resubmitted"), ("b-2", "resubmitted")]
         assert batch.json()["More"] is True
         state = h.container.store.get_state("b-3")
         assert (state.process_state, state.generation) == (ProcessState.PENDING, 1)
         assert state.history[-1]["by"] == f"Ada Operator (oid {OPERATOR_OID})"
         assert state.history[-1]["reason"] == "card service back"
-        assert h.container.store.get_state("b-4").generation == 0  # refused: untouched
+        assert h.container.store.get_state("b-4").generation == 0  # skipped: untouched
         rest = c.post("/resubmissions", json={"dry_run": False, "force": True}).json()
         assert {i["OrderID"]: i["Outcome"] for i in rest["Items"]} == {
-            "b-4": "resubmitted", "b-2": "resubmitted", "b-1": "resubmitted"}
+            "b-4": "resubmitted", "b-1": "resubmitted"}
         assert h.container.store.get_state("b-5").generation == 0
         for body, says in [({"state": "Pending"}, "only orders in Error"),
                            ({"limit": 101}, "limit"), ({"since": "yesterday"}, "since"),
