@@ -41,6 +41,7 @@ from shared.domain.outages import Gap, TickLog
 from shared.domain.state import OrderState, RetryPolicy, due_at
 from shared.domain.supervision import DecisionKind, SupervisorDecision, supervise
 from shared.domain.workflow import Registry, UnknownWorkflow
+from shared.handlers.failures import describe, plain
 from shared.handlers.relay import EffectRelay
 
 log = logging.getLogger(__name__)
@@ -259,8 +260,9 @@ class Supervisor:
         try:
             self._alerts.raise_alert(OperatorAlert(
                 AlertKind.SUPERVISION_FAILING, entry.order_id,
+                # In words: an operator reads it (the log has the exception's class and stack).
                 f"the Supervisor could not handle this order {ticks} ticks in a row: "
-                f"{type(e).__name__}: {e}"[:1000], self._clock(),
+                f"{_in_words(e)}"[:1000], self._clock(),
                 key=f"{entry.order_id}.failing.{type(e).__name__}.{self._clock():%Y%m%d}"))
         except Exception:
             log.exception("supervisor: could not report order %s", entry.order_id)
@@ -277,10 +279,21 @@ class Supervisor:
             self._alerts.raise_alert(OperatorAlert(
                 AlertKind.RECORD_UNREADABLE, entry.order_id,
                 f"the Supervisor cannot read this order's state record; it looks again every "
-                f"{self._policy.unreadable_recheck} until the record is repaired: {e.reason}",
+                f"{self._policy.unreadable_recheck} until the record is repaired: "
+                f"{plain(e.reason)}",
                 self._clock(), key=f"{entry.order_id}.unreadable.{e.version}"))
             self._store.quarantine(entry, e.version, until)
             report.unreadable += 1
         except Exception:
             report.errors += 1
             log.exception("supervisor: could not report unreadable order %s", entry.order_id)
+
+
+def _in_words(e: Exception) -> str:
+    """An exception for an operator: a storage call's failure as failures.describe says it,
+    anything else by its message with the Python taken out."""
+    from azure.core.exceptions import AzureError
+
+    if isinstance(e, AzureError):
+        return f"storage {describe(e)}"
+    return plain(str(e)) or "an error (the app's log has the details)"

@@ -197,6 +197,7 @@ def test_an_unreadable_record_is_reported_once_and_the_tick_goes_on(pipeline: Pi
     (alert,) = entities(env["OperatorAlertsTableName"])
     assert (alert["Kind"], alert["OrderID"]) == ("RecordUnreadable", "a-bad")
     assert "Exploded" in alert["Reason"]
+    assert "ValueError" not in alert["Reason"]  # an operator reads it: in words
     # Reported once and filed aside: the next tick does not read it at all ...
     assert c.supervisor.tick().due == 0
     # ... and when it comes round again unchanged, it is filed aside again, quietly.

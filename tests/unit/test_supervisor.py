@@ -50,6 +50,7 @@ def test_an_order_that_keeps_failing_is_alerted_once_and_the_rest_go_on() -> Non
         expected = 1 if tick >= FAILING_TICKS_BEFORE_ALERT else 0
         assert len(alerts.of("a-broken", AlertKind.SUPERVISION_FAILING)) == expected
     assert "EntityTooLarge" in alerts.of("a-broken")[0].reason
+    assert "StorageDown" not in alerts.of("a-broken")[0].reason  # in words, not Python's
     assert store.states["b-fine"].rescues == FAILING_TICKS_BEFORE_ALERT + 2
 
 
@@ -137,4 +138,5 @@ def test_a_newer_releases_workflow_is_left_alone_and_a_removed_one_goes_to_an_op
     assert alerts.of("a-newer") == [] and alerts.of("c-newer-record") == []
     assert alerts.of("d-newer-unreadable") == []  # not broken: not reported as such
     [alert] = alerts.of("b-removed", AlertKind.RECORD_UNREADABLE)
+    assert "Error:" not in alert.reason  # in words: no exception class before the reason
     assert "gone-workflow" in alert.reason
