@@ -4,7 +4,9 @@ search them and the CLI can list them. Raising the same alert (same key) twice a
 Rows are kept for a retention (AlertRetentionDays): an alert can be raised from outside (a
 request nobody sent is refused with one), so the table would otherwise grow for as long as
 anyone sends. Each alert raised deletes up to EXPIRE_PER_ALERT rows of days past it, oldest
-first; the log event (Application Insights) keeps its own retention."""
+first, until none is left; then the sink looks again only when a new day passes the cut-off
+(one query a day per instance, not one per alert). The log event (Application Insights) keeps
+its own retention."""
 
 from __future__ import annotations
 
@@ -49,6 +51,8 @@ class TableAlertSink:
     def __init__(self, table: TableClient, retention: timedelta = timedelta(days=90)) -> None:
         self._table = table
         self._retention = retention
+        # The cut-off day before which this instance found nothing left to delete.
+        self._clean_before: str | None = None
 
     def raise_alert(self, alert: OperatorAlert) -> None:
         # The log event goes first: at least once is what an alert rule needs (a replay may log
@@ -77,14 +81,19 @@ class TableAlertSink:
         self._expire(alert.at - self._retention)
 
     def _expire(self, before: datetime) -> None:
+        cut_off = alert_partition(before)
+        if cut_off == self._clean_before:
+            return  # nothing older was left when this instance last looked
         # Whole days before the cut-off's: one range over the day partitions, oldest first.
         try:
             page: Iterable[dict[str, Any]] = next(self._table.query_entities(
-                f"PartitionKey lt '{alert_partition(before)}'",
-                select=["PartitionKey", "RowKey"],
+                f"PartitionKey lt '{cut_off}'", select=["PartitionKey", "RowKey"],
                 results_per_page=EXPIRE_PER_ALERT).by_page(), [])
-            for row in list(page):
+            rows = list(page)
+            for row in rows:
                 with contextlib.suppress(ResourceNotFoundError):  # another's, at once
                     self._table.delete_entity(row["PartitionKey"], row["RowKey"])
+            if len(rows) < EXPIRE_PER_ALERT:
+                self._clean_before = cut_off
         except AzureError as e:  # the alert itself is recorded; the next one tries again
             log.warning("expiring operator alerts: %s", e)
