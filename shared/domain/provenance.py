@@ -74,7 +74,9 @@ def judge(state: OrderState | None, req: AgentRequest, service: str,
         return _forged(f"it names work {req.compensates!r}, not the step's {step.work_key!r}")
     # Work kept under its key through a resubmit (standing when the order was forced round
     # again) may have had undo requests sent for it before: a late copy is stale, not forged.
-    carried = req.action is Action.UNDO and step.work_key in _earlier_do_keys(state, step.name)
+    # (Attempts count on across generations: such a copy's is at most the step's now.)
+    carried = (req.action is Action.UNDO and req.attempt <= step.attempt
+               and step.work_key in _earlier_do_keys(state, step.name))
     if req.action is Action.UNDO and state.process_state is not ProcessState.ERROR:
         if carried:
             return Judgement(Verdict.STALE, "an undo sent before the order was resubmitted")

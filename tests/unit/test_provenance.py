@@ -62,6 +62,24 @@ def test_the_request_the_record_shows_in_flight_is_done(action: str) -> None:
     assert judge(record(action), req(action), "beta", None).verdict is Verdict.IN_FLIGHT
 
 
+def _kept_through_a_forced_resubmit(settled: bool) -> OrderState:
+    """o-1 resubmitted with force: the step's work stood, so it is asked again under the key of
+    generation 0, and the undo requests of that generation may still be queued."""
+    from shared.domain.state import ProcessState, StepStatus
+
+    store = FakeOrderStore()
+    state = in_flight(store, "o-1", "take", CLOCK.now, generation=1)
+    state.step("take").work_key = new_work_key("o-1", "take")
+    # Its do at attempt 1, undos at 2 and 3 (refused: compensation failed), then after the
+    # resubmit its do again at 4: attempts count on across generations.
+    state.step("take").attempt = 4
+    if settled:
+        state.process_state, state.complete_by = ProcessState.PROCESSED, None
+        for s in state.steps:
+            s.status, s.complete_by = StepStatus.COMPLETED, None
+    return store.save(state)
+
+
 FORGERIES = {
     "no such order": (record(), req(order_id="o-404")),
     "no such step": (record(), req(step="mint", operation="mint")),
@@ -77,6 +95,8 @@ FORGERIES = {
     "the undo of a settled order's work": (_settled(), req("undo")),
     "a request without its attempt's token": (record(token="t-1"), req()),
     "a request with another attempt's token": (record(token="t-1"), req(token="t-0")),
+    "an undo of work kept through a forced resubmit, at an attempt never reached": (
+        _kept_through_a_forced_resubmit(True), req("undo", attempt=99)),
     "a copy given more time than the step": (record(), req().model_copy(
         update={"complete_by": CLOCK.now + timedelta(days=30)})),
 }
@@ -95,21 +115,6 @@ def test_a_request_the_app_never_sent_is_forged(name: str) -> None:
     judgement = judge(state, forged, "beta", FLOW)
     assert judgement.verdict is Verdict.FORGED, judgement
     assert judgement.reason
-
-
-def _kept_through_a_forced_resubmit(settled: bool) -> OrderState:
-    """o-1 resubmitted with force: the step's work stood, so it is asked again under the key of
-    generation 0, and the undo requests of that generation may still be queued."""
-    from shared.domain.state import ProcessState, StepStatus
-
-    store = FakeOrderStore()
-    state = in_flight(store, "o-1", "take", CLOCK.now, generation=1)
-    state.step("take").work_key = new_work_key("o-1", "take")
-    if settled:
-        state.process_state, state.complete_by = ProcessState.PROCESSED, None
-        for s in state.steps:
-            s.status, s.complete_by = StepStatus.COMPLETED, None
-    return store.save(state)
 
 
 STALE = {
