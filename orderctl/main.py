@@ -517,7 +517,10 @@ def _resubmit_many(state: str, since: str | None, until: str | None, failed_step
         out().print(t)
         verb = "would be resubmitted" if dry_run else "resubmitted"
         done = sum(i["Outcome"] != "refused" for i in result["Items"])
+        skipped = result.get("Skipped") or 0
         err().print(f"{done} order(s) {verb}, {len(result['Items']) - done} refused"
+                    + (f"; {skipped} more match that a resubmit would refuse (compensation "
+                       "failed: --force; or not settled), not picked" if skipped else "")
                     + ("; more match than this batch (--limit), or than one request reads: "
                        "run it again once these are done" if result["More"] else "")
                     + (" (dry run: nothing was changed)" if dry_run else ""))

@@ -73,7 +73,11 @@ function cards(testid, title, counts, badKeys) {
          el("b", {text: String(n)}), el("span", {text: k})))));
 }
 
+// The steps the last overview's failed orders failed at: the bulk page offers them.
+let failedSteps = [];
 function renderOverview(o) {
+  failedSteps = [...new Set([...o.Failed, ...o.CompensationFailed]
+    .map(r => r.FailedStep).filter(Boolean))].sort();
   const scanned = o.Complete ? "" : ` (the first ${o.Counted} records; there are more)`;
   main.replaceChildren(
     cards("by-state", "Orders by state" + scanned, o.ByState, ["Error"]),
@@ -87,7 +91,9 @@ function renderOverview(o) {
           cell(r.CurrentStep), cell(when(r.CompleteBy)),
           cell(r.OverdueSeconds ? `overdue by ${duration(r.OverdueSeconds)}` : "", "late"),
           cell(r.FailureCount)))),
-    el("section", {}, el("h2", {}, "Failed ", el("small", {text: "newest first"})),
+    el("section", {}, el("h2", {}, "Failed ", el("small", {text: "newest first "}),
+        el("a", {href: "#/resubmit", "data-testid": "bulk-open",
+                 text: "resubmit several at once"})),
       table("failed", ["order", "failed step", "reason", "compensation", "resubmissions",
                        "updated"], o.Failed, failedRow)),
     el("section", {}, el("h2", {}, "Compensation failed ",
@@ -220,6 +226,8 @@ async function show(message) {
     if (order) {
       const body = await api("/orders/" + order[1]);
       draw = () => renderOrder(body, message);
+    } else if (hash === "#/resubmit") {
+      draw = () => renderBulk();  // nothing to read until the operator asks for a dry run
     } else if (search) {
       const found = await find(search.get("q") || "", search.get("state") || "");
       draw = () => renderSearch(search, found);
@@ -258,6 +266,8 @@ function arrive(order, search, message, focused) {
   if (order) {
     if (message) document.querySelector("[data-testid=resubmit-result]")?.focus();
     else document.getElementById("order-heading").focus();
+  } else if (at === "#/resubmit") {
+    document.getElementById("bulk-heading").focus();
   } else if (search) {
     (main.querySelector("[data-testid=search-results] a") ||
      document.getElementById("search-q")).focus();
@@ -295,6 +305,120 @@ function renderSearch(params, found) {
           cell(r.FailedStep || r.CurrentStep), cell(r.LastError), cell(when(r.UpdatedAt))))));
 }
 
+// Bulk resubmit: failed orders picked by when they failed and at which step. A dry run first
+// (POST /api/resubmissions is one unless dry_run is false), which shows what each order would
+// come to; only then a confirmation, for the same filters, resubmits them, each as a single
+// resubmit is, the signed-in operator in its history. Changing a filter drops the dry run: what
+// is confirmed is always what was shown.
+function renderBulk() {
+  const field = (label, input) => el("label", {}, label, " ", input);
+  const steps = el("datalist", {id: "bulk-steps"},
+                   ...failedSteps.map(step => el("option", {value: step})));
+  const form = el("form", {"data-testid": "bulk-form"},
+    field("Failed since", el("input", {type: "datetime-local", name: "since"})),
+    field("Failed before", el("input", {type: "datetime-local", name: "until"})),
+    field("Failed at step", el("input", {name: "failed_step", list: "bulk-steps",
+                                         maxlength: "128", autocomplete: "off"})), steps,
+    field("At most", el("input", {type: "number", name: "limit", min: "1", max: "100",
+                                  value: "50", required: ""})),
+    el("label", {class: "wide"}, "Reason (kept in each order's history)",
+       el("textarea", {name: "reason", rows: "2", maxlength: "1000"})),
+    el("label", {class: "notice wide"}, el("input", {type: "checkbox", name: "force"}),
+       " Also orders whose compensation failed: I have checked the services"),
+    el("button", {type: "submit", "data-testid": "bulk-dry-run", text: "Dry run"}));
+  const plan = el("div", {"data-testid": "bulk-plan"});
+  const section = el("section", {"data-testid": "bulk"},
+    el("h2", {id: "bulk-heading", tabindex: "-1"}, "Resubmit failed orders ",
+       el("small", {text: "Escape: back"})),
+    el("p", {class: "empty", text: "Failed orders (Error) picked by when they failed (your " +
+      "time) and at which step, newest failure first, at most 100 at a time. A dry run says " +
+      "what each would come to and changes nothing; then you confirm. Resubmitted as you."}),
+    form, plan);
+  form.oninput = () => plan.replaceChildren();  // a plan holds only for the filters it ran on
+  form.onsubmit = async ev => {
+    ev.preventDefault();
+    const ask = bulkAsk(form);
+    let result;
+    try {
+      result = await api("/resubmissions", {method: "POST",
+        headers: {"content-type": "application/json"},
+        body: JSON.stringify(Object.assign({}, ask, {dry_run: true}))});
+    } catch (e) {
+      return bulkSaid(plan, String(e.message || e));
+    }
+    drawPlan(plan, ask, result);
+  };
+  main.replaceChildren(section);
+}
+
+function bulkAsk(form) {
+  const f = new FormData(form);
+  // A datetime-local is the viewer's own time: sent as UTC (the API needs the zone).
+  const at = name => f.get(name) ? new Date(String(f.get(name))).toISOString() : null;
+  return {since: at("since"), until: at("until"),
+          failed_step: String(f.get("failed_step") || "").trim() || null,
+          reason: String(f.get("reason") || ""), force: f.get("force") === "on",
+          limit: Number(f.get("limit") || 50)};
+}
+
+function bulkSaid(plan, text) {
+  plan.replaceChildren(el("p", {class: "error", "data-testid": "bulk-result", tabindex: "-1",
+                                text}));
+  plan.firstChild.focus();
+}
+
+function bulkTable(items) {
+  return table("bulk-items", ["order", "failed step", "failed", "outcome", "why / last error"],
+    items, i => el("tr", {"data-order": i.OrderID, class: i.Outcome === "refused" ? "refused" : ""},
+      cell(orderLink(i.OrderID), "id"), cell(i.FailedStep), cell(when(i.UpdatedAt)),
+      cell(i.Outcome, "outcome"), cell(i.Why || i.LastError)));
+}
+
+function drawPlan(plan, ask, result) {
+  const go = result.Items.filter(i => i.Outcome !== "refused");
+  const refused = result.Items.length - go.length;
+  const more = result.More ? el("p", {class: "notice", "data-testid": "bulk-more",
+    text: "More orders match than this batch: run it again once these are done."}) : null;
+  // Orders a resubmit would refuse are not picked (they would fill every batch): said apart.
+  const n = result.Skipped || 0;
+  const skipped = n ? el("p", {class: "notice", "data-testid": "bulk-skipped",
+    text: `${n} more failed order${n === 1 ? "" : "s"} match${n === 1 ? "es" : ""} that a ` +
+          "resubmit would refuse, so not picked: a failed compensation (tick \"Also orders " +
+          "whose compensation failed\" once you have checked the services), or one still " +
+          "being compensated."}) : null;
+  const heading = el("h2", {id: "bulk-plan-heading", tabindex: "-1",
+    text: `Dry run: ${go.length} would be resubmitted, ${refused} refused ` +
+          "(nothing was changed)"});
+  const confirm = go.length ? el("button", {type: "button", "data-testid": "bulk-confirm",
+    text: `Resubmit ${go.length} order${go.length === 1 ? "" : "s"}`}) : null;
+  if (confirm) confirm.onclick = async () => {
+    confirm.disabled = true;  // once: a second click would be a second batch
+    // Pinned to what the dry run showed: an order failing since (newer than the newest shown)
+    // is not swept in. `until` is exclusive, so just after the newest one shown.
+    const newest = Math.max(...result.Items.map(i => Date.parse(i.UpdatedAt)));
+    const until = new Date(newest + 1).toISOString();
+    const pinned = Object.assign({}, ask, {dry_run: false,
+      until: ask.until && ask.until < until ? ask.until : until});
+    let done;
+    try {
+      done = await api("/resubmissions", {method: "POST",
+        headers: {"content-type": "application/json"}, body: JSON.stringify(pinned)});
+    } catch (e) {
+      return bulkSaid(plan, String(e.message || e));
+    }
+    const ok = done.Items.filter(i => i.Outcome === "resubmitted").length;
+    plan.replaceChildren(
+      el("h2", {id: "bulk-done-heading", tabindex: "-1", "data-testid": "bulk-result",
+                text: `Resubmitted ${ok}, refused ${done.Items.length - ok}`}),
+      bulkTable(done.Items));
+    document.getElementById("bulk-done-heading").focus();
+  };
+  plan.replaceChildren(...[heading, bulkTable(result.Items), skipped, more,
+    confirm ? el("p", {}, confirm, " ", el("span", {class: "empty",
+      text: "each as a single resubmit, your name in its history"})) : null].filter(Boolean));
+  heading.focus();
+}
+
 function schedule() {
   clearInterval(timer);
   // Live only while someone looks, and not while a resubmit form is being filled in. A
@@ -324,7 +448,8 @@ document.addEventListener("keydown", ev => {
   if (f && (f.tagName === "TEXTAREA" || f.tagName === "INPUT") && f.value &&
       f.type !== "checkbox") { f.blur(); return; }
   if (location.hash.startsWith("#/orders/")) location.hash = listHash;
-  else if (location.hash.startsWith("#/search?")) location.hash = "";
+  else if (location.hash.startsWith("#/search?") || location.hash === "#/resubmit")
+    location.hash = "";
 });
 document.getElementById("zone").textContent =
   "times in " + Intl.DateTimeFormat().resolvedOptions().timeZone + " (UTC on hover)";

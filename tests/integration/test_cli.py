@@ -420,13 +420,18 @@ def test_bulk_resubmit_with_a_dry_run_then_for_real(
     failed_and_compensated(h, "b-1")
     failed_and_compensated(h, "b-2")
     compensation_failed(h, "b-3")
-    # The dry run names each order and what it would come to; a refusal makes it exit 1.
-    assert orders("resubmit", "--state", "Error", "--since", "1h", "--dry-run") == 1
+    # The dry run names each order and what it would come to; one a resubmit would refuse
+    # (its compensation failed, no --force) is not picked, and said.
+    assert orders("resubmit", "--state", "Error", "--since", "1h", "--dry-run") == 0
     captured = capsys.readouterr()
     assert "b-1" in captured.out and "would resubmit" in captured.out
-    assert "refused" in captured.out and "force" in captured.out
-    assert "2 order(s) would be resubmitted, 1 refused" in captured.err
+    assert "b-3" not in captured.out
+    assert "2 order(s) would be resubmitted, 0 refused; 1 more match that a resubmit would " \
+        "refuse (compensation failed: --force" in " ".join(captured.err.split())
     assert "nothing was changed" in captured.err
+    assert orders("resubmit", "--state", "Error", "--dry-run", "--force", "--json") == 0
+    assert {i["OrderID"]: i["Outcome"] for i in json.loads(capsys.readouterr().out)["Items"]} == {
+        "b-1": "would resubmit", "b-2": "would resubmit", "b-3": "would resubmit"}
     assert all(h.container.store.get_state(o).generation == 0 for o in ("b-1", "b-2", "b-3"))
     # A time in the future picks nothing.
     assert orders("resubmit", "--state", "Error", "--since", "2999-01-01T00:00Z",

@@ -21,7 +21,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from shared.domain.state import ProcessState, due_at
 from shared.handlers.principal import READ_ROLE, RESUBMIT_ROLE
 from tests.integration.conftest import RunningHost
-from tests.integration.helpers import function, sb_message
+from tests.integration.helpers import drain_json, function, sb_message
 from tests.integration.test_operator_api import (
     OPERATOR_OID,
     accept,
@@ -35,7 +35,8 @@ CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 # is closed; its background connections would only be refused).
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-CONSOLE = {"overview", "console", "get_order", "resubmit_order", "ack_alert", "list_orders"}
+CONSOLE = {"overview", "console", "get_order", "resubmit_order", "ack_alert", "list_orders",
+           "resubmit_orders"}
 
 
 @pytest.fixture(scope="module")
@@ -361,3 +362,129 @@ def test_times_are_the_viewers_with_utc_on_hover(browser: Browser, h: RunningHos
     expect(pg.get_by_test_id("zone")).to_have_text("times in Asia/Tokyo (UTC on hover)")
     pg.context.close()
     assert foreign == []
+
+
+# -- bulk resubmit (issue 33, item 4) -------------------------------------------------------------
+
+def outcomes(page: Page) -> dict[str, str]:
+    """What the bulk page's table says of each order: its outcome and why."""
+    rows = page.get_by_test_id("bulk-items").locator("tbody tr")
+    return {r.get_attribute("data-order") or "": r.locator("td").nth(3).inner_text() + ": "
+            + r.locator("td").nth(4).inner_text() for r in rows.all()}
+
+
+def test_bulk_resubmit_a_dry_run_then_confirm(page: Page, h: RunningHost) -> None:
+    """From the failed orders: filters, a dry run showing what each order would come to and
+    changing nothing, then a confirmation that resubmits them as the signed-in operator."""
+    page.get_by_test_id("bulk-open").click()
+    form = page.get_by_test_id("bulk-form")
+    expect(page.locator("#bulk-heading")).to_be_focused()
+    # The failed steps the overview showed are offered.
+    steps = form.locator("datalist option")
+    assert {o.get_attribute("value") for o in steps.all()} == {"charge_payment",
+                                                               "arrange_shipping"}
+    form.locator("textarea[name=reason]").fill("outage over")
+    form.get_by_role("button", name="Dry run").click()
+    plan = page.get_by_test_id("bulk-plan")
+    expect(plan).to_contain_text("Dry run: 1 would be resubmitted, 0 refused")
+    expect(page.get_by_test_id("bulk-items").locator("tbody tr")).to_have_count(1)
+    assert "would resubmit" in outcomes(page)["f-1"]
+    # f-2's compensation failed: not picked without the force confirmation, and said.
+    expect(page.get_by_test_id("bulk-skipped")).to_contain_text(
+        "1 more failed order matches that a resubmit would refuse")
+    expect(plan).not_to_contain_text("null")  # nothing missing drawn as a word
+    assert [h.container.store.get_state(o).generation for o in ("f-1", "f-2")] == [0, 0]
+    # A filter changed after the dry run drops it: nothing to confirm until it runs again.
+    form.locator("input[name=failed_step]").fill("arrange_shipping")
+    expect(page.get_by_test_id("bulk-confirm")).to_have_count(0)
+    form.get_by_role("button", name="Dry run").click()
+    expect(plan).to_contain_text("Dry run: 0 would be resubmitted, 0 refused")
+    expect(page.get_by_test_id("bulk-confirm")).to_have_count(0)  # nothing it could do
+    form.locator("input[name=force]").check()
+    form.get_by_role("button", name="Dry run").click()
+    expect(plan).to_contain_text("Dry run: 1 would be resubmitted, 0 refused")
+    assert "would resubmit" in outcomes(page)["f-2"]
+    form.locator("input[name=force]").uncheck()
+    form.locator("input[name=failed_step]").fill("")
+    # A time after every failure picks none (the viewer's own time, sent as UTC).
+    form.locator("input[name=since]").fill(
+        (datetime.now() + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"))
+    form.get_by_role("button", name="Dry run").click()
+    expect(page.get_by_test_id("bulk-items")).to_have_text("none")
+    form.locator("input[name=since]").fill(
+        (datetime.now() - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"))
+    form.get_by_role("button", name="Dry run").click()
+    expect(plan).to_contain_text("Dry run: 1 would be resubmitted, 0 refused")
+    page.get_by_test_id("bulk-confirm").click()
+    expect(page.get_by_test_id("bulk-result")).to_have_text("Resubmitted 1, refused 0")
+    assert "resubmitted" in outcomes(page)["f-1"]
+    f1, f2 = (h.container.store.get_state(o) for o in ("f-1", "f-2"))
+    assert (f1.process_state, f1.generation) == (ProcessState.PENDING, 1)
+    assert f1.history[-1]["by"] == "local developer (oid development)"
+    assert f1.history[-1]["reason"] == "outage over"
+    assert (f2.process_state, f2.generation) == (ProcessState.ERROR, 0)
+
+
+def test_bulk_resubmit_confirms_only_what_the_dry_run_showed(page: Page, h: RunningHost) -> None:
+    """An order failing between the dry run and the confirmation is not swept in with it."""
+    page.goto(f"http://127.0.0.1:{h.port}/api/console#/resubmit")
+    form = page.get_by_test_id("bulk-form")
+    form.get_by_role("button", name="Dry run").click()
+    expect(page.get_by_test_id("bulk-plan")).to_contain_text("1 would be resubmitted")
+    drain_json(h.env["InventoryRequestsQueueName"])  # o-fresh's request: not f-3's
+    failed_and_compensated(h, "f-3")  # fails after the operator looked
+    page.get_by_test_id("bulk-confirm").click()
+    expect(page.get_by_test_id("bulk-result")).to_have_text("Resubmitted 1, refused 0")
+    assert set(outcomes(page)) == {"f-1"}
+    assert h.container.store.get_state("f-3").generation == 0
+
+
+def test_a_reader_is_told_why_they_cannot_bulk_resubmit(browser: Browser, h: RunningHost) -> None:
+    pg, foreign = open_console(browser, h, signed_in(READ_ROLE))
+    pg.goto(f"http://127.0.0.1:{h.port}/api/console#/resubmit")
+    pg.get_by_test_id("bulk-form").get_by_role("button", name="Dry run").click()
+    expect(pg.get_by_test_id("bulk-result")).to_contain_text(
+        "Ada Operator lacks the app role 'Orders.Resubmit'")
+    expect(pg.get_by_test_id("bulk-confirm")).to_have_count(0)
+    assert h.container.store.get_state("f-1").generation == 0
+    pg.context.close()
+    assert foreign == []
+
+
+def test_the_keyboard_path_of_bulk_resubmit(page: Page, h: RunningHost) -> None:
+    """By keyboard alone: the page's fields in reading order, Enter runs the dry run and lands
+    on what it found, Tab reaches the confirmation, Enter resubmits and lands on the outcome,
+    Escape goes back to the overview."""
+    page.get_by_test_id("bulk-open").focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#bulk-heading")).to_be_focused()
+    seen: list[str] = []
+    for _ in range(30):  # a date and time field is several stops (day, month, year, ...)
+        page.keyboard.press("Tab")
+        if not seen or seen[-1] != focused(page):
+            seen.append(focused(page))
+        if seen[-1] == "bulk-dry-run":
+            break
+    assert seen == ["since", "until", "failed_step", "limit", "reason", "force", "bulk-dry-run"]
+    page.locator("input[name=failed_step]").focus()
+    page.keyboard.type("charge_payment")
+    page.keyboard.press("Escape")  # text in the field: Escape only leaves it
+    expect(page.get_by_test_id("bulk")).to_be_visible()
+    page.locator("input[name=failed_step]").focus()
+    page.keyboard.press("Enter")  # the dry run
+    expect(page.locator("#bulk-plan-heading")).to_be_focused()
+    expect(page.locator("#bulk-plan-heading")).to_have_text(
+        "Dry run: 1 would be resubmitted, 0 refused (nothing was changed)")
+    assert h.container.store.get_state("f-1").generation == 0
+    for _ in range(4):  # past the order's link to the confirmation
+        page.keyboard.press("Tab")
+        if focused(page) == "bulk-confirm":
+            break
+    assert focused(page) == "bulk-confirm"
+    page.keyboard.press("Enter")
+    expect(page.locator("#bulk-done-heading")).to_be_focused()
+    expect(page.locator("#bulk-done-heading")).to_have_text("Resubmitted 1, refused 0")
+    assert h.container.store.get_state("f-1").generation == 1
+    page.keyboard.press("Escape")
+    expect(page.get_by_test_id("by-state")).to_be_visible()
+    assert "#/resubmit" not in page.url
