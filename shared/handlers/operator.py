@@ -292,13 +292,21 @@ class Operator:
                                      for i in self._store.order_ids_where(
                                          column, customer, min(limit, MAX_SEARCH))))
             ids = ids[:min(limit, MAX_SEARCH)]
-            states = [s for s in map(self._store.get_state, ids) if s is not None
+            states = [s for s in map(self._readable_state, ids) if s is not None
                       and (process_state is None or s.process_state.value == process_state)
                       and (prefix is None or s.order_id.startswith(prefix))]
             return Page([state_view(s).model_dump(mode="json") for s in states], None)
         states, token = self._store.list_states(process_state, limit, continuation,
                                                 prefix=prefix or None)
         return Page([state_view(s).model_dump(mode="json") for s in states], token)
+
+    def _readable_state(self, order_id: str) -> OrderState | None:
+        """As a listing reads: an unreadable record is left out (the Supervisor reports it)."""
+        try:
+            return self._store.get_state(order_id)
+        except CorruptRecord as e:
+            log.warning("%s", e)
+            return None
 
     def resubmit(self, order_id: str, reason: str = "", force: bool = False,
                  by: str | None = None) -> dict[str, Any]:

@@ -132,3 +132,22 @@ def test_a_search_by_customer_reads_the_columns_the_message_models_name() -> Non
                   customer_columns=Registry.of([WF]).customer_columns)
     with pytest.raises(ValueError, match="names a customer"):
         op.list(None, 10, None, customer="c-1")
+
+
+def test_a_search_by_customer_leaves_out_an_unreadable_record_as_a_listing_does() -> None:
+    clock = FakeClock(T0)
+    store = FakeOrderStore()
+    for oid in ("s-1", "s-2"):
+        o = parse_order(json.dumps({"order_id": oid, "customer_id": "c-9",
+                                    "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
+        store.create(o, receive(oid, WF, T0))
+    store.corrupt["s-1"] = "ValueError: 'Exploded' is not a valid ProcessState"
+    store.order_ids_where = lambda column, value, limit: ["s-1", "s-2"]  # type: ignore[attr-defined]
+    relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=FakeAlertSink(),
+                        workflows=Registry.of([WF]), agent_queues={}, scheduler_queue="cmds",
+                        clock=clock)
+    op = Operator(store=store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
+                  health=HealthProbe({}), pending_grace=timedelta(seconds=30), clock=clock,
+                  customer_columns=["CustomerId"])
+    page = op.list(None, 10, None, customer="c-9")
+    assert [o["OrderID"] for o in page.items] == ["s-2"]
