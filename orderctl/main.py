@@ -333,35 +333,61 @@ def watch(
     as_json: Annotated[bool, typer.Option(
         "--json", help="No progress bar; at the end one JSON object: each order's state, "
                        "failures, last error, and why intake rejected it.")] = False,
+    resend_wait: Annotated[float, typer.Option(
+        help="An order already settled at the first look may be a resend of its id: wait "
+             "this many seconds for intake to refuse it if its content differs.")] = 5.0,
 ) -> None:
     """Follow orders live until each is settled (Processed, or Error with compensation done).
 
-    Exits 1 when an order is not settled in time or intake rejected it.
+    Exits 1 when an order is not settled in time, intake rejected it, or it was sent again
+    with different content (a conflict: intake keeps the first order and refuses the other).
     """
-    ids = list(order_ids or [])
+    ids = list(dict.fromkeys(order_ids or []))
     if ids == ["-"]:
-        ids = _ids_from(sys.stdin.read())
+        ids = list(dict.fromkeys(_ids_from(sys.stdin.read())))
     if not ids:
         raise CliError("no order ids given", 2)
     store, operator = opts.container().store, opts.container().operator
     deadline = time.monotonic() + timeout
+    # A resend of an id whose order is settled reads as that order's state until intake has
+    # read it; only a refusal (a conflict) says otherwise, and a resend of the same content
+    # leaves no trace. So an order settled at the first look is watched a while longer.
+    resend_deadline = time.monotonic() + min(resend_wait, timeout)
+    states: dict[str, OrderState | None] = {}
+    rejected: dict[str, dict[str, Any]] = {}  # id -> intake's rejection row (or its conflict)
+    finished: set[str] = set()  # settled, and no conflict to wait for
+    settled_at_first_look: set[str] = set()
+
+    def look(oid: str) -> None:
+        first = oid not in states
+        s = states[oid] = store.get_state(oid)
+        if s is None:
+            if (r := operator.rejection(oid)) is not None:
+                rejected[oid] = r
+            return
+        if not s.is_settled:
+            return
+        if first:
+            settled_at_first_look.add(oid)
+        r = operator.rejection(oid)
+        if r is not None and r["Kind"] == "conflict":
+            rejected[oid] = r
+        elif oid not in settled_at_first_look or time.monotonic() >= resend_deadline:
+            finished.add(oid)
+
     # The first look before the progress bar: storage that cannot be reached is then one line,
     # not a bar left half-drawn above it.
-    states: dict[str, OrderState | None] = {ids[0]: store.get_state(ids[0])}
-    rejected: dict[str, dict[str, Any]] = {}  # message id -> intake's rejection row
+    look(ids[0])
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err(), disable=as_json) as progress:
         task = progress.add_task("waiting", total=len(ids))
         while True:
             for oid in ids:
-                if not _settled(states.get(oid)) and oid not in rejected:
-                    states[oid] = store.get_state(oid)
-                    if states[oid] is None and (r := operator.rejection(oid)) is not None:
-                        rejected[oid] = r
-            by_state = Counter("rejected" if oid in rejected else
-                               s.process_state.value if s else "not yet received"
-                               for oid, s in states.items())
-            done = sum(_settled(s) for s in states.values()) + len(rejected)
+                if oid not in finished and oid not in rejected:
+                    look(oid)
+            by_state = Counter(_watch_state(states.get(oid), rejected.get(oid))
+                               for oid in states)
+            done = len(finished) + len(rejected)
             progress.update(task, completed=done, description=", ".join(
                 f"{k} {v}" for k, v in sorted(by_state.items())))
             if done == len(ids) or time.monotonic() > deadline:
@@ -370,24 +396,38 @@ def watch(
     if as_json:
         print(json.dumps({"orders": [_watched(oid, states.get(oid), rejected.get(oid))
                                      for oid in ids],
-                          "settled": done - len(rejected), "rejected": len(rejected),
+                          "settled": len(finished), "rejected": len(rejected),
                           "not_settled": len(ids) - done}, default=str))
     else:
         t = Table(_id_column("order", ids), "state", "failures", "last error")
         for oid in ids:
-            s = states.get(oid)
-            if oid in rejected:
-                r = rejected[oid]
-                t.add_row(oid, "rejected", "", f"{r['Kind']}: {r['Reason']}")
+            s, r = states.get(oid), rejected.get(oid)
+            if r is not None:
+                t.add_row(oid, _watch_state(s, r), str(s.failure_count) if s else "",
+                          f"{r['Kind']}: {r['Reason']}"
+                          + (f" (the stored order: {s.process_state.value})" if s else ""))
                 continue
             t.add_row(oid, s.process_state.value if s else "not received",
                       str(s.failure_count) if s else "", (s.last_error or "") if s else "")
         out().print(t)
+    problems = []
     if done < len(ids):
-        raise CliError(f"{len(ids) - done} order(s) not settled after {timeout:.0f}s")
-    if rejected:
-        raise CliError(f"{len(rejected)} message(s) rejected at intake (see the table, or "
-                       "`orders rejected`)")
+        problems.append(f"{len(ids) - done} order(s) not settled after {timeout:.0f}s")
+    conflicts = sum(states.get(oid) is not None for oid in rejected)
+    if conflicts:
+        problems.append(f"{conflicts} order(s) sent again with different content: refused, "
+                        "the first one kept")
+    if len(rejected) > conflicts:
+        problems.append(f"{len(rejected) - conflicts} message(s) rejected at intake")
+    if problems:
+        raise CliError("; ".join(problems) + (
+            " (see the table, or `orders rejected`)" if rejected else ""))
+
+
+def _watch_state(s: OrderState | None, rejection: dict[str, Any] | None) -> str:
+    if rejection is not None:
+        return "conflict" if s is not None else "rejected"
+    return s.process_state.value if s else "not yet received"
 
 
 def _ids_from(text: str) -> list[str]:
@@ -406,7 +446,8 @@ def _watched(oid: str, s: OrderState | None, rejection: dict[str, Any] | None
     """One order as `watch --json` says it: the same facts as its table, in fields."""
     return {
         "order_id": oid,
-        "state": "rejected" if rejection else s.process_state.value if s else "not received",
+        "state": ("not received" if s is None and rejection is None
+                  else _watch_state(s, rejection)),
         "settled": rejection is None and _settled(s),
         "compensation": s.compensation.value if s and s.compensation else None,
         "failures": s.failure_count if s else None,

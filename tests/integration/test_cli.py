@@ -547,18 +547,22 @@ def test_watch_json_says_each_order_and_keeps_the_exit_codes(
                              "rejected": None}
     assert (doc["settled"], doc["rejected"], doc["not_settled"]) == (1, 1, 2)
     # No progress on stderr either (without --json its last state is a line there).
-    assert captured.err.strip().splitlines() == ["error: 2 order(s) not settled after 0s"]
+    assert captured.err.strip().splitlines() == [
+        "error: 2 order(s) not settled after 0s; 1 message(s) rejected at intake (see the "
+        "table, or `orders rejected`)"]
     # Rejected, all else settled: 1, as without --json; all settled: 0.
-    assert orders("watch", "w-failed", "w-bad", "--json", "--interval", "0.1") == 1
+    # (--resend-wait 0: w-failed is settled at the first look; no resend is on its way.)
+    assert orders("watch", "w-failed", "w-bad", "--json", "--interval", "0.1",
+                  "--resend-wait", "0") == 1
     assert "1 message(s) rejected" in capsys.readouterr().err
-    assert orders("watch", "w-failed", "--json") == 0
+    assert orders("watch", "w-failed", "--json", "--resend-wait", "0") == 0
     assert json.loads(capsys.readouterr().out)["settled"] == 1
     # `orders send --json | orders watch -`: it reads send's JSON as well as one id a line.
     import io
 
     monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(
         {"queue": "orders", "sent": ["w-failed"], "failed": [], "stopped": None})))
-    assert orders("watch", "-", "--json") == 0
+    assert orders("watch", "-", "--json", "--resend-wait", "0") == 0
     assert [o["order_id"] for o in json.loads(capsys.readouterr().out)["orders"]] == [
         "w-failed"]
 
@@ -617,3 +621,44 @@ def test_help_has_no_line_broken_mid_paragraph(
         word = line.strip(" │").split()[0]
         assert len(text) + 1 + len(word) > room, (
             f"{cmd}: {text.strip()!r} ends though {word!r} would fit after it")
+
+
+# -- a conflicting resend (issue 33: watch said Processed, exit 0) ------------------------------
+
+def test_watch_says_a_conflicting_resend_and_exits_1(
+        run_host: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same id sent again with a different body: intake keeps the first order and refuses
+    the second. Watching it must say so, not report the first order's state with exit 0,
+    whether intake refused it before the watch began or while it waits."""
+    h: RunningHost = run_host(only={"intake"})
+    failed_and_compensated(h, "c-1")  # settled: what the first order came to
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps(order("c-1", customer_id="c-2")) + "\n")
+    # Sent, then watched at once: intake (the host's) has not read it yet at the first look.
+    assert orders("send", "--local", "--file", str(other)) == 0
+    capsys.readouterr()
+    assert orders("watch", "c-1", "--timeout", "30", "--interval", "0.1") == 1
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()[-1:]
+    assert line == ("error: 1 order(s) sent again with different content: refused, the first "
+                    "one kept (see the table, or `orders rejected`)")
+    assert "conflict" in captured.out
+    # Refused before the watch began, and as JSON.
+    assert orders("watch", "c-1", "--json") == 1
+    (doc,) = json.loads(capsys.readouterr().out)["orders"]
+    assert (doc["state"], doc["settled"], doc["rejected"]["kind"]) == ("conflict", False,
+                                                                     "conflict")
+    assert "c-1 already exists with different content" in doc["rejected"]["reason"]
+    assert doc["last_error"] == h.container.store.get_state("c-1").last_error  # the stored one
+
+
+def test_watch_of_a_resend_with_the_same_content_is_its_state(
+        run_host: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    h: RunningHost = run_host(only={"intake"})
+    failed_and_compensated(h, "c-2")
+    same = tmp_path / "same.jsonl"
+    same.write_text(json.dumps(order("c-2")) + "\n")
+    assert orders("send", "--local", "--file", str(same)) == 0
+    capsys.readouterr()
+    assert orders("watch", "c-2", "--interval", "0.1", "--resend-wait", "1") == 0
+    assert "Error" in capsys.readouterr().out
