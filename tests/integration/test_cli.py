@@ -662,3 +662,21 @@ def test_watch_of_a_resend_with_the_same_content_is_its_state(
     capsys.readouterr()
     assert orders("watch", "c-2", "--interval", "0.1", "--resend-wait", "1") == 0
     assert "Error" in capsys.readouterr().out
+
+
+def test_send_tells_a_message_the_channel_refuses_from_a_channel_that_failed() -> None:
+    """Too large: that order is skipped and the others go; anything else stops the send."""
+    from azure.core.exceptions import HttpResponseError, ServiceRequestError
+    from azure.servicebus.exceptions import (
+        MessageSizeExceededError,
+        ServiceBusConnectionError,
+    )
+
+    too_big = HttpResponseError(message="too big")
+    too_big.status_code = 413
+    assert "too large for Service Bus" in (
+        cli_main._refused_message(MessageSizeExceededError(message="1 MB")) or "")
+    assert "too large for the local channel" in (cli_main._refused_message(too_big) or "")
+    for stop in (ServiceBusConnectionError(message="no route"), ServiceRequestError("down"),
+                 HttpResponseError(message="forbidden")):
+        assert cli_main._refused_message(stop) is None, stop
