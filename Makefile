@@ -27,11 +27,12 @@ NEED_NPM = @command -v npm >/dev/null || { \
 	echo "error: Node.js (npm) is needed for Azurite, the storage emulator: https://nodejs.org"; \
 	exit 1; }
 
-# What ships is installed first from requirements-lock.txt, every package of it pinned and
-# checked against its hashes (--require-hashes); the rest then finds it installed.
+# What ships is installed first from requirements.txt, the lock of requirements.in: every
+# package pinned and checked against its hashes (--require-hashes), as the Flex remote build
+# installs it; the rest then finds it installed.
 LOCKED_INSTALL = -m pip install --quiet --disable-pip-version-check --require-hashes \
-	-r requirements-lock.txt
-$(LOCAL_STAMP): requirements.txt requirements-lock.txt requirements-local.txt pyproject.toml
+	-r requirements.txt
+$(LOCAL_STAMP): requirements.in requirements.txt requirements-local.txt pyproject.toml
 	$(NEED_PYTHON)
 	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) $(LOCKED_INSTALL)
@@ -85,7 +86,7 @@ PYTHON_NEWEST ?= $(shell (python3.13 -c '' 2>/dev/null && echo python3.13) || \
 	ls -d "$$(pyenv root 2>/dev/null)"/versions/3.13*/bin/python3.13 2>/dev/null | tail -1)
 VENV_NEWEST := .venv-py313
 NEWEST_STAMP := $(VENV_NEWEST)/.installed
-$(NEWEST_STAMP): requirements.txt requirements-lock.txt requirements-local.txt \
+$(NEWEST_STAMP): requirements.in requirements.txt requirements-local.txt \
 		requirements-dev.txt pyproject.toml
 	$(PYTHON_NEWEST) -m venv $(VENV_NEWEST)
 	$(VENV_NEWEST)/bin/python $(LOCKED_INSTALL)

@@ -1,5 +1,5 @@
 """`pip install ".[cli]"` gives a working `orders` CLI: every third-party module the app and the
-CLI import is a dependency the package declares (requirements.txt, or the `cli` extra), at the
+CLI import is a dependency the package declares (requirements.in, or the `cli` extra), at the
 version the development tools pin."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_every_module_the_app_and_cli_import_is_a_declared_dependency() -> None:
     import sys
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    declared = _requirements((ROOT / "requirements.txt").read_text().splitlines())
+    declared = _requirements((ROOT / "requirements.in").read_text().splitlines())
     declared |= _requirements(project["optional-dependencies"]["cli"])
     providers = packages_distributions()
     imported = set().union(*(_names(p) for p in SHIPPED)) - FIRST_PARTY
