@@ -129,7 +129,7 @@ class Supervisor:
             except NewerRecord as e:
                 # Not broken, a newer release's (a rolling deployment): its Supervisor has it.
                 log.info("supervisor: order %s left to a newer release (%s)", entry.order_id, e)
-                report.skipped += 1
+                self._step_aside(entry, e.version, report)
             except CorruptRecord as e:
                 self._unreadable(entry, e, report)
             except Exception as e:
@@ -195,9 +195,9 @@ class Supervisor:
             if not e.newer:  # removed from the app while orders still follow it: an operator's
                 raise CorruptRecord(entry.order_id, state.version or "", str(e)) from e
             # A newer release's order, met while both run in a rolling deployment: its own
-            # Supervisor follows it; this one leaves it, and the record, as they are.
+            # Supervisor follows it; this one leaves the record as it is.
             log.info("supervisor: order %s left to a newer release (%s)", entry.order_id, e)
-            report.skipped += 1
+            self._step_aside(entry, state.version or "", report)
             return
         decision = supervise(state, now, self._policy, workflow, tick.log)
         if decision is None:
@@ -266,6 +266,18 @@ class Supervisor:
                 key=f"{entry.order_id}.failing.{type(e).__name__}.{self._clock():%Y%m%d}"))
         except Exception:
             log.exception("supervisor: could not report order %s", entry.order_id)
+
+    def _step_aside(self, entry: InFlightEntry, version: str, report: TickReport) -> None:
+        """A newer release's order: its entry is filed a pending grace later, not left at the
+        front of its partition, where (its release rolled back, say) it would take this
+        Supervisor's reads every tick and keep the orders behind it from being recovered. The
+        newer release's Supervisor, meeting it there, follows the order as before."""
+        report.skipped += 1
+        try:
+            self._store.quarantine(entry, version, self._clock() + self._policy.pending_grace)
+        except Exception:
+            report.errors += 1
+            log.exception("supervisor: could not file order %s aside", entry.order_id)
 
     def _unreadable(self, entry: InFlightEntry, e: CorruptRecord, report: TickReport) -> None:
         # Filed aside, to be read again later: never at the front of its partition, where it

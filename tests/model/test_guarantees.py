@@ -49,6 +49,7 @@ from shared.domain.messages import (
     undo_key,
 )
 from shared.domain.state import (
+    SCHEMA_VERSION,
     CompensationState,
     ProcessState,
     RetryPolicy,
@@ -223,6 +224,8 @@ class PipelineMachine(RuleBasedStateMachine):
         }
         self.orders: dict[str, bytes] = {}
         self.bad: set[str] = set()
+        # Those of them the next release wrote, with the version it left: never written here.
+        self.newer: dict[str, str] = {}
         self.forged = 0  # requests an attacker put on the Agents' queues
         # Completed ticks in a row that found a readable order overdue and left it as it was.
         self.overdue_ticks: dict[str, int] = {}
@@ -366,17 +369,28 @@ class PipelineMachine(RuleBasedStateMachine):
                 f"records about\n" + self.story(oid))
 
     @precondition(lambda self: len(self.bad) < len(BAD_IDS))
-    @rule(data=st.data())
-    def a_record_no_release_can_read(self, data: st.DataObject) -> None:
-        """A state record that cannot be read (corrupted, or of a shape from the future) sits
-        in the index in front of, or among, the orders'."""
+    @rule(data=st.data(), kind=st.sampled_from(["corrupt", "next release's, unreadable here",
+                                                "next release's, readable"]))
+    def a_record_this_release_must_not_run(self, data: st.DataObject, kind: str) -> None:
+        """A state record this release cannot or must not run sits in the index in front of,
+        or among, the orders': corrupted; or written by the next release (a rolling deployment,
+        or one rolled back), in a shape this one cannot read or in one it can (a SchemaVersion
+        above its own: rules it may not know)."""
         oid = data.draw(st.sampled_from([b for b in BAD_IDS if b not in self.bad]))
         order = parse_order(json.dumps({
             "order_id": oid, "customer_id": "c",
             "items": [{"sku": "A", "quantity": 1, "unit_price": "1.00"}]}).encode())
-        self.store.create(order, receive(oid, self.workflow, self.clock.now
-                                         - timedelta(seconds=data.draw(st.integers(0, 120)))))
-        self.store.corrupt[oid] = "ProcessState: 'Exploded' is not a valid ProcessState"
+        stored = self.store.create(order, receive(
+            oid, self.workflow,
+            self.clock.now - timedelta(seconds=data.draw(st.integers(0, 120)))))
+        if kind == "corrupt":
+            self.store.corrupt[oid] = "ProcessState: 'Exploded' is not a valid ProcessState"
+        elif kind == "next release's, unreadable here":
+            self.store.corrupt[oid] = "newer: ProcessState: 'Held' is not a valid ProcessState"
+        else:
+            self.store.states[oid].schema_version = SCHEMA_VERSION + 1
+        if kind != "corrupt":
+            self.newer[oid] = stored.version or ""
         self.bad.add(oid)
 
     @precondition(lambda self: any(not s.is_settled and s.index_key
@@ -527,6 +541,9 @@ class PipelineMachine(RuleBasedStateMachine):
         assert not left, f"index entries left behind: {left}"
         for oid in self.bad:  # reported at most once each, however many ticks met it
             assert len(self.alerts.of(oid, AlertKind.RECORD_UNREADABLE)) <= 1, oid
+        for oid, version in self.newer.items():  # the next release's: left to it, unreported
+            assert self.store.states[oid].version == version, f"{oid} was written here"
+            assert self.alerts.of(oid) == [], (oid, self.alerts.of(oid))
         for oid, state in self.store.states.items():
             if oid in self.bad:
                 continue
