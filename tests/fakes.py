@@ -78,6 +78,7 @@ class FakeOrderStore:
                  horizon: timedelta | None = None) -> None:
         self.fault = fault
         self.orders: dict[str, tuple[dict[str, Any], str]] = {}
+        self.columns: dict[str, dict[str, str]] = {}  # the order row's, as the model names
         self.states: dict[str, OrderState] = {}
         self.corrupt: dict[str, str] = {}  # order id -> why its record cannot be read
         self.index: dict[str, InFlightEntry] = {}  # by key
@@ -131,6 +132,7 @@ class FakeOrderStore:
             raise OrderAlreadyExists(order.order_id, self.orders[order.order_id][1]
                                      if order.order_id in self.orders else None)
         self.orders[order.order_id] = (order.document(), order.fingerprint())
+        self.columns[order.order_id] = order.columns()
         return self._stamp(state)
 
     def load(self, order_id: str) -> StoredOrder | None:
@@ -192,11 +194,21 @@ class FakeOrderStore:
             self.drop(entry.key)
 
     def list_states(self, process_state: str | None, limit: int,
-                    continuation: str | None) -> tuple[list[OrderState], str | None]:
+                    continuation: str | None, prefix: str | None = None,
+                    ) -> tuple[list[OrderState], str | None]:
+        """As the table store: by order id (its partition key), unreadable records left out;
+        one page (the fake has no continuation)."""
         self.fault("store.list_states")
-        items = [copy.deepcopy(s) for s in self.states.values()
-                 if process_state is None or s.process_state.value == process_state]
+        items = [copy.deepcopy(s) for oid, s in sorted(self.states.items())
+                 if (process_state is None or s.process_state.value == process_state)
+                 and (prefix is None or oid.startswith(prefix)) and oid not in self.corrupt]
         return items[:limit], None
+
+    def order_ids_where(self, column: str, value: str, limit: int) -> list[str]:
+        if not column.isidentifier():
+            raise ValueError(f"{column!r} is not a column name")
+        self.fault("store.order_ids_where")
+        return sorted(o for o, cols in self.columns.items() if cols.get(column) == value)[:limit]
 
 
 @dataclass

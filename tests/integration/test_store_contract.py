@@ -265,3 +265,36 @@ def test_the_tick_log_is_not_in_the_in_flight_index(app_env: Callable[..., dict[
     TableTickLog(c.tables.get_table_client(c.settings.inflight_table)).write(
         TickLog().after_tick(T0, timedelta(seconds=75)), None)
     assert c.store.due(T0 + timedelta(days=3650), 100) == []
+
+
+def test_a_listing_is_by_id_of_one_state_and_prefix_and_leaves_out_the_unreadable(
+        store: OrderStore) -> None:
+    for oid in ("p-2", "p-1", "q-1"):
+        create(store, oid)
+    first, _ = store.list_states(None, 10, None, prefix="p-")
+    assert [s.order_id for s in first] == ["p-1", "p-2"]
+    _make_unreadable(store, "p-2")
+    assert [s.order_id for s in store.list_states(None, 10, None)[0]] == ["p-1", "q-1"]
+    assert store.list_states("Processing", 10, None)[0] == []
+    assert [s.order_id for s in store.list_states("Pending", 1, None)[0]] == ["p-1"]
+
+
+def _make_unreadable(store: OrderStore, order_id: str) -> None:
+    if isinstance(store, FakeOrderStore):
+        store.corrupt[order_id] = "ProcessState: 'Exploded' is not a valid ProcessState"
+        return
+    table = store._states  # type: ignore[attr-defined]
+    e = table.get_entity(order_id, "state")
+    e["ProcessState"] = "Exploded"
+    table.update_entity(e)
+
+
+def test_orders_are_found_by_a_column_their_model_writes(store: OrderStore) -> None:
+    create(store, "c-1", customer_id="cust-a")
+    create(store, "c-2", customer_id="cust-b")
+    create(store, "c-3", customer_id="cust-a")
+    assert store.order_ids_where("CustomerId", "cust-a", 10) == ["c-1", "c-3"]
+    assert store.order_ids_where("CustomerId", "cust-a", 1) == ["c-1"]
+    assert store.order_ids_where("CustomerId", "nobody", 10) == []
+    with pytest.raises(ValueError, match="column"):
+        store.order_ids_where("CustomerId eq 'x' or true", "v", 10)
