@@ -130,6 +130,7 @@ var appSettings = union(services.queueSettings, {
   // whatever it says. '1' for full fidelity (docs/tracing.md).
   OrderTraceSampleRatio: '0.05'
   RejectedRetentionDays: '30'
+  AlertRetentionDays: '90'
   AgentRetryBaseSeconds: '0.2'
   AgentRetryMaxSeconds: '5'
   AgentCallTimeoutSeconds: '10'
