@@ -143,7 +143,7 @@ def test_resubmit(run_host: Any, capsys: pytest.CaptureFixture[str]) -> None:
     assert "resubmitted" in capsys.readouterr().out
     # Straight to storage: the storage role was the check; the login name is what it knows.
     assert h.container.store.get_state("f-1").history[-1]["by"] == (
-        f"{getpass.getuser()} (orders CLI, storage)")
+        f"{getpass.getuser()} (orders CLI, storage key: not an identity)")
     assert orders("resubmit", "f-1") == 1
     assert "Pending" in capsys.readouterr().err
     assert orders("resubmit", "ghost") == 1
@@ -399,9 +399,9 @@ def test_alerts_ack_straight_to_storage_and_through_the_api(
     assert json.loads(capsys.readouterr().out)["AlertId"] == second["AlertId"]
     assert orders("alerts", "--acknowledged", "--json") == 0
     by = {a["AlertId"]: a["AcknowledgedBy"] for a in json.loads(capsys.readouterr().out)}
-    assert by == {first["AlertId"]: f"{getpass.getuser()} (orders CLI, storage)",
+    assert by == {first["AlertId"]: f"{getpass.getuser()} (orders CLI, storage key: not an identity)",
                   second["AlertId"]: "local developer (oid development)",
-                  third["AlertId"]: f"{getpass.getuser()} (orders CLI, storage)"}
+                  third["AlertId"]: f"{getpass.getuser()} (orders CLI, storage key: not an identity)"}
     assert orders("alerts", "--open", "--json") == 0
     assert json.loads(capsys.readouterr().out) == []
     # Once, and said in one line either way.
@@ -450,7 +450,7 @@ def test_bulk_resubmit_with_a_dry_run_then_for_real(
     assert orders("resubmit", "--state", "Error", "--failed-step", "charge_payment") == 0
     (other,) = {"b-1", "b-2"} - set(done)
     assert h.container.store.get_state(other).history[-1]["by"] == (
-        f"{getpass.getuser()} (orders CLI, storage)")
+        f"{getpass.getuser()} (orders CLI, storage key: not an identity)")
     for args, says in [(["resubmit", "b-1", "--state", "Error"], "not both"),
                        (["resubmit"], "not both"),
                        (["resubmit", "b-1", "--dry-run"], "go with --state"),
