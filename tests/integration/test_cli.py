@@ -399,9 +399,10 @@ def test_alerts_ack_straight_to_storage_and_through_the_api(
     assert json.loads(capsys.readouterr().out)["AlertId"] == second["AlertId"]
     assert orders("alerts", "--acknowledged", "--json") == 0
     by = {a["AlertId"]: a["AcknowledgedBy"] for a in json.loads(capsys.readouterr().out)}
-    assert by == {first["AlertId"]: f"{getpass.getuser()} (orders CLI, storage key: not an identity)",
+    by_key = f"{getpass.getuser()} (orders CLI, storage key: not an identity)"
+    assert by == {first["AlertId"]: by_key,
                   second["AlertId"]: "local developer (oid development)",
-                  third["AlertId"]: f"{getpass.getuser()} (orders CLI, storage key: not an identity)"}
+                  third["AlertId"]: by_key}
     assert orders("alerts", "--open", "--json") == 0
     assert json.loads(capsys.readouterr().out) == []
     # Once, and said in one line either way.
