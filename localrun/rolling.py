@@ -57,6 +57,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from shared.workflows import REGISTRY
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / ".azurite" / "rolling"
 # The release before this session's changes (the event timeline, before workflows by registry).
@@ -66,7 +68,8 @@ DEFAULT_PREVIOUS = "0ccd175"
 LEASE_SECONDS = 15
 # Shorter timings for --quick (the e2e test): the demo's fault rates, smaller budgets and hangs.
 QUICK = {
-    "StepBudgetSeconds": "reserve_inventory=5,charge_payment=5,arrange_shipping=5",
+    # The default workflow's steps: the orders the previous release runs follow it.
+    "StepBudgetSeconds": ",".join(f"{s.name}=5" for s in REGISTRY.get().steps),
     "SimHangSeconds": "6",
     "SupervisorSchedule": "*/2 * * * * *",
     "PendingGraceSeconds": "5",
@@ -136,8 +139,8 @@ class HostProcess:
         self.log = logs / f"{self.run}.log"
         self.out = logs / f"{self.run}.out"
         sim = sim_url or f"http://127.0.0.1:{self.port}/api/sim"
-        services = {f"{s.capitalize()}ServiceUrl": f"{sim}/{s}"
-                    for s in ("inventory", "payment", "shipping")}
+        # Each by name: an earlier release may not derive them from SimulatorBaseUrl.
+        services = {f"{s.capitalize()}ServiceUrl": f"{sim}/{s}" for s in REGISTRY.services}
         host_env = {
             **{k: v for k, v in os.environ.items()
                if not k.startswith(("AzureWebJobs", "PYTHONPATH"))},
