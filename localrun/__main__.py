@@ -98,7 +98,17 @@ def main(argv: list[str] | None = None) -> int:
         init_worker_telemetry(os.environ)
         import function_app  # checks the settings, as the host does when it indexes the app
         from shared import bootstrap
+        from shared.contracts.services import thread_pool
         from shared.settings import load_settings
+
+        # A pool sized for fewer services than the app now runs (a local.settings.json made
+        # before one was added) leaves invocations waiting for a thread: said, not refused.
+        needed = thread_pool(bootstrap.configured(), json.loads((ROOT / "host.json").read_text()))
+        pool = os.environ.get("PYTHON_THREADPOOL_THREAD_COUNT", "")
+        if pool.isdigit() and int(pool) < needed:
+            print(f"note: PYTHON_THREADPOOL_THREAD_COUNT is {pool}, fewer than the {needed} the "
+                  "app's functions may run at once (local.settings.template.json has it)",
+                  file=sys.stderr)
 
         settings = load_settings()
         if args.create_resources:

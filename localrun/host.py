@@ -464,11 +464,17 @@ class LocalFunctionHost:
 
     def start(self) -> LocalFunctionHost:
         # Like the host at start-up: every %Setting% in a binding must resolve, or nothing runs.
-        for f in self._functions:
-            for b in f.bindings:
-                for v in b.values():
-                    if isinstance(v, str):
-                        self.resolve(v)
+        # All of them named at once: a new service brings two (its queue, and its URL's).
+        missing = sorted({m.group(1) for f in self._functions for b in f.bindings
+                          for v in b.values() if isinstance(v, str)
+                          for m in _SETTING.finditer(v) if m.group(1) not in self._settings})
+        if missing:
+            raise HostConfigError(
+                f"{', '.join(f'%{n}%' for n in missing)} "
+                f"{'does' if len(missing) == 1 else 'do'} not resolve to an app setting: add "
+                f"{'it' if len(missing) == 1 else 'them'} to local.settings.json "
+                "(local.settings.template.json has the values; `python -m shared.contracts` "
+                "writes a new service's there)")
         if self._worker is not None:
             self._worker.start()
         http_routes = []

@@ -100,9 +100,12 @@ def test_on_any_port_the_agents_call_the_simulated_services_this_host_serves(
         host_settings: dict[str, str], tmp_path: Path) -> None:
     """The template says http://localhost:7071/api/sim; a host on another port serves them on
     its own, and its Agents call them there (not 7071, where another host, or none, runs)."""
-    host = HostProcess(host_settings, tmp_path / "host", "--create-resources")
+    host = HostProcess({**host_settings, "PYTHON_THREADPOOL_THREAD_COUNT": "40"},
+                       tmp_path / "host", "--create-resources")
     try:
         assert host.started["simulators"] == f"http://localhost:{host.port}/api/sim"
+        # A pool from a settings file made before a service was added is pointed out.
+        assert "PYTHON_THREADPOOL_THREAD_COUNT is 40, fewer than the" in host.err.read_text()
         from shared.workflows import REGISTRY
 
         assert host.started["workflows"] == REGISTRY.describe()  # each, with its versions

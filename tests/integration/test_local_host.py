@@ -161,6 +161,13 @@ def test_unresolved_setting_is_an_error_naming_it() -> None:
                              storage_connection=AZURITE_CONNECTION, host_json=FAST_RETRIES)
     with pytest.raises(HostConfigError, match="SchedulerQueueName"):
         host.resolve("%SchedulerQueueName%")
+    # At start-up, every one that does not resolve, at once, and where to put them.
+    with pytest.raises(HostConfigError) as e:
+        host.start()
+    for name in ("%OrdersQueueName%", "%SchedulerQueueName%", "%AgentResponsesQueueName%",
+                 "%PaymentRequestsQueueName%"):
+        assert name in str(e.value)
+    assert "local.settings.json" in str(e.value)
 
 
 def test_queue_output_binding_is_sent_after_the_function_returns(app_env: Any) -> None:
