@@ -281,7 +281,9 @@ def status(order_id: str,
     c = out()
     c.print(f"[bold]{view['OrderID']}[/]  {view['ProcessState']}"
             + (f"  compensation {view['Compensation']}" if view["Compensation"] else ""))
-    for k in ("Workflow", "LockedBy", "CompleteBy", "FailureCount", "Resubmissions", "LastError",
+    # The version the order started on: the steps it follows, whatever the latest is.
+    c.print(f"  Workflow: {view['Workflow'] or 'the default'} v{view.get('WorkflowVersion') or 1}")
+    for k in ("LockedBy", "CompleteBy", "FailureCount", "Resubmissions", "LastError",
               "CreatedAt", "UpdatedAt"):
         c.print(f"  {k}: {view[k]}")
     c.print(_step_table(view))

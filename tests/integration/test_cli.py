@@ -88,6 +88,7 @@ def test_status_of_an_order_and_of_an_unknown_one(env: dict[str, str],
     assert orders("status", "o-1") == 0
     text = capsys.readouterr().out
     assert "o-1" in text and "Processing" in text and "reserve_inventory" in text
+    assert "Workflow: order-fulfilment v1" in text  # the version it started on
     assert orders("status", "o-1", "--json") == 0
     assert json.loads(capsys.readouterr().out)["ProcessState"] == "Processing"
     assert orders("status", "ghost") == 1
