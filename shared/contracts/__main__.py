@@ -47,9 +47,19 @@ def _local_settings(template: dict[str, object],
 
 
 def main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m shared.contracts",
+        description="Write what the workflows' declarations make: the message schemas under "
+                    "schemas/, infra/services.json (the queues, settings and roles the Bicep "
+                    "creates) and the local settings template's queue settings and thread pool.")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 naming each file that is out of date")
+    args = parser.parse_args(argv)
     stale = [p for p, text in rendered().items()
              if not p.exists() or p.read_text() != text]
-    if "--check" in argv:
+    if args.check:
         for p in stale:
             print(f"{p.relative_to(ROOT)} is out of date: "
                   "run python -m shared.contracts", file=sys.stderr)

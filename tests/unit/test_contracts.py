@@ -184,3 +184,13 @@ def test_the_message_check_reads_the_published_file() -> None:
     status = StatusUpdate(order_id="o-1", event="completed", at=datetime.now(UTC)).to_json()
     assert problems("statusUpdates", status) == []
     assert problems("statusUpdates", status.replace("completed", "finished")) != []
+
+
+def test_help_writes_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m shared.contracts --help` says what it does (it wrote the files)."""
+    mtimes = {p: p.stat().st_mtime_ns for p in rendered()}
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and "--check" in out and "wrote" not in out
+    assert {p: p.stat().st_mtime_ns for p in rendered()} == mtimes
