@@ -499,8 +499,7 @@ def resubmit(order_id: Annotated[str | None, typer.Argument(
         view = _resubmit_through_api(order_id, reason, force)
     else:
         try:
-            # Straight to storage: whoever holds the storage role; their login name is what we
-            # know.
+            # Straight to storage: whoever holds the storage role (_cli_operator says who).
             view = opts.container().operator.resubmit(order_id, reason, force,
                                                       by=_cli_operator())
         except OrderNotFound:

@@ -89,16 +89,9 @@ def test_old_alert_rows_are_listed_by_the_api_the_cli_and_the_console(
     assert seen(op.alerts(limit=50)) == wanted
 
 
-# The first release's alert row keys end in 8 hex digits (a random part); the alert id the
-# list gives such a row is refused by the acknowledgement (dace039), whose pattern takes only
-# today's 12 (shared/handlers/operator.py, _ALERT_ID). Proposed fix: accept 8 or 12 there,
-# r"^(\d{8})\.(\d{13}-(?:[0-9a-f]{12}|[0-9a-f]{8}))$".
-ACK_GAPS: dict[str, str] = {}
-
-
-@pytest.mark.parametrize("path", [
-    pytest.param(f, id=f.stem, marks=[pytest.mark.xfail(strict=True, reason=ACK_GAPS[f.stem])]
-                 if f.stem in ACK_GAPS else []) for f in fixtures("alert-row")])
+# The first release's alert row keys end in 8 hex digits (a random part), today's in 12: the
+# acknowledgement takes the id the list gives either (shared/handlers/operator.py, _ALERT_ID).
+@pytest.mark.parametrize("path", fixtures("alert-row"), ids=lambda f: f.stem)
 def test_old_alert_rows_can_be_acknowledged_by_the_id_they_are_listed_with(
         path: Path, pipeline: Pipeline) -> None:
     fx = load(path)
@@ -147,19 +140,10 @@ def test_old_rejected_rows_are_listed_paged_and_found(path: Path, pipeline: Pipe
     assert _rejected_seen(op.overview()["Rejected"]) == wanted
 
 
-# The first release keyed a rejected row by a content digest. Expiry reads a range of row keys
-# that count down from when a message was sent (RowKey gt '<countdown of the cut-off>.'); a
-# digest below the countdown (one starting 0-7: about half of them) is never in that range, so
-# such a row is never deleted (and it lists before every newer row). Proposed fix in
-# shared/adapters/rejections.py (_expire): a second range, RowKey lt '<countdown of now plus a
-# day>' and RejectedAt lt the cut-off, which no countdown key of a message already sent reaches:
-# only the digest-keyed rows, a few per record as now.
-EXPIRY_GAPS: dict[str, str] = {}
-
-
-@pytest.mark.parametrize("path", [
-    pytest.param(f, id=f.stem, marks=[pytest.mark.xfail(strict=True, reason=EXPIRY_GAPS[f.stem])]
-                 if f.stem in EXPIRY_GAPS else []) for f in fixtures("rejection-row")])
+# The first release keyed a rejected row by a content digest; expiry's second range (below any
+# countdown a message sent by now can have: shared/adapters/rejections.py, _expire) reaches the
+# digests that sort below the countdown (one starting 0-7: about half of them).
+@pytest.mark.parametrize("path", fixtures("rejection-row"), ids=lambda f: f.stem)
 def test_old_rejected_rows_are_kept_for_their_retention_then_expire(
         path: Path, make_pipeline: Any) -> None:
     fx = load(path)
