@@ -4,9 +4,11 @@ quickstart, off for a deployment that reaches them through private endpoints."""
 from __future__ import annotations
 
 import json
+import subprocess
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import ROOT
 from tests.infra.drift import _Resolver, parse
@@ -68,3 +70,24 @@ def test_the_app_joins_the_subnet_it_is_given() -> None:
             "condition": {"function": {"type": "empty",
                                        "parameters": {"item_to_test": "appSubnetId"}}},
             "true_value": None, "false_value": "appSubnetId"}}}
+
+
+@pytest.mark.parametrize(("env", "refused"), [
+    ({}, False),  # the quickstart
+    ({"PUBLIC_NETWORK_ACCESS": "Enabled"}, False),
+    ({"PUBLIC_NETWORK_ACCESS": "Disabled", "APP_SUBNET_ID": "/subscriptions/x/subnets/app"}, False),
+    ({"PUBLIC_NETWORK_ACCESS": "Disabled"}, True),
+    ({"PUBLIC_NETWORK_ACCESS": "Disabled", "APP_SUBNET_ID": ""}, True)])
+def test_azd_refuses_closed_networks_without_a_subnet_before_provisioning(
+        env: dict[str, str], refused: bool) -> None:
+    """Closed to the internet with no subnet to reach the private endpoints, the app would deploy
+    and fail at its first request: azd's preprovision hook stops it first, saying what to set."""
+    hook = yaml.safe_load((ROOT / "azure.yaml").read_text())["hooks"]["preprovision"]
+    assert hook["posix"]["shell"] == "sh"
+    ran = subprocess.run(["sh", "-c", hook["posix"]["run"]], env={"PATH": "/usr/bin:/bin", **env},
+                         capture_output=True, text=True, timeout=30)
+    assert (ran.returncode != 0) is refused, ran.stderr
+    if refused:
+        assert "PUBLIC_NETWORK_ACCESS=Disabled needs APP_SUBNET_ID" in ran.stderr
+    # the Windows hook says the same
+    assert "needs APP_SUBNET_ID" in hook["windows"]["run"]
