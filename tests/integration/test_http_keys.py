@@ -1,4 +1,5 @@
-"""HTTP routes check keys by auth level, as the Functions host does."""
+"""HTTP routes check keys by auth level, as the Functions host does; on an app of the engine's
+test workflow (tests/workflow.py), whose simulated service "alpha" stands for any."""
 
 from __future__ import annotations
 
@@ -10,13 +11,19 @@ import httpx
 import pytest
 
 from localrun.azurite import free_port
-from localrun.host import HostKeys, LocalFunctionHost
+from localrun.host import LocalFunctionHost
+from localrun.host_http import HostKeys
 from tests.integration.conftest import RunningHost
+from tests.workflow import REGISTRY as TEST_FLOW
+
+# A function-level route with a body: the simulated services' (any service's, any operation's).
+SIMULATED = "sim/alpha/hold"
 
 
 @pytest.fixture
 def h(run_host: Any) -> RunningHost:
-    return run_host(only={"get_order", "resubmit_order", "health", "simulated_service"},
+    return run_host(workflows=TEST_FLOW,
+                    only={"get_order", "resubmit_order", "health", "simulated_service"},
                     LOCALRUN_FUNCTION_KEY="fn-key", LOCALRUN_MASTER_KEY="master-key")
 
 
@@ -49,8 +56,9 @@ def test_no_key_opens_an_operator_route(h: RunningHost) -> None:
 
 
 def test_the_simulated_services_need_a_function_key(h: RunningHost) -> None:
-    assert _call(h, "POST", "sim/inventory/reserve").status_code == 401
-    assert _call(h, "POST", "sim/inventory/reserve", "fn-key").status_code != 401
+    assert _call(h, "POST", SIMULATED).status_code == 401
+    # With the key the service itself answers (it wants the request's idempotency key).
+    assert _call(h, "POST", SIMULATED, "fn-key").status_code == 400
 
 
 def test_an_anonymous_route_needs_no_key(app_env: Any) -> None:
@@ -107,12 +115,12 @@ def test_the_key_is_checked_before_the_body_is_read(h: RunningHost) -> None:
     could make it wait for (and hold) a body as long as they liked. A caller without the key
     is answered from the headers alone: here the body it announces never comes, and the
     answer does not wait for it (the connection is then closed: its body is still unread)."""
-    head = "POST /api/sim/inventory/reserve HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000"
+    head = f"POST /api/{SIMULATED} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000"
     status, headers = _raw(h, head, b"{")
     assert (status, headers.get("Connection")) == (401, "close")
     status, _ = _raw(h, head + "\r\nx-functions-key: wrong", b"{")
     assert status == 401
     # With the key the body is read: a length that is no number is refused, not a crash.
-    status, _ = _raw(h, "POST /api/sim/inventory/reserve HTTP/1.1\r\nHost: x\r\n"
+    status, _ = _raw(h, f"POST /api/{SIMULATED} HTTP/1.1\r\nHost: x\r\n"
                         "x-functions-key: fn-key\r\nContent-Length: 1x\r\nConnection: close")
     assert status == 400
