@@ -11,8 +11,7 @@ import httpx
 import pytest
 
 from localrun.azurite import free_port
-from localrun.host import LocalFunctionHost
-from localrun.host_http import HostKeys
+from localrun.host import HostKeys, LocalFunctionHost
 from tests.integration.conftest import RunningHost
 from tests.workflow import REGISTRY as TEST_FLOW
 
