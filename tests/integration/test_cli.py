@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from localrun.servicebus import LocalServiceBusChannel
+from orderctl import connection, sending
 from orderctl import main as cli_main
 from orderctl.main import run
 from shared.handlers.principal import READ_ROLE, RESUBMIT_ROLE
@@ -232,7 +233,7 @@ def test_every_command_has_help_and_json_for_scripts(
 
 
 def test_ctrl_c_exits_130(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    import orderctl.main as cli
+    import orderctl.sending as cli
 
     def interrupted(_: float) -> None:
         raise KeyboardInterrupt
@@ -349,7 +350,7 @@ def test_the_token_goes_as_a_bearer_header_from_the_environment(
         sent.append(httpx.Request(method, url, headers=kw["headers"], json=kw["json"]))
         return httpx.Response(202, json={"ProcessState": "Pending", "Resubmissions": 2})
 
-    monkeypatch.setattr(cli_main.httpx, "request", request)
+    monkeypatch.setattr(connection.httpx, "request", request)
     monkeypatch.setenv("ORDERS_API_URL", "https://app.example/api/")
     monkeypatch.setenv("ORDERS_API_TOKEN", "eyJ.token")
     assert orders("resubmit", "a/b", "--reason", "fixed") == 0
@@ -495,7 +496,7 @@ def test_send_json_to_unreachable_storage_still_prints_the_json_and_one_line(
     from shared.settings import AZURITE_CONNECTION
 
     unreachable = AZURITE_CONNECTION.replace(":10001/", ":9/").replace(":10002/", ":9/")
-    monkeypatch.setattr(cli_main, "LocalSender", _SendsThenFails)
+    monkeypatch.setattr(sending, "LocalSender", _SendsThenFails)
     assert run([*NO_SETTINGS, "--storage", unreachable, "send", "--local", "--count", "3",
                 "--json"]) == 2
     captured = capsys.readouterr()
@@ -677,8 +678,8 @@ def test_send_tells_a_message_the_channel_refuses_from_a_channel_that_failed() -
     too_big = HttpResponseError(message="too big")
     too_big.status_code = 413
     assert "too large for Service Bus" in (
-        cli_main._refused_message(MessageSizeExceededError(message="1 MB")) or "")
-    assert "too large for the local channel" in (cli_main._refused_message(too_big) or "")
+        sending._refused_message(MessageSizeExceededError(message="1 MB")) or "")
+    assert "too large for the local channel" in (sending._refused_message(too_big) or "")
     for stop in (ServiceBusConnectionError(message="no route"), ServiceRequestError("down"),
                  HttpResponseError(message="forbidden")):
-        assert cli_main._refused_message(stop) is None, stop
+        assert sending._refused_message(stop) is None, stop

@@ -9,7 +9,7 @@ import pytest
 
 from localrun.servicebus import LocalServiceBusChannel
 from orderctl import main as cli_main
-from orderctl import samples
+from orderctl import samples, sending
 from shared.domain.workflow import Registry
 from shared.workflows import REGISTRY
 from tests.workflow import FLOW
@@ -21,7 +21,7 @@ def test_send_refuses_a_workflow_without_samples_and_sends_nothing(
     env = app_env()
     both = Registry.of([*REGISTRY.workflows, FLOW], default=REGISTRY.default)
     monkeypatch.setattr(samples, "REGISTRY", both)
-    monkeypatch.setattr(cli_main, "REGISTRY", both)
+    monkeypatch.setattr(sending, "REGISTRY", both)
     code = cli_main.run(["--settings", "/nonexistent/local.settings.json", "send", "--local",
                          "--workflow", REGISTRY.default, "--workflow", FLOW.name])
     err = capsys.readouterr().err

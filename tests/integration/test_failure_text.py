@@ -249,7 +249,7 @@ def test_an_unexpected_failure_is_one_line_too(
         env_for_cli: None, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A failure nobody foresaw (a bug): one line that says where to look, not a traceback."""
-    import orderctl.main as cli
+    import orderctl.connection as cli
 
     def broken(*_: object, **__: object) -> None:
         raise KeyError("Steps")

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from orderctl.main import CliError, identity_of
+from orderctl.errors import CliError
+from orderctl.identity import identity_of
 
 
 def token(claims: dict[str, Any]) -> str:

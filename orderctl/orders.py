@@ -1,0 +1,214 @@
+"""Operating on one order, or on the failed ones in bulk: `orders status`, `list`, `trace` and
+`resubmit`."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+from urllib.parse import quote
+
+import typer
+from rich.table import Column, Table
+
+from orderctl.connection import call_api, opts
+from orderctl.errors import CliError
+from orderctl.identity import cli_operator
+from orderctl.output import err, id_column, out, step_table, timeline_of
+from shared.handlers.operator import (
+    MAX_BULK,
+    BulkResubmitRequest,
+    OrderNotFound,
+    ResubmitRefused,
+)
+
+
+def status(order_id: str,
+           as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Show an order's state record, each step with its attempts and last error."""
+    try:
+        view = opts.container().operator.get(order_id)
+    except OrderNotFound:
+        raise CliError(f"no order {order_id!r}") from None
+    except ValueError as e:  # not an order id
+        raise CliError(str(e), 2) from None
+    if as_json:
+        print(json.dumps(view, indent=2, default=str))
+        return
+    c = out()
+    c.print(f"[bold]{view['OrderID']}[/]  {view['ProcessState']}"
+            + (f"  compensation {view['Compensation']}" if view["Compensation"] else ""))
+    # The version the order started on: the steps it follows, whatever the latest is.
+    c.print(f"  Workflow: {view['Workflow'] or 'the default'} v{view.get('WorkflowVersion') or 1}")
+    for k in ("LockedBy", "CompleteBy", "FailureCount", "Resubmissions", "LastError",
+              "CreatedAt", "UpdatedAt"):
+        c.print(f"  {k}: {view[k]}")
+    c.print(step_table(view))
+    for h in view["History"]:
+        c.print(f"  earlier: {h['at']} resubmitted ({h.get('reason') or 'no reason'}); "
+                f"was: {h.get('previous_error')}")
+
+
+def list_(
+    state: Annotated[str | None, typer.Option(
+        help="Pending, Processing, Processed or Error.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Orders per page.")] = 20,
+    continuation: Annotated[str | None, typer.Option(help="Token from the previous page.")
+                            ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List orders, optionally of one state, a page at a time."""
+    try:
+        page = opts.container().operator.list(state, limit, continuation)
+    except ValueError as e:
+        raise CliError(str(e), 2) from None
+    if as_json:
+        print(json.dumps({"orders": page.items, "continuation": page.continuation}, default=str))
+        return
+    t = Table(id_column("order", [o["OrderID"] for o in page.items]), "state", "failures",
+              "current step", "last error", "updated")
+    for o in page.items:
+        t.add_row(o["OrderID"], o["ProcessState"] + (f"/{o['Compensation']}" if o["Compensation"]
+                                                     else ""),
+                  str(o["FailureCount"]), o["CurrentStep"] or "", o["LastError"] or "",
+                  o["UpdatedAt"])
+    out().print(t)
+    if page.continuation:
+        err().print(f"more: --continuation {page.continuation}")
+
+
+def resubmit(order_id: Annotated[str | None, typer.Argument(
+        help="The order; or leave it out and pick failed orders with --state and the filters.")
+        ] = None,
+        reason: Annotated[str, typer.Option(
+            help="Why it can go round again (kept in its history).")] = "",
+        force: Annotated[bool, typer.Option(
+            "--force", help="Resubmit although its compensation failed: you have checked the "
+            "work still standing at the services. Standing work is kept, not redone.")] = False,
+        state: Annotated[str | None, typer.Option(
+            help="Resubmit every order of this state the filters pick (only Error can be).")
+        ] = None,
+        since: Annotated[str | None, typer.Option(
+            help="With --state: failed at or after this time (ISO 8601, or an age: 30m, 2h, "
+                 "1d).")] = None,
+        until: Annotated[str | None, typer.Option(
+            help="With --state: failed before this time (the same forms).")] = None,
+        failed_step: Annotated[str | None, typer.Option(
+            help="With --state: failed at this step.")] = None,
+        limit: Annotated[int, typer.Option(
+            min=1, max=MAX_BULK, metavar="N",
+            help="With --state: at most this many (the batch).")] = 50,
+        dry_run: Annotated[bool, typer.Option(
+            "--dry-run", help="With --state: only say what would be resubmitted.")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+        ) -> None:
+    """Send a failed order (compensation settled) through the workflow again; or, with
+    --state, every failed order the filters pick, a batch at a time (--dry-run first)."""
+    if state is not None or order_id is None:
+        if order_id is not None or state is None:
+            raise CliError("give an order id, or --state Error with filters, not both", 2)
+        _resubmit_many(state, since, until, failed_step, limit, reason, force, dry_run,
+                       as_json)
+        return
+    if any(x is not None for x in (since, until, failed_step)) or dry_run:
+        raise CliError("--since, --until, --failed-step and --dry-run go with --state", 2)
+    if opts.api:
+        view = _resubmit_through_api(order_id, reason, force)
+    else:
+        try:
+            # Straight to storage: whoever holds the storage role (cli_operator says who).
+            view = opts.container().operator.resubmit(order_id, reason, force,
+                                                      by=cli_operator())
+        except OrderNotFound:
+            raise CliError(f"no order {order_id!r}") from None
+        except ValueError as e:  # not an order id, or a reason too long to keep
+            raise CliError(str(e), 2) from None
+        except ResubmitRefused as e:
+            raise CliError(str(e)) from None
+    if as_json:
+        print(json.dumps(view))
+        return
+    out().print(f"{order_id} resubmitted: {view['ProcessState']} "
+                f"(resubmission {view['Resubmissions']})")
+
+
+def _when(value: str | None, option: str) -> str | None:
+    """An ISO 8601 time (UTC if it names no zone), or an age (30m, 2h, 1d) back from now."""
+    if value is None:
+        return None
+    m = re.fullmatch(r"(\d+)([smhd])", value.strip())
+    if m:
+        unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[m.group(2)]
+        return (datetime.now(UTC) - timedelta(**{unit: int(m.group(1))})).isoformat()
+    try:
+        at = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(f"{option}: {value!r} is neither a time (2026-11-25T08:00Z) nor an age "
+                       "(30m, 2h, 1d)", 2) from None
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).isoformat()
+
+
+def _resubmit_many(state: str, since: str | None, until: str | None, failed_step: str | None,
+                   limit: int, reason: str, force: bool, dry_run: bool, as_json: bool) -> None:
+    body = {"state": state, "since": _when(since, "--since"), "until": _when(until, "--until"),
+            "failed_step": failed_step, "reason": reason, "force": force, "dry_run": dry_run,
+            "limit": limit}
+    if opts.api:
+        result = call_api("POST", "/resubmissions", body, ok=(200, 202))
+    else:
+        try:
+            ask = BulkResubmitRequest.from_body(json.dumps(body).encode())
+        except ValueError as e:
+            raise CliError(str(e), 2) from None
+        result = opts.container().operator.resubmit_many(ask, by=cli_operator())
+    if as_json:
+        print(json.dumps(result))
+    else:
+        t = Table(id_column("order", [i["OrderID"] for i in result["Items"]]), "failed step",
+                  "failed", "outcome", "why / last error")
+        for i in result["Items"]:
+            t.add_row(i["OrderID"], i["FailedStep"] or "", i["UpdatedAt"], i["Outcome"],
+                      i["Why"] or i["LastError"] or "")
+        out().print(t)
+        verb = "would be resubmitted" if dry_run else "resubmitted"
+        done = sum(i["Outcome"] != "refused" for i in result["Items"])
+        skipped = result.get("Skipped") or 0
+        err().print(f"{done} order(s) {verb}, {len(result['Items']) - done} refused"
+                    + (f"; {skipped} more match that a resubmit would refuse (compensation "
+                       "failed: --force; or not settled), not picked" if skipped else "")
+                    + ("; more match than this batch (--limit), or than one request reads: "
+                       "run it again once these are done" if result["More"] else "")
+                    + (" (dry run: nothing was changed)" if dry_run else ""))
+    if any(i["Outcome"] == "refused" for i in result["Items"]):
+        raise typer.Exit(1)
+
+
+def _resubmit_through_api(order_id: str, reason: str, force: bool) -> dict[str, Any]:
+    """POST /orders/{id}/resubmit as the token's holder; the API's refusal, said as it said it."""
+    return call_api("POST", f"/orders/{quote(order_id, safe='')}/resubmit",
+                     {"reason": reason, "force": force}, ok=(202,))
+
+
+def trace(order_id: str,
+          as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """An order's timeline from what was recorded (state record, steps, resubmissions, alerts),
+    and its trace id for a tracing backend."""
+    c = opts.container()
+    try:
+        view = c.operator.get(order_id)
+        alerts = c.operator.alerts_for(order_id)
+    except ValueError as e:
+        raise CliError(str(e), 2) from None
+    except OrderNotFound:
+        raise CliError(f"no order {order_id!r}") from None
+    timeline = timeline_of(view, alerts)
+    if as_json:
+        print(json.dumps({"order_id": order_id, "trace_id": view["TraceId"],
+                          "timeline": timeline}, default=str))
+        return
+    t = Table(Column("when", no_wrap=True), "what")
+    for row in timeline:
+        t.add_row(row["at"] or "", row["what"])
+    out().print(t)
+    out().print(f"trace id: {view['TraceId'] or 'none (the order was not traced)'}", soft_wrap=True)

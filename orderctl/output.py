@@ -1,0 +1,99 @@
+"""How the CLI prints: results on stdout, errors and progress on stderr; the row tables the
+commands share, and an order's steps, its timeline and the health report as they read."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Column, Table
+
+
+def out() -> Console:
+    return Console(file=sys.stdout, highlight=False)
+
+
+def err() -> Console:
+    # soft_wrap: an error stays one line, however narrow the terminal.
+    return Console(file=sys.stderr, highlight=False, soft_wrap=True)
+
+
+def step_table(view: dict[str, Any]) -> Table:
+    t = Table("step", "status", "attempt", "complete by", "last error", box=None)
+    for s in view["Steps"]:
+        t.add_row(s["name"], s["status"], str(s["attempt"]), s["complete_by"] or "",
+                  s["last_error"] or "")
+    return t
+
+
+def print_health(report: dict[str, Any]) -> None:
+    c = out()
+    c.print(f"status: {report['status']}")
+    t = Table("check", "outcome", "backlog", "poison")
+    for name, outcome in report["checks"].items():
+        queue = name.removeprefix("queue:") if name.startswith("queue:") else None
+        t.add_row(name, outcome, *(("" if queue is None or d.get(queue) is None else
+                                    str(d[queue])) for d in (report["backlog"],
+                                                             report["poison"])))
+    c.print(t)
+    breakers = report["breakers"]
+    c.print("breakers: " + (", ".join(f"{k} {v}" for k, v in breakers.items()) if breakers
+                            is not None else "known to the app only: pass --api to read them"),
+            soft_wrap=True)
+    sup = report["supervisor"]
+    c.print(f"Supervisor: last tick {sup['last_tick'] or 'never'}"
+            + (f" ({sup['seconds_since']:g} s ago)" if sup["seconds_since"] is not None else "")
+            + (f"; {sup['problem']}" if sup["problem"] else ""), soft_wrap=True)
+
+
+def timeline_of(view: dict[str, Any], alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = [{"at": view["CreatedAt"], "what": "received"}]
+    for h in view["History"]:
+        steps = "; ".join(f"{k} {v}" for k, v in (h.get("steps") or {}).items())
+        rows.append({"at": h.get("at"), "what": (
+            f"resubmitted{' with force' if h.get('forced') else ''}: "
+            f"{h.get('reason') or 'no reason given'} (before: {h.get('previous_error') or '-'}; "
+            f"{steps})")})
+    for e in view.get("Timeline") or []:  # what the record kept, event by event
+        if e["event"] == "received":
+            continue
+        what = e["event"] + (f" {e['step']}" if e.get("step") else "") + (
+            f" attempt {e['attempt']}" if e.get("attempt") else "")
+        what += (f": {e['detail']}" if e.get("detail") else "") + (
+            f" (by {e['by']})" if e.get("by") else "")
+        rows.append({"at": e["at"], "what": what})
+    for a in alerts:
+        rows.append({"at": a["RaisedAt"], "what": f"alert {a['Kind']}"
+                     f"{' at ' + a['Step'] if a['Step'] else ''}: {a['Reason']}"})
+    rows.sort(key=lambda r: r["at"] or "")
+    for s in view["Steps"]:
+        what = f"step {s['name']}: {s['status']} after {s['attempt']} attempt(s)"
+        if s["last_error"]:
+            what += f", last error {s['last_error']}"
+        if s["work_key"]:
+            what += f", work key {s['work_key']}"
+        rows.append({"at": None, "what": what})
+    comp = f", compensation {view['Compensation']}" if view["Compensation"] else ""
+    rows.append({"at": view["UpdatedAt"], "what": f"now {view['ProcessState']}{comp}"
+                 + (f": {view['LastError']}" if view["LastError"] else "")})
+    return rows
+
+
+def id_column(header: str, ids: list[str]) -> Column:
+    """Ids stay whole on a narrow terminal (other columns wrap instead): they get copied."""
+    return Column(header, no_wrap=True, min_width=max([len(header), *map(len, ids)]))
+
+
+def print_rows(rows: list[dict[str, Any]], columns: tuple[str, ...], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(rows, default=str))
+        return
+    t = Table(*(id_column(c, [str(r.get(c) or "") for r in rows])
+                if c in ("OrderID", "MessageId", "AlertId", "Kind") else c for c in columns))
+    for r in rows:
+        t.add_row(*(str(r.get(c) or "") for c in columns))
+    out().print(t)
+    if not rows:
+        err().print("none")
