@@ -75,12 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     from localrun.appsettings import follow_port
     from localrun.azurite import free_port
-    from localrun.host import (
-        HostConfigError,
-        LocalFunctionHost,
-        exit_abandoning,
-        init_worker_telemetry,
-    )
+    from localrun.host import LocalFunctionHost, exit_abandoning
+    from localrun.host_config import HostConfigError, init_worker_telemetry
     from shared.settings import SettingsError
 
     # Set here, not inherited: a shell that starts a job in the background ignores SIGINT for

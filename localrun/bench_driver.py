@@ -13,7 +13,7 @@ from typing import Any
 
 from localrun.appsettings import isolated_names, local_app_settings
 from localrun.cpu import OTHER, CpuUse
-from localrun.host import QueueOptions
+from localrun.host_config import QueueOptions
 from localrun.metering import (
     NOT_THE_APPS,
     READS,

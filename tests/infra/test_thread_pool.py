@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 import function_app
-from localrun.host import QueueOptions, ServiceBusOptions
+from localrun.host_config import QueueOptions, ServiceBusOptions
 from localrun.index import functions_of
 from shared.workflows import REGISTRY
 from tests.conftest import ROOT

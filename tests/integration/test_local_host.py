@@ -18,9 +18,11 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableServiceClient
 from azure.storage.queue import QueueServiceClient, TextBase64EncodePolicy
 
-from localrun import host as host_module
+from localrun import host_polling
 from localrun.azurite import free_port
-from localrun.host import HostConfigError, LocalFunctionHost, QueueOptions, receiver
+from localrun.host import LocalFunctionHost
+from localrun.host_config import HostConfigError, QueueOptions
+from localrun.host_polling import receiver
 from localrun.metering import StorageMeter, all_metered, per_order_counts
 from localrun.servicebus import LocalServiceBusChannel
 from shared.domain.due_index import key_for
@@ -243,7 +245,7 @@ def test_an_output_binding_wakes_the_listener_on_its_queue_as_the_shared_watcher
         app_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # Every wait after an empty poll 30 s long: a message taken within seconds of the send was
     # taken because the output binding's send woke the listener on its queue.
-    monkeypatch.setattr(host_module, "MIN_POLLING_INTERVAL", 30.0)
+    monkeypatch.setattr(host_polling, "MIN_POLLING_INTERVAL", 30.0)
     env = app_env()
     app = func.FunctionApp()
     taken = threading.Event()
