@@ -4,8 +4,9 @@ edits the example breaks only the example's tests (tests/integration/test_workfl
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from shared.domain.message import WorkflowMessage
 from shared.domain.workflow import Registry, Step, Workflow
@@ -32,3 +33,17 @@ SERVICES = sorted(FLOW.agents)
 def queue_settings(suffix: str, services: list[str] = SERVICES) -> dict[str, str]:
     """Each service's requests queue, named for one test (the defaults are shared)."""
     return {f"{s.capitalize()}RequestsQueueName": f"{s}-{suffix}" for s in services}
+
+
+class CustomerThing(Thing):
+    """The test workflow's message naming its customer as a column of the stored order, which
+    the operator's search by customer reads (Thing names none: such a search is refused)."""
+
+    customer_column: ClassVar[str | None] = "Customer"
+
+    def columns(self) -> dict[str, str]:
+        return {"Customer": self.customer_id}
+
+
+# The test workflow, its orders searchable by customer.
+BY_CUSTOMER = Registry.of([replace(FLOW, message=CustomerThing)])
