@@ -1,4 +1,9 @@
-"""The operator HTTP API, over real HTTP through the local host, against Azurite."""
+"""The operator HTTP API, over real HTTP through the local host, against Azurite; on an app of
+the engine's test workflow (tests/workflow.py: hold, take, send on alpha, beta, gamma).
+
+The helpers that drive an order (accept, failed_and_compensated, compensation_failed) drive
+whatever workflow the host runs, by its steps' places: the CLI's and the console's tests drive
+the shipped example with them."""
 
 from __future__ import annotations
 
@@ -20,6 +25,8 @@ from tests.integration.helpers import (
     pending,
 )
 from tests.integration.test_scheduler import reply
+from tests.workflow import BY_CUSTOMER
+from tests.workflow import REGISTRY as TEST_FLOW
 
 API = {"get_order", "list_orders", "resubmit_order", "health"}
 
@@ -48,22 +55,30 @@ def accept(order_id: str) -> str:
     return pending(order_id)
 
 
+def requests_of(h: RunningHost, step: int) -> list[dict[str, Any]]:
+    """What the service of the host's workflow's ``step``-th step (from 0) has been sent: its
+    requests queue, drained."""
+    agent = h.container.workflow.steps[step].agent
+    return drain_json(h.container.settings.services([agent])[agent].queue)
+
+
 def failed_and_compensated(h: RunningHost, order_id: str) -> None:
-    """Drive one order to Error with its reservation undone, by hand."""
-    env, s = h.env, h.container.scheduler
+    """Drive one order to Error, by hand: its first step done, its second refused, the first
+    undone."""
+    s = h.container.scheduler
     s.handle_command(accept(order_id))
-    (req,) = drain_json(env["InventoryRequestsQueueName"])
+    (req,) = requests_of(h, 0)
     s.handle_reply(reply(req))
-    (pay,) = drain_json(env["PaymentRequestsQueueName"])
-    s.handle_reply(reply(pay, "permanent_error", "HTTP 422 card declined"))
-    (void,) = drain_json(env["PaymentRequestsQueueName"])  # the refused charge's key, voided
+    (refused,) = requests_of(h, 1)
+    s.handle_reply(reply(refused, "permanent_error", "HTTP 422 card declined"))
+    (void,) = requests_of(h, 1)  # the refused step's key, voided
     s.handle_reply(reply(void))
-    (undo,) = drain_json(env["InventoryRequestsQueueName"])
+    (undo,) = requests_of(h, 0)
     s.handle_reply(reply(undo))
 
 
 def test_get_order(run_host: Any) -> None:
-    h: RunningHost = run_host(only=API)
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=API)
     accept("o-1")
     with api(h) as c:
         r = c.get("/orders/o-1")
@@ -73,8 +88,7 @@ def test_get_order(run_host: Any) -> None:
                                                                                   0)
         assert body["LockedBy"] is None and body["CompleteBy"] is None
         assert body["Order"]["customer_id"] == "c-1"
-        assert [s["name"] for s in body["Steps"]] == ["reserve_inventory", "charge_payment",
-                                                      "arrange_shipping"]
+        assert [s["name"] for s in body["Steps"]] == ["hold", "take", "send"]
         r = c.get("/orders/nope")
         assert r.status_code == 404 and "nope" in r.json()["error"]
         # A record this code cannot read: a JSON error that says so, not a bare 500.
@@ -90,28 +104,26 @@ def test_get_order(run_host: Any) -> None:
 def test_an_order_shows_what_happened_to_it_after_its_compensation(run_host: Any) -> None:
     """The step history keeps its errors through the undo, and the timeline holds every
     attempt sent, its outcome, the failure and each undo, oldest first."""
-    h: RunningHost = run_host(only=API)
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=API)
     failed_and_compensated(h, "t-1")
     with api(h) as c:
         body = c.get("/orders/t-1").json()
         assert c.get("/orders").json()["orders"][0]["Timeline"] is None  # one order's only
     steps = {s["name"]: s for s in body["Steps"]}
-    assert steps["charge_payment"]["status"] == "compensated"
-    assert steps["charge_payment"]["last_error"] == "HTTP 422 card declined"
+    assert steps["take"]["status"] == "compensated"
+    assert steps["take"]["last_error"] == "HTTP 422 card declined"
     seen = [(e["event"], e.get("step")) for e in body["Timeline"]]
     assert seen == [
-        ("received", None), ("do sent", "reserve_inventory"),
-        ("step_completed", "reserve_inventory"), ("do sent", "charge_payment"),
-        ("failed", "charge_payment"), ("undo sent", "charge_payment"),
-        ("step_compensated", "charge_payment"), ("undo sent", "reserve_inventory"),
-        ("step_compensated", "reserve_inventory"), ("compensated", None)]
+        ("received", None), ("do sent", "hold"), ("step_completed", "hold"), ("do sent", "take"),
+        ("failed", "take"), ("undo sent", "take"), ("step_compensated", "take"),
+        ("undo sent", "hold"), ("step_compensated", "hold"), ("compensated", None)]
     failed = next(e for e in body["Timeline"] if e["event"] == "failed")
     assert failed["detail"] == "HTTP 422 card declined"
-    assert failed["cause"] == "reply:charge_payment:do:1"
+    assert failed["cause"] == "reply:take:do:1"
 
 
 def test_list_orders_by_state_with_paging(run_host: Any) -> None:
-    h: RunningHost = run_host(only=API)
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=API)
     for i in range(5):
         accept(f"p-{i}")
     failed_and_compensated(h, "f-1")
@@ -134,7 +146,7 @@ def test_list_orders_by_state_with_paging(run_host: Any) -> None:
 
 
 def test_list_orders_rejects_bad_parameters(run_host: Any) -> None:
-    h: RunningHost = run_host(only=API)
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=API)
     with api(h) as c:
         for params, word in [({"state": "Lost"}, "Lost"), ({"limit": "many"}, "many"),
                              ({"limit": "0"}, "limit"), ({"continuation": "%%%"}, "continuation")]:
@@ -144,7 +156,7 @@ def test_list_orders_rejects_bad_parameters(run_host: Any) -> None:
 
 
 def test_resubmit_a_failed_order(run_host: Any) -> None:
-    h: RunningHost = run_host(only=API)
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=API)
     failed_and_compensated(h, "f-1")
     drain_json(h.env["SchedulerQueueName"])
     with api(h) as c:
@@ -161,8 +173,8 @@ def test_resubmit_a_failed_order(run_host: Any) -> None:
         (cmd,) = drain_json(h.env["SchedulerQueueName"])
         assert (cmd["kind"], cmd["order_id"]) == ("start", "f-1")
         h.container.scheduler.handle_command(json.dumps(cmd))
-        (req,) = drain_json(h.env["InventoryRequestsQueueName"])
-        assert req["idempotency_key"] == "f-1.reserve_inventory.g1.do"
+        (req,) = drain_json(h.env["AlphaRequestsQueueName"])
+        assert req["idempotency_key"] == "f-1.hold.g1.do"
         # Now it is Processing: a second resubmit is refused.
         r = c.post("/orders/f-1/resubmit")
         assert r.status_code == 409 and "Processing" in r.json()["error"]
@@ -172,7 +184,7 @@ def test_resubmits_with_the_longest_reason_in_any_script_never_outgrow_the_recor
         run_host: Any) -> None:
     """Bug: history capped by count, not size: a few resubmits with a long non-ASCII reason
     made the next one an empty 500 (PropertyValueTooLarge)."""
-    h: RunningHost = run_host(only=API)
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=API)
     failed_and_compensated(h, "f-9")
     reason = "\U0001d11e\u0301" * (MAX_REASON // 2)  # non-BMP, each with a combining mark
     store = h.container.store
@@ -192,44 +204,46 @@ def test_resubmits_with_the_longest_reason_in_any_script_never_outgrow_the_recor
 
 
 def compensation_failed(h: RunningHost, order_id: str) -> None:
-    """Drive one order to Error with its refund refused: the charge still stands."""
-    env, s = h.env, h.container.scheduler
+    """Drive one order to Error with its compensation failed, by hand: its first two steps done,
+    the third refused, the second's undo refused (its work still stands)."""
+    s = h.container.scheduler
     s.handle_command(accept(order_id))
-    for q in ("InventoryRequestsQueueName", "PaymentRequestsQueueName"):
-        (req,) = drain_json(env[q])
+    for step in (0, 1):
+        (req,) = requests_of(h, step)
         s.handle_reply(reply(req))
-    (ship,) = drain_json(env["ShippingRequestsQueueName"])
-    s.handle_reply(reply(ship, "permanent_error", "HTTP 422 no such address"))
-    (void,) = drain_json(env["ShippingRequestsQueueName"])
+    (refused,) = requests_of(h, 2)
+    s.handle_reply(reply(refused, "permanent_error", "HTTP 422 no such address"))
+    (void,) = requests_of(h, 2)
     s.handle_reply(reply(void))
-    (refund,) = drain_json(env["PaymentRequestsQueueName"])
-    s.handle_reply(reply(refund, "permanent_error", "HTTP 422 refund refused"))
+    (undo,) = requests_of(h, 1)
+    s.handle_reply(reply(undo, "permanent_error", "HTTP 422 undo refused"))
 
 
 def test_resubmit_after_a_failed_compensation_needs_force_and_redoes_nothing(
         run_host: Any) -> None:
-    """Bug 1: resubmitting charged again under a new key while the first charge stood."""
-    h: RunningHost = run_host(only=API)
+    """Bug 1: a resubmit redid a step under a new key while the work done under its first key
+    stood (in the shipped example, a card charged twice)."""
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=API)
     compensation_failed(h, "f-2")
     with api(h) as c:
         r = c.post("/orders/f-2/resubmit", json={"reason": "address fixed"})
         assert r.status_code == 409 and "force" in r.json()["error"]
         assert c.post("/orders/f-2/resubmit", json={"force": "yes"}).status_code == 400
-        r = c.post("/orders/f-2/resubmit", json={"reason": "refund done by hand",
+        r = c.post("/orders/f-2/resubmit", json={"reason": "undone by hand",
                                                  "force": True})
         assert r.status_code == 202, r.text
         assert r.json()["History"][0]["forced"] is True
     (cmd,) = drain_json(h.env["SchedulerQueueName"])
     h.container.scheduler.handle_command(json.dumps(cmd))
-    # The reservation stands and is kept; the charge is asked for again under the key it was
-    # made with, so the payment service answers with the charge it already has.
-    assert drain_json(h.env["InventoryRequestsQueueName"]) == []
-    (pay,) = drain_json(h.env["PaymentRequestsQueueName"])
-    assert (pay["idempotency_key"], pay["action"]) == ("f-2.charge_payment.do", "do")
+    # The first step's work stands and is kept; the second, whose undo was refused, is asked
+    # for again under the key it was done with, so its service answers with the work it has.
+    assert drain_json(h.env["AlphaRequestsQueueName"]) == []
+    (again,) = drain_json(h.env["BetaRequestsQueueName"])
+    assert (again["idempotency_key"], again["action"]) == ("f-2.take.do", "do")
 
 
 def test_resubmit_refusals(run_host: Any) -> None:
-    h: RunningHost = run_host(only=API)
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=API)
     accept("o-1")
     with api(h) as c:
         assert c.post("/orders/ghost/resubmit").status_code == 404
@@ -243,21 +257,21 @@ def test_resubmit_refusals(run_host: Any) -> None:
 
 
 def test_health(run_host: Any) -> None:
-    h: RunningHost = run_host(only=API)
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=API)
     # A machine route: a monitor's named function key, no identity.
     with httpx.Client(base_url=f"http://127.0.0.1:{h.port}/api", timeout=10,
                       headers={"x-functions-key": h.host.keys.function}) as c:
         r = c.get("/health")
         assert r.status_code == 200 and r.json()["status"] == "ok"
-        h.container.queues.delete_queue(h.env["PaymentRequestsQueueName"])
+        h.container.queues.delete_queue(h.env["BetaRequestsQueueName"])
         r = c.get("/health")
         assert r.status_code == 503
-        assert r.json()["checks"][f"queue:{h.env['PaymentRequestsQueueName']}"] != "ok"
+        assert r.json()["checks"][f"queue:{h.env['BetaRequestsQueueName']}"] != "ok"
 
 
 def test_http_requests_are_built_as_the_worker_builds_them(run_host: Any,
                                                            monkeypatch: Any) -> None:
-    h: RunningHost = run_host(only=API)
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=API)
     accept("o:1")
     with api(h) as c:
         # Route values arrive percent-decoded.
@@ -283,7 +297,7 @@ def test_http_requests_are_built_as_the_worker_builds_them(run_host: Any,
 ])
 def test_bad_operator_input_is_a_400_that_says_why_and_changes_nothing(
         run_host: Any, path: str, body: Any, says: str) -> None:
-    h: RunningHost = run_host(only=API)
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=API)
     failed_and_compensated(h, "o-1")
     before = index_entries(h.env)
     with api(h) as c:
@@ -294,7 +308,7 @@ def test_bad_operator_input_is_a_400_that_says_why_and_changes_nothing(
 
 
 def test_a_bad_order_id_in_a_lookup_is_a_400(run_host: Any) -> None:
-    h: RunningHost = run_host(only=API)
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=API)
     with api(h) as c:
         r = c.get("/orders/a%2Fb")
     assert r.status_code == 400 and "not an order id" in r.json()["error"]
@@ -302,7 +316,7 @@ def test_a_bad_order_id_in_a_lookup_is_a_400(run_host: Any) -> None:
 
 def test_operator_routes_need_an_identity_not_a_key(run_host: Any) -> None:
     """Issue 32: the master key (or any key) used to be how an operator got in."""
-    h: RunningHost = run_host(only=API | {"overview", "list_rejected"},
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=API | {"overview", "list_rejected"},
                               LOCALRUN_FUNCTION_KEY="fn-key", LOCALRUN_MASTER_KEY="master-key")
     failed_and_compensated(h, "f-5")
     base = f"http://127.0.0.1:{h.port}/api"
@@ -316,7 +330,7 @@ def test_operator_routes_need_an_identity_not_a_key(run_host: Any) -> None:
 
 
 def test_a_reader_reads_and_is_told_why_it_cannot_resubmit(run_host: Any) -> None:
-    h: RunningHost = run_host(only=API)
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=API)
     failed_and_compensated(h, "f-6")
     with api(h, READ_ROLE) as c:
         assert c.get("/orders/f-6").json()["ProcessState"] == "Error"
@@ -331,7 +345,8 @@ def test_a_reader_reads_and_is_told_why_it_cannot_resubmit(run_host: Any) -> Non
 
 
 def test_locally_the_development_principal_has_the_roles_it_is_given(run_host: Any) -> None:
-    h: RunningHost = run_host(only=API, OperatorDevelopmentRoles=f"{READ_ROLE},{RESUBMIT_ROLE}")
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=API,
+                              OperatorDevelopmentRoles=f"{READ_ROLE},{RESUBMIT_ROLE}")
     failed_and_compensated(h, "f-7")
     with httpx.Client(base_url=f"http://127.0.0.1:{h.port}/api", timeout=10) as c:  # no header
         r = c.post("/orders/f-7/resubmit", json={"reason": "fixed locally"})
@@ -344,7 +359,7 @@ def test_locally_the_development_principal_has_the_roles_it_is_given(run_host: A
 
 def test_an_alert_is_acknowledged_once_with_who_and_when(run_host: Any) -> None:
     """Issue 33, item 4: alerts could only be read; nobody could say "seen, on it"."""
-    h: RunningHost = run_host(only={"list_alerts", "ack_alert", "overview"})
+    h: RunningHost = run_host(workflows=TEST_FLOW, only={"list_alerts", "ack_alert", "overview"})
     failed_and_compensated(h, "f-8")
     with api(h) as c:
         (alert,) = c.get("/alerts").json()["alerts"]
@@ -386,10 +401,10 @@ def test_an_alert_is_acknowledged_once_with_who_and_when(run_host: Any) -> None:
 def test_bulk_resubmit_picks_failed_orders_dry_runs_first_and_names_the_operator(
         run_host: Any) -> None:
     """Issue 33, item 4: after an outage an operator resubmitted failed orders one by one."""
-    h: RunningHost = run_host(only={"resubmit_orders"})
+    h: RunningHost = run_host(workflows=TEST_FLOW, only={"resubmit_orders"})
     for oid in ("b-1", "b-2", "b-3"):
-        failed_and_compensated(h, oid)  # failed at charge_payment
-    compensation_failed(h, "b-4")  # failed at arrange_shipping, its refund refused
+        failed_and_compensated(h, oid)  # failed at take
+    compensation_failed(h, "b-4")  # failed at send, the undo of take refused
     accept("b-5")  # not failed: never picked
     with api(h) as c:
         # A dry run is the default: what each would come to, nothing written.
@@ -408,7 +423,7 @@ def test_bulk_resubmit_picks_failed_orders_dry_runs_first_and_names_the_operator
         forced = c.post("/resubmissions", json={"force": True}).json()
         assert [i["OrderID"] for i in forced["Items"]] == ["b-4", "b-3", "b-2", "b-1"]
         assert forced["Skipped"] == 0
-        by_step = c.post("/resubmissions", json={"failed_step": "arrange_shipping",
+        by_step = c.post("/resubmissions", json={"failed_step": "send",
                                                  "force": True}).json()
         assert [i["OrderID"] for i in by_step["Items"]] == ["b-4"]
         b2 = h.container.store.get_state("b-2").updated_at
@@ -444,7 +459,8 @@ def test_bulk_resubmit_picks_failed_orders_dry_runs_first_and_names_the_operator
 
 
 def test_orders_are_found_by_the_start_of_their_id_and_by_customer(run_host: Any) -> None:
-    h: RunningHost = run_host(only=API)
+    # Its message names the customer's column (the plain test workflow's names none).
+    h: RunningHost = run_host(workflows=BY_CUSTOMER, only=API)
     failed_and_compensated(h, "find-1")
     accept("find-2")
     accept("other-1")
