@@ -1,0 +1,207 @@
+"""What reaches the hosts during the rolling rehearsal (rolling.py): the orders sent through the
+local Service Bus stand-in, the simulated services behind a stand-in that refuses some orders'
+undo, and an operator resubmitting failed orders through the operator API."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.client
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from localrun.rolling_hosts import HostProcess
+from localrun.rolling_store import Store, is_settled
+
+# The second workflow, named by every DIGITAL_EVERY-th order once every host runs this release.
+DIGITAL = "digital-delivery"
+DIGITAL_EVERY = 3
+# The share of orders whose undo the services refuse: their compensation fails, an operator
+# resubmits them with force.
+REFUSE_UNDO_SHARE = 0.5
+# Undo operations of the shipped workflows' services.
+UNDO_OPERATIONS = frozenset({"release", "refund", "cancel"})
+# Where the Agents reach the simulated services: the stand-in's path, not /api/sim, which a
+# host of this release points at its own port (localrun.appsettings.follow_port).
+PROXY_PATH = "/rolling/sim"
+
+
+class Sender(threading.Thread):
+    """Sends ``orders`` orders evenly over ``seconds`` through the local Service Bus stand-in;
+    once ``digital`` is set, every DIGITAL_EVERY-th names the second workflow."""
+
+    def __init__(self, connection: str, orders_queue: str, orders: int, seconds: float,
+                 seed: int) -> None:
+        super().__init__(daemon=True, name="rolling-sender")
+        from azure.storage.queue import QueueServiceClient
+
+        from orderctl.samples import sample_orders
+        from orderctl.senders import LocalSender
+
+        self._sender = LocalSender(QueueServiceClient.from_connection_string(connection),
+                                   orders_queue)
+        self._batch = list(sample_orders(orders, prefix="roll", seed=seed))
+        self._interval = seconds / max(orders, 1)
+        self.sent: list[str] = []
+        self.digital = threading.Event()
+        self.sent_digital: list[str] = []
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        start = time.monotonic()
+        try:
+            for i, o in enumerate(self._batch):
+                if self._halt.wait(max(0.0, start + i * self._interval - time.monotonic())):
+                    break
+                if self.digital.is_set() and i % DIGITAL_EVERY == 0:
+                    o = {**o, "workflow": DIGITAL}  # the same message model, another workflow
+                    self.sent_digital.append(o["order_id"])
+                self._sender.send([(o["order_id"], json.dumps(o).encode())])
+                self.sent.append(o["order_id"])
+        except BaseException as e:  # reported by the run, which then fails
+            self.error = e
+        finally:
+            self.done.set()
+
+    def stop(self) -> None:
+        self._halt.set()
+
+
+def refuses_undo(order_id: str) -> bool:
+    """Whether the services refuse this order's undo (deterministic per order)."""
+    digest = hashlib.sha256(f"refuse-undo:{order_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") / 2**32 < REFUSE_UNDO_SHARE
+
+
+class ServiceProxy:
+    """The simulated services as the Agents of every host reach them: each call goes to the
+    simulated services of a host that is up (their ledger is one table, so any host's answer
+    is the services'), this release's first (its services are a superset: the second
+    workflow's email). The undo of an order ``refuses_undo`` names is answered 422, as a
+    service that will not refund: that order's compensation fails."""
+
+    def __init__(self, hosts: Callable[[], list[HostProcess]]) -> None:
+        from localrun.azurite import free_port
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}{PROXY_PATH}"
+        self.undo_refused: Counter[str] = Counter()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # the http.server hook's name
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                status, answer = proxy.forward(self.path, dict(self.headers.items()), body,
+                                               hosts())
+                # The Agent may have given up (a hang): its answer goes nowhere.
+                with contextlib.suppress(OSError):
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(answer)))
+                    self.end_headers()
+                    self.wfile.write(answer)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # one line per call would drown the run's output
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True,
+                         name="rolling-services").start()
+
+    def forward(self, path: str, headers: Mapping[str, str], body: bytes,
+                hosts: list[HostProcess]) -> tuple[int, bytes]:
+        operation = path.split("?")[0].rstrip("/").rsplit("/", 1)[-1]
+        with contextlib.suppress(ValueError, AttributeError):
+            order_id = str(json.loads(body).get("order_id", ""))
+            if operation in UNDO_OPERATIONS and refuses_undo(order_id):
+                self.undo_refused[operation] += 1
+                return 422, json.dumps({"error": f"simulated: {operation} refused"}).encode()
+        target = "/api/sim" + path.removeprefix(PROXY_PATH)
+        keep = {k: v for k, v in headers.items()
+                if k.lower() not in ("host", "content-length", "connection")}
+        for h in sorted((h for h in hosts if h.up), key=lambda h: h.release.label != "current"):
+            conn = http.client.HTTPConnection("127.0.0.1", h.port, timeout=120)
+            try:
+                conn.request("POST", target, body, keep)
+                r = conn.getresponse()
+                return r.status, r.read()
+            except OSError:
+                continue  # killed meanwhile: another host's services answer
+            finally:
+                conn.close()
+        return 503, b'{"error": "no host up to serve the simulated services"}'
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class Resubmitter(threading.Thread):
+    """An operator at work during the roll: every failed order whose compensation has settled
+    is resubmitted once through the operator API of a host that is up, the hosts taken in
+    turn, whichever release each runs (a compensated one as it is, one whose compensation
+    failed with force). The previous release checks its master key, this one the development
+    principal's roles (OperatorDevelopmentRoles)."""
+
+    def __init__(self, store: Store, hosts: Callable[[], list[HostProcess]], master_key: str,
+                 interval: float = 1.0) -> None:
+        super().__init__(daemon=True, name="rolling-resubmitter")
+        self._store, self._hosts, self._key = store, hosts, master_key
+        self._interval = interval
+        self._halt = threading.Event()
+        self._turn = 0
+        self.done: set[str] = set()
+        self.tries: Counter[str] = Counter()
+        self.answers: list[dict[str, Any]] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self._halt.wait(self._interval):
+                self.once()
+        except BaseException as e:  # reported by the run, which then fails
+            self.error = e
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=30)
+
+    def once(self) -> None:
+        for oid, s in self._store.states().items():
+            if (s.get("ProcessState") != "Error" or not is_settled(s) or oid in self.done
+                    or int(s.get("Resubmissions") or 0) > 0 or self.tries[oid] >= 3):
+                continue
+            up = [h for h in self._hosts() if h.up]
+            if not up or self._halt.is_set():
+                return
+            self._turn += 1
+            host = up[self._turn % len(up)]
+            self.resubmit(host, oid, forced=s.get("Compensation") == "Failed")
+
+    def resubmit(self, host: HostProcess, oid: str, forced: bool) -> None:
+        body = json.dumps({"reason": "rolling rehearsal", "force": forced}).encode()
+        conn = http.client.HTTPConnection("127.0.0.1", host.port, timeout=30)
+        try:
+            conn.request("POST", f"/api/orders/{oid}/resubmit", body,
+                         {"Content-Type": "application/json", "x-functions-key": self._key})
+            r = conn.getresponse()
+            status, text = r.status, r.read().decode(errors="replace")
+        except OSError:
+            return  # the host went down meanwhile: another takes it next round
+        finally:
+            conn.close()
+        self.tries[oid] += 1
+        if status == 202:
+            self.done.add(oid)
+        self.answers.append({"order": oid, "host": host.run,
+                             "release": "current" if host.release.label == "current"
+                             else "previous", "forced": forced, "status": status,
+                             "answer": text[:300]})
