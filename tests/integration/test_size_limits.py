@@ -1,6 +1,7 @@
 """Everything the app writes, at its largest, against the Azure limit that holds it (#30).
 
-The widest order the schema takes goes through intake, the Scheduler and the real Agents. The
+An order as wide as the published schema takes goes through intake, the Scheduler and the real
+Agents, on the engine's test workflow (tests/workflow.py), whose message takes it as it is. The
 remote service behind them answers with an error far past any budget, so the order fails, undoes
 what it can, fails an undo, and an operator resubmits it with the longest reason, until every
 budget that grows (history, timeline) is full. A hook on the app's own storage clients sees each
@@ -20,6 +21,7 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 from urllib.parse import urlparse
 
@@ -30,19 +32,22 @@ from azure.core.exceptions import HttpResponseError
 from azure.core.pipeline import PipelineResponse
 from azure.storage.queue import QueueClient, TextBase64EncodePolicy
 
+from localrun.index import functions_of
 from shared import bootstrap
 from shared.adapters.remote_service import PermanentServiceError, RemoteServiceClient
 from shared.domain import budget
-from shared.domain.workflow import Registry, agent_function
+from shared.domain.workflow import agent_function
 from shared.handlers.principal import RESUBMIT_ROLE
 from shared.settings import load_settings
-from shared.workflows.orders import ORDER_FULFILMENT
 from tests.conftest import FakeClock
-from tests.integration.helpers import drain, function, queue_message, sb_message
+from tests.integration.conftest import app_of
+from tests.integration.helpers import drain, queue_message, sb_message
 from tests.integration.test_operator_api import signed_in
+from tests.workflow import BY_CUSTOMER, FLOW, HOLD, TAKE, queue_settings
 
-# The example as shipped (its widest order, its service calls), whatever else a user registers.
-REGISTRY = Registry.of([ORDER_FULFILMENT])
+# The test workflow whose message also writes a column on its order row (the customer, as wide
+# as the order's): the order row at its widest holds one.
+REGISTRY = BY_CUSTOMER
 
 # Table Storage (https://learn.microsoft.com/azure/storage/tables/scalability-targets).
 ENTITY_BYTES = 1024 * 1024
@@ -60,15 +65,16 @@ NON_BMP = "\U0001f600"  # 😀: two UTF-16 units, four UTF-8 bytes
 CJK = "\U00020000"  # 𠀀: likewise
 # Per unit of a budget, what JSON stores largest: a control character is a six-unit escape.
 ESCAPED = "\x01"
-# The operations the service does; it refuses the rest. The order fails at its charge (a
-# refusal), its charge is refunded, its reservation's release is refused: the undo fails too,
+# The operations the service does; it refuses the rest. The order fails at its second step (a
+# refusal), that step's key is voided, the first step's undo is refused: the undo fails too,
 # and two steps keep an error each (the most a record's Steps can hold).
-DOES = {"reserve", "refund"}
+DOES = {HOLD.operation, TAKE.compensation}
 
 
 def widest_order(order_id: str, reply_to: str | None = None) -> dict[str, Any]:
-    """The largest order the published schema takes (schemas/order.schema.json)."""
-    order = {"order_id": order_id, "workflow": "order-fulfilment", "customer_id": CJK * 128,
+    """As wide as the largest order the published schema takes (schemas/order.schema.json),
+    for the test workflow (its message takes any items)."""
+    order = {"order_id": order_id, "workflow": FLOW.name, "customer_id": CJK * 128,
              "items": [{"sku": NON_BMP * 64, "quantity": 10_000, "unit_price": "9999999999.99"}
                        for _ in range(100)]}
     return order if reply_to is None else {**order, "reply_to": reply_to}
@@ -201,6 +207,17 @@ class Recorder:
 # --- The app, its remote service, and the host's deliveries -------------------------------------
 
 
+@cache
+def _app() -> Any:
+    return app_of(REGISTRY)
+
+
+def function(name: str) -> Any:
+    """One of the functions function_app.py would register, in an app of the test workflow."""
+    (f,) = [f for f in functions_of(_app()) if f.name == name]
+    return f.call
+
+
 class Service:
     """The remote service behind every Agent: does some operations, refuses the others with an
     error body far past the budget of any text the app keeps."""
@@ -266,12 +283,13 @@ class App:
 @pytest.fixture
 def make_app(app_env: Callable[..., dict[str, str]],
              clock: FakeClock) -> Iterator[Callable[[], App]]:
-    """The app on this test's tables and queues, with the shipped workflows, its storage clients
+    """The app on this test's tables and queues, with the test workflow, its storage clients
     hooked (bootstrap passes the options to each SDK client)."""
     made: list[bootstrap.Container] = []
 
     def make() -> App:
         env = app_env(OutageGapSeconds="86400")
+        env = {**queue_settings(env["StateTableName"][5:].lower()), **env}  # this test's own
         rec = Recorder()
         c = bootstrap.build(load_settings(env), clock=clock, workflows=REGISTRY,
                             table_options={"raw_response_hook": rec.table},
@@ -398,7 +416,8 @@ def test_everything_written_for_the_widest_order_failing_every_time_fits_its_lim
         assert record is not None and record.generation == generation
         assert (record.process_state.value, record.compensation) == ("Error", "Failed")
     c.supervisor.tick()
-    assert service.calls[:4] == ["reserve", "charge", "refund", "release"]
+    assert service.calls[:4] == [HOLD.operation, TAKE.operation, TAKE.compensation,
+                                 HOLD.compensation]
 
     # The worst case was reached: two errors at their budget in the steps, a full timeline,
     # the widest order in each request.
@@ -425,8 +444,9 @@ def test_rejected_intake_at_the_largest_message_service_bus_takes_fits_its_limit
     """A body that is no order, as large as Service Bus takes, in four-byte characters and
     control characters; and the widest order again under its id with other content."""
     app = make_app()
-    # Three errors an item, each named in the reason; then filler up to the message's limit.
-    wrong = {"order_id": "x", "items": [{"sku": "", "quantity": 0, "unit_price": 1}] * 100}
+    # An error an item (no item is an object), each named in the reason; then filler up to the
+    # message's limit.
+    wrong = {"order_id": "x", "items": [0] * 100}
     room = SERVICE_BUS_MESSAGE - len(json.dumps({**wrong, "customer_id": ""}).encode())
     filler = (NON_BMP + ESCAPED) * (room // 10)  # ten bytes a pair, as JSON
     invalid = json.dumps({**wrong, "customer_id": filler}, ensure_ascii=False).encode()
@@ -441,6 +461,9 @@ def test_rejected_intake_at_the_largest_message_service_bus_takes_fits_its_limit
     rejected = [e for e in app.recorder.entities if kind_of(app, e) == "RejectedOrders row"]
     assert sorted(e.props["Kind"] for e in rejected) == ["conflict", "invalid"]
     assert all(e.props["BodyTruncated"] for e in rejected)
+    # The invalid body's reason names more errors than its budget keeps: it is at its largest.
+    (invalid,) = [e for e in rejected if e.props["Kind"] == "invalid"]
+    assert invalid.props["Reason"].endswith(" [cut]")
     report = assert_within_limits(app)
     assert {"RejectedOrders row", "OperatorAlerts row"} <= set(report)
 
@@ -452,12 +475,12 @@ def test_an_ok_reply_fits_a_queue_message_whatever_the_service_answers(
     receipt = {"receipt": NON_BMP * 12_500}  # 50,000 bytes of JSON: the service's business
     http = httpx.Client(transport=httpx.MockTransport(
         lambda _: httpx.Response(200, json=receipt)))
-    c.agents["inventory"]._client = RemoteServiceClient("http://inventory.test", http)
+    c.agents["alpha"]._client = RemoteServiceClient("http://alpha.test", http)
     function("intake")(msg=sb_message({"order_id": "o-1", "customer_id": "c-1", "items": [
         {"sku": "A", "quantity": 1, "unit_price": "1.00"}]}, message_id="o-1"))
-    (request,) = drain(c.settings.services(REGISTRY.services)["inventory"].queue)
+    (request,) = drain(c.settings.services(["alpha"])["alpha"].queue)
     reply = Reply()
-    function("inventory_agent")(msg=queue_message(request), reply=reply)
+    function(agent_function("alpha"))(msg=queue_message(request), reply=reply)
     http.close()
     if reply.value is None or json.loads(reply.value)["outcome"] != "ok":
         pytest.fail(f"no ok reply: {reply.value!r:.300}")
