@@ -25,13 +25,13 @@ from shared.adapters.state_store import ConcurrencyConflict, CorruptRecord, Orde
 from shared.clock import Clock
 from shared.domain import budget
 from shared.domain.message import ORDER_ID_PATTERN
+from shared.domain.resubmission import resubmit
 from shared.domain.state import (
     CompensationState,
     IllegalTransition,
     OrderState,
     ProcessState,
     due_at,
-    resubmit,
 )
 from shared.handlers.failures import plain
 from shared.handlers.health import HealthProbe
@@ -158,7 +158,7 @@ class AlertNotFound(LookupError):
 
 
 def _resubmittable(state: OrderState, force: bool) -> bool:
-    """What a resubmit takes (shared/domain/state.resubmit, and Operator._resubmit)."""
+    """What a resubmit takes (shared/domain/resubmission.resubmit, and Operator._resubmit)."""
     return (state.is_settled and not state.from_newer_release
             and (force or state.compensation is not CompensationState.FAILED))
 

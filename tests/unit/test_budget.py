@@ -13,6 +13,7 @@ from shared.adapters.state_store import state_to_entity
 from shared.domain import budget, due_index
 from shared.domain.messages import Action, AgentReply, ReplyOutcome
 from shared.domain.outages import KEEP_GAPS, Gap, TickLog
+from shared.domain.resubmission import resubmit
 from shared.domain.state import (
     CompensationState,
     OrderState,
@@ -23,7 +24,6 @@ from shared.domain.state import (
     claim,
     exponential_backoff,
     receive,
-    resubmit,
 )
 from shared.domain.supervision import DecisionKind, supervise
 from shared.workflows.orders import ORDER_FULFILMENT as WF

@@ -14,6 +14,7 @@ from shared.adapters.state_store import state_from_entity, state_to_entity
 from shared.domain.effects import Dispatch, RaiseAlert
 from shared.domain.legacy import SCHEMA_VERSION
 from shared.domain.messages import Action, AgentReply, ReplyOutcome
+from shared.domain.resubmission import resubmit
 from shared.domain.state import (
     UNKNOWN_WORK_KEY,
     CompensationState,
@@ -26,7 +27,6 @@ from shared.domain.state import (
     claim,
     exponential_backoff,
     receive,
-    resubmit,
 )
 from shared.domain.supervision import supervise
 from shared.workflows.orders import ORDER_FULFILMENT as WF

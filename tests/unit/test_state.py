@@ -9,6 +9,7 @@ import pytest
 from shared.domain.alerts import AlertKind
 from shared.domain.effects import Dispatch, Forget, RaiseAlert, SendCommand, SendStatus
 from shared.domain.messages import Action, AgentReply, CommandKind, ReplyOutcome
+from shared.domain.resubmission import resubmit
 from shared.domain.state import (
     CompensationState,
     IllegalTransition,
@@ -22,7 +23,6 @@ from shared.domain.state import (
     claim,
     exponential_backoff,
     receive,
-    resubmit,
 )
 from shared.domain.supervision import DecisionKind, supervise
 from shared.domain.workflow import Step, Workflow
