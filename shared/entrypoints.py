@@ -193,7 +193,8 @@ def _list_orders(req: func.HttpRequest, _: Principal) -> func.HttpResponse:
             customer=req.params.get("customer"))
     except ValueError as e:  # a bad state, limit or continuation token
         return _error(400, str(e))
-    return _json({"orders": page.items, "continuation": page.continuation})
+    return _json({"orders": page.items, "continuation": page.continuation,
+                  "truncated": page.truncated})
 
 
 def _resubmit_order(req: func.HttpRequest, principal: Principal) -> func.HttpResponse:

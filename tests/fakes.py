@@ -204,11 +204,13 @@ class FakeOrderStore:
                  and (prefix is None or oid.startswith(prefix)) and oid not in self.corrupt]
         return items[:limit], None
 
-    def order_ids_where(self, column: str, value: str, limit: int) -> list[str]:
+    def order_ids_where(self, column: str, value: str,
+                        limit: int) -> tuple[list[str], bool]:
         if not column.isidentifier():
             raise ValueError(f"{column!r} is not a column name")
         self.fault("store.order_ids_where")
-        return sorted(o for o, cols in self.columns.items() if cols.get(column) == value)[:limit]
+        found = sorted(o for o, cols in self.columns.items() if cols.get(column) == value)
+        return found[:limit], len(found) <= limit
 
 
 @dataclass

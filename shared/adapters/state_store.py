@@ -22,7 +22,7 @@ import json
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from azure.core import MatchConditions
 from azure.core.exceptions import (
@@ -30,6 +30,7 @@ from azure.core.exceptions import (
     ResourceModifiedError,
     ResourceNotFoundError,
 )
+from azure.core.paging import PageIterator
 from azure.data.tables import TableClient, TableTransactionError, UpdateMode
 
 from shared.adapters.paging import decode_token, encode_token
@@ -145,7 +146,8 @@ class OrderStore(Protocol):
     def list_states(self, process_state: str | None, limit: int,
                     continuation: str | None, prefix: str | None = None,
                     ) -> tuple[list[OrderState], str | None]: ...
-    def order_ids_where(self, column: str, value: str, limit: int) -> list[str]: ...
+    def order_ids_where(self, column: str, value: str,
+                        limit: int) -> tuple[list[str], bool]: ...
 
 
 # A time for an index entry that carries none (the first releases wrote only the key): old
@@ -401,24 +403,28 @@ class TableOrderStore:
         token = pages.continuation_token  # type: ignore[attr-defined]
         return items, encode_token(token) if token else None
 
-    def order_ids_where(self, column: str, value: str, limit: int) -> list[str]:
+    def order_ids_where(self, column: str, value: str,
+                        limit: int) -> tuple[list[str], bool]:
         """The ids of at most ``limit`` orders whose stored order row has ``column`` equal to
-        ``value`` (a column the workflow's message model writes, WorkflowMessage.columns).
+        ``value`` (a column the workflow's message model writes, WorkflowMessage.columns), and
+        whether they are all there are (False: more match, or the scan stopped first).
 
         An operator's query, and a scan: it reads at most SEARCH_PAGES pages of the table
         (the service hands back a page, perhaps empty, every 1,000 rows or 5 s it reads).
         """
         if not column.isidentifier():  # a name from the code, never from a request
             raise ValueError(f"{column!r} is not a column name")
+        # One more than asked for: whether it comes says whether there are more.
         pages = self._states.query_entities(
             f"RowKey eq @rk and {column} eq @v", parameters={"rk": ORDER_ROW, "v": value},
-            results_per_page=limit, select=["PartitionKey"]).by_page()
+            results_per_page=limit + 1, select=["PartitionKey"]).by_page()
         found: list[str] = []
         for page in itertools.islice(pages, SEARCH_PAGES):
             found += [str(e["PartitionKey"]) for e in page]
-            if len(found) >= limit:
-                break
-        return found[:limit]
+            if len(found) > limit:
+                return found[:limit], False
+        # by_page() is typed as a plain iterator; it is a PageIterator, which keeps the token.
+        return found, cast(PageIterator[Any], pages).continuation_token is None
 
     def _file(self, state: OrderState, base: str, *, exact: bool) -> tuple[str, bool]:
         """Put an index entry for the state (due_index.file_at); its key, and whether this call

@@ -280,7 +280,13 @@ function arrive(order, search, message, focused) {
 // state, if one is chosen); with no text, the orders of the state.
 async function find(q, state) {
   const s = state ? "&state=" + encodeURIComponent(state) : "";
-  if (!q) return {orders: (await api(`/orders?limit=50${s}`)).orders};
+  // More than one page matched (a continuation), or the search by customer stopped at its
+  // cap: said under the results, so that they do not pass for all there are.
+  const more = page => Boolean(page.continuation || page.truncated);
+  if (!q) {
+    const page = await api(`/orders?limit=50${s}`);
+    return {orders: page.orders, more: more(page)};
+  }
   const asked = [api(`/orders?limit=50&prefix=${encodeURIComponent(q)}${s}`),
                  api(`/orders?limit=50&customer=${encodeURIComponent(q)}${s}`)];
   const answers = await Promise.allSettled(asked);
@@ -289,7 +295,8 @@ async function find(q, state) {
     for (const o of a.value.orders) seen.set(o.OrderID, o);
   // One of the two may refuse the text (a customer's name is no order id): the other answers.
   if (answers.every(a => a.status === "rejected")) throw answers[0].reason;
-  return {orders: [...seen.values()]};
+  return {orders: [...seen.values()],
+          more: answers.some(a => a.status === "fulfilled" && more(a.value))};
 }
 
 function renderSearch(params, found) {
@@ -302,7 +309,10 @@ function renderSearch(params, found) {
         found.orders, r => el("tr", {"data-order": r.OrderID},
           cell(orderLink(r.OrderID), "id"),
           cell(r.ProcessState + (r.Compensation ? ` / compensation ${r.Compensation}` : "")),
-          cell(r.FailedStep || r.CurrentStep), cell(r.LastError), cell(when(r.UpdatedAt))))));
+          cell(r.FailedStep || r.CurrentStep), cell(r.LastError), cell(when(r.UpdatedAt)))),
+      found.more ? el("p", {class: "more", role: "status",
+                            text: "More orders match than are shown here: narrow the search " +
+                                  "by state or by a longer order id."}) : null));
 }
 
 // Bulk resubmit: failed orders picked by when they failed and at which step. A dry run first

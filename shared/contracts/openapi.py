@@ -113,7 +113,8 @@ def openapi_document() -> dict[str, Any]:
                                 "pattern": r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"}},
                     {"name": "customer", "in": "query", "required": False,
                      "description": "Only this customer's orders (the stored order's "
-                                    "CustomerId): at most 50, one page, no continuation.",
+                                    "CustomerId): at most 50, one page, no continuation; truncated "
+                                    "says when more matched.",
                      "schema": {"type": "string", "minLength": 1, "maxLength": 128}},
                     _LIMIT, _CONTINUATION],
                 "responses": {"200": _json(OrderPage, "A page of orders."),

@@ -223,6 +223,9 @@ class ResubmitRefused(Exception):
 class Page:
     items: list[dict[str, Any]]
     continuation: str | None
+    # A search by customer, which has one page, found more than it shows (or scanned as far
+    # as it may and stopped): narrow it by state or id.
+    truncated: bool = False
 
 
 def _iso(value: Any) -> str:
@@ -288,14 +291,17 @@ class Operator:
             if not self._customer_columns:
                 raise ValueError("no workflow of this app names a customer in its orders (its "
                                  "message model's customer_column): search by id or state")
-            ids = list(dict.fromkeys(i for column in self._customer_columns
-                                     for i in self._store.order_ids_where(
-                                         column, customer, min(limit, MAX_SEARCH))))
-            ids = ids[:min(limit, MAX_SEARCH)]
-            states = [s for s in map(self._readable_state, ids) if s is not None
+            cap, found, every = min(limit, MAX_SEARCH), [], True
+            for column in self._customer_columns:
+                ids, complete = self._store.order_ids_where(column, customer, cap)
+                found += ids
+                every = every and complete
+            ids = list(dict.fromkeys(found))
+            states = [s for s in map(self._readable_state, ids[:cap]) if s is not None
                       and (process_state is None or s.process_state.value == process_state)
                       and (prefix is None or s.order_id.startswith(prefix))]
-            return Page([state_view(s).model_dump(mode="json") for s in states], None)
+            return Page([state_view(s).model_dump(mode="json") for s in states], None,
+                        truncated=not every or len(ids) > cap)
         states, token = self._store.list_states(process_state, limit, continuation,
                                                 prefix=prefix or None)
         return Page([state_view(s).model_dump(mode="json") for s in states], token)

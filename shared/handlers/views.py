@@ -102,6 +102,9 @@ def state_view(s: domain.OrderState, order: dict[str, Any] | None = None) -> Ord
 class OrderPage(_View):
     orders: list[OrderView]
     continuation: str | None = Field(description="Pass back as ?continuation= for the next page.")
+    truncated: bool = Field(False, description=(
+        "A search by customer found more orders than it shows, or scanned as far as it may "
+        "(one page, no continuation): narrow it by state or id."))
 
 
 class AlertView(_View):

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
 from shared.domain.state import ProcessState, due_at
 from shared.handlers.principal import READ_ROLE, RESUBMIT_ROLE
@@ -348,6 +348,26 @@ def test_search_by_customer_by_state_and_by_the_start_of_an_id(page: Page) -> No
     search.locator("input[name=q]").fill("nobody")
     search.get_by_role("button", name="Search").click()
     expect(results).to_have_text("none")
+    expect(page.locator("p.more")).to_have_count(0)  # everything that matched was shown
+
+
+def test_a_search_that_found_more_than_it_shows_says_so(page: Page) -> None:
+    """The search by customer has one page: past its cap the API says truncated, and the
+    console says more match rather than pass the rows for all there are."""
+    def capped(route: Route) -> None:
+        if "customer=" not in route.request.url:
+            route.continue_()
+            return
+        answer = route.fetch()
+        route.fulfill(response=answer, json={**answer.json(), "truncated": True})
+    page.route("**/api/orders?*", capped)
+    search = page.get_by_test_id("search")
+    search.locator("input[name=q]").fill("c-1")
+    search.get_by_role("button", name="Search").click()
+    expect(page.get_by_test_id("search-results").locator("tbody tr")).to_have_count(4)
+    expect(page.locator("p.more")).to_have_text(
+        "More orders match than are shown here: narrow the search by state or by a longer "
+        "order id.")
 
 
 def test_times_are_the_viewers_with_utc_on_hover(browser: Browser, h: RunningHost) -> None:

@@ -293,8 +293,10 @@ def test_orders_are_found_by_a_column_their_model_writes(store: OrderStore) -> N
     create(store, "c-1", customer_id="cust-a")
     create(store, "c-2", customer_id="cust-b")
     create(store, "c-3", customer_id="cust-a")
-    assert store.order_ids_where("CustomerId", "cust-a", 10) == ["c-1", "c-3"]
-    assert store.order_ids_where("CustomerId", "cust-a", 1) == ["c-1"]
-    assert store.order_ids_where("CustomerId", "nobody", 10) == []
+    # ... and whether that is all of them
+    assert store.order_ids_where("CustomerId", "cust-a", 10) == (["c-1", "c-3"], True)
+    assert store.order_ids_where("CustomerId", "cust-a", 2) == (["c-1", "c-3"], True)
+    assert store.order_ids_where("CustomerId", "cust-a", 1) == (["c-1"], False)
+    assert store.order_ids_where("CustomerId", "nobody", 10) == ([], True)
     with pytest.raises(ValueError, match="column"):
         store.order_ids_where("CustomerId eq 'x' or true", "v", 10)

@@ -142,7 +142,8 @@ def test_a_search_by_customer_leaves_out_an_unreadable_record_as_a_listing_does(
                                     "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
         store.create(o, receive(oid, WF, T0))
     store.corrupt["s-1"] = "ValueError: 'Exploded' is not a valid ProcessState"
-    store.order_ids_where = lambda column, value, limit: ["s-1", "s-2"]  # type: ignore[attr-defined]
+    store.order_ids_where = (  # type: ignore[method-assign]
+        lambda column, value, limit: (["s-1", "s-2"], True))
     relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=FakeAlertSink(),
                         workflows=Registry.of([WF]), agent_queues={}, scheduler_queue="cmds",
                         clock=clock)
@@ -151,3 +152,27 @@ def test_a_search_by_customer_leaves_out_an_unreadable_record_as_a_listing_does(
                   customer_columns=["CustomerId"])
     page = op.list(None, 10, None, customer="c-9")
     assert [o["OrderID"] for o in page.items] == ["s-2"]
+
+
+def test_a_search_by_customer_says_when_it_found_more_than_it_shows() -> None:
+    """One page, no continuation: past its cap the answer says so, rather than pass for all of
+    the customer's orders (an operator looking for a failed one would miss it)."""
+    clock = FakeClock(T0)
+    store = FakeOrderStore()
+    for oid in ("m-1", "m-2", "m-3"):
+        o = parse_order(json.dumps({"order_id": oid, "customer_id": "c-7",
+                                    "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
+        store.create(o, receive(oid, WF, T0))
+    relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=FakeAlertSink(),
+                        workflows=Registry.of([WF]), agent_queues={}, scheduler_queue="cmds",
+                        clock=clock)
+    op = Operator(store=store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
+                  health=HealthProbe({}), pending_grace=timedelta(seconds=30), clock=clock,
+                  customer_columns=["CustomerId"])
+    two = op.list(None, 2, None, customer="c-7")
+    assert [o["OrderID"] for o in two.items] == ["m-1", "m-2"] and two.truncated
+    three = op.list(None, 3, None, customer="c-7")
+    assert len(three.items) == 3 and not three.truncated
+    # A state narrows what is shown, not what was searched: still said.
+    assert op.list("Pending", 2, None, customer="c-7").truncated
+    assert not op.list(None, 10, None, prefix="m-").truncated  # listings page instead
