@@ -13,7 +13,7 @@ from orderctl.connection import call_api, opts
 from orderctl.errors import CliError
 from orderctl.identity import cli_operator
 from orderctl.output import err, out, print_health, print_rows
-from shared.handlers.operator import AckRefused, AlertNotFound
+from shared.handlers.operator import ALERT_SCAN, AckRefused, AlertNotFound
 
 
 def health(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
@@ -52,7 +52,11 @@ def alerts(ctx: typer.Context,
     acknowledges one."""
     if ctx.invoked_subcommand is not None:
         return
-    rows = opts.container().operator.alerts(limit, acknowledged=acknowledged)
+    page = opts.container().operator.alerts(limit, acknowledged=acknowledged)
+    rows = page.items
+    if page.truncated:  # on stderr, so that --json stays the list it was
+        err().print(f"read the newest {ALERT_SCAN:,} alerts of the last 7 days and stopped: "
+                    "older ones are not shown")
     if as_json:
         print_rows(rows, (), True)
         return

@@ -244,11 +244,11 @@ def _list_alerts(req: func.HttpRequest, _: Principal) -> func.HttpResponse:
         if which is not None and which not in _ACKNOWLEDGED:
             raise ValueError("acknowledged must be true or false (or left out for both)")
         limit = _limit(req)
-        rows = bootstrap.container().operator.alerts(
+        page = bootstrap.container().operator.alerts(
             limit, acknowledged=None if which is None else _ACKNOWLEDGED[which])
     except ValueError as e:  # a bad filter or limit
         return _error(400, str(e))
-    return _json({"alerts": rows})
+    return _json({"alerts": page.items, "truncated": page.truncated})
 
 
 def _ack_alert(req: func.HttpRequest, principal: Principal) -> func.HttpResponse:

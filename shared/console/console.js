@@ -101,6 +101,9 @@ function renderOverview(o) {
       table("compensation-failed", ["order", "failed step", "reason", "compensation",
                                     "resubmissions", "updated"], o.CompensationFailed, failedRow)),
     el("section", {}, el("h2", {}, "Alerts ", el("small", {text: "not yet acknowledged"})),
+      o.AlertsComplete === false ? el("p", {class: "more", role: "status",
+        text: "The newest 2,000 alerts of the last 7 days were read: older ones, open ones " +
+              "among them, are not shown."}) : null,
       ackResult(),
       table("alerts", ["raised", "kind", "order", "step", "reason", ""], o.Alerts,
         a => el("tr", {"data-alert": a.AlertId},

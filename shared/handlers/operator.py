@@ -219,12 +219,34 @@ class ResubmitRefused(Exception):
     pass
 
 
+class _AlertScan:
+    """The alert rows of the last ``days`` days, newest first, ALERT_SCAN of them at most:
+    ``cut``, once iterated, says rows were left unread (a flood of alerts, refused requests
+    say, would otherwise hide the older open ones without a word)."""
+
+    def __init__(self, table: TableClient, today: datetime, days: int) -> None:
+        self._table, self._today, self._days = table, today, days
+        self.cut = False
+
+    def __iter__(self) -> Iterator[AlertView]:
+        read = 0
+        for back in range(self._days):
+            day = (self._today - timedelta(days=back)).strftime("%Y%m%d")
+            for e in self._table.query_entities("PartitionKey eq @d", parameters={"d": day},
+                                                results_per_page=200):
+                if read == ALERT_SCAN:
+                    self.cut = True
+                    return
+                read += 1
+                yield _alert_view(e)
+
+
 @dataclass(frozen=True)
 class Page:
     items: list[dict[str, Any]]
     continuation: str | None
     # A search by customer, which has one page, found more than it shows (or scanned as far
-    # as it may and stopped): narrow it by state or id.
+    # as it may and stopped): narrow it by state or id. Alerts: the scan stopped at its cap.
     truncated: bool = False
 
 
@@ -401,29 +423,20 @@ class Operator:
                           Skipped=skipped).model_dump(mode="json")
 
     def alerts(self, limit: int = 50, days: int = 7,
-               acknowledged: bool | None = None) -> builtins.list[dict[str, Any]]:
+               acknowledged: bool | None = None) -> Page:
         """The newest alerts first (one partition a day, newest row first within it);
-        ``acknowledged``: only those (True) or only those not yet (False)."""
+        ``acknowledged``: only those (True) or only those not yet (False). ``truncated``:
+        fewer than ``limit`` were found in the ALERT_SCAN rows read, and rows were left."""
         if not 1 <= limit <= MAX_PAGE:
             raise ValueError(f"limit must be between 1 and {MAX_PAGE}")
         out: builtins.list[dict[str, Any]] = []
-        for a in self._alert_rows(days):
+        scan = _AlertScan(self._alerts, self._clock(), days)
+        for a in scan:
             if acknowledged is None or (a.AcknowledgedAt is not None) == acknowledged:
                 out.append(a.model_dump(mode="json"))
                 if len(out) >= limit:
                     break
-        return out
-
-    def _alert_rows(self, days: int) -> Iterator[AlertView]:
-        today, read = self._clock(), 0
-        for back in range(days):
-            day = (today - timedelta(days=back)).strftime("%Y%m%d")
-            for e in self._alerts.query_entities("PartitionKey eq @d", parameters={"d": day},
-                                                 results_per_page=200):
-                yield _alert_view(e)
-                read += 1
-                if read >= ALERT_SCAN:
-                    return
+        return Page(out, None, truncated=scan.cut)
 
     def acknowledge(self, alert_id: str, by: str, note: str = "") -> dict[str, Any]:
         """Mark the alert seen by ``by`` (as signed in) now; once: a second acknowledgement
@@ -513,7 +526,8 @@ class Operator:
         in_flight.sort(key=lambda v: (-(v.OverdueSeconds or 0), v.CompleteBy or now))
         open_alerts: list[AlertView] = []
         acknowledged: list[AlertView] = []
-        for a in self._alert_rows(7):  # one pass for both lists
+        scan = _AlertScan(self._alerts, now, 7)
+        for a in scan:  # one pass for both lists
             kept = acknowledged if a.AcknowledgedAt is not None else open_alerts
             if len(kept) < rows:
                 kept.append(a)
@@ -526,7 +540,7 @@ class Operator:
             ByState={p: by_state[p] for p in ProcessState},
             ByCompensation={c: by_comp[c] for c in CompensationState},
             InFlight=in_flight[:rows], Failed=failed[:rows], CompensationFailed=stuck[:rows],
-            Alerts=open_alerts, Acknowledged=acknowledged,
+            Alerts=open_alerts, Acknowledged=acknowledged, AlertsComplete=not scan.cut,
             Rejected=[RejectionView.model_validate(r) for r in self.rejected(rows).items],
         ).model_dump(mode="json")
 

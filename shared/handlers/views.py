@@ -122,6 +122,9 @@ class AlertView(_View):
 
 class AlertPage(_View):
     alerts: list[AlertView] = Field(description="Newest first, of the last 7 days.")
+    truncated: bool = Field(False, description=(
+        "The listing read as many alert rows as it may (2,000) without finding as many as "
+        "asked for: older alerts of those days are not shown."))
 
 
 class RejectionView(_View):
@@ -173,6 +176,9 @@ class Overview(_View):
     Alerts: list[AlertView] = Field(description="Recent alerts nobody has acknowledged yet.")
     Acknowledged: list[AlertView] = Field(description="Recent acknowledged alerts, with who "
                                                       "and when.")
+    AlertsComplete: bool = Field(True, description=(
+        "False when the overview read as many alert rows as it may (2,000) and stopped: "
+        "older alerts of the last 7 days, open ones among them, are not in the lists."))
     Rejected: list[RejectionView]
 
 

@@ -16,6 +16,7 @@ from localrun.servicebus import LocalServiceBusChannel
 from orderctl import connection, sending
 from orderctl import main as cli_main
 from orderctl.main import run
+from shared.handlers import operator
 from shared.handlers.principal import READ_ROLE, RESUBMIT_ROLE
 from tests.integration.conftest import RunningHost
 from tests.integration.helpers import entities, function, order, sb_message
@@ -160,7 +161,8 @@ def test_resubmit_with_force(run_host: Any, capsys: pytest.CaptureFixture[str]) 
     assert "resubmitted" in capsys.readouterr().out
 
 
-def test_alerts_and_rejected(run_host: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_alerts_and_rejected(run_host: Any, capsys: pytest.CaptureFixture[str],
+                             monkeypatch: pytest.MonkeyPatch) -> None:
     h: RunningHost = run_host(only=set())
     failed_and_compensated(h, "f-1")
     function("intake")(msg=sb_message(b"{oops", message_id="bad-1"))
@@ -171,6 +173,11 @@ def test_alerts_and_rejected(run_host: Any, capsys: pytest.CaptureFixture[str]) 
     (rej,) = json.loads(capsys.readouterr().out)["rejected"]
     assert rej["MessageId"] == "bad-1" and "JSON" in rej["Reason"]
     assert orders("alerts") == 0 and "OrderFailed" in capsys.readouterr().out
+    monkeypatch.setattr(operator, "ALERT_SCAN", 0)  # the listing's scan stops at once
+    assert orders("alerts", "--open", "--json") == 0
+    said = capsys.readouterr()
+    assert json.loads(said.out) == []  # still the list a script reads; the warning beside it
+    assert "alerts of the last 7 days and stopped: older ones are not shown" in said.err
 
 
 def test_rejected_pages_newest_sent_first(run_host: Any,

@@ -269,7 +269,7 @@ def test_an_alert_is_acknowledged_from_the_console(page: Page, h: RunningHost) -
     acked = page.get_by_test_id("acknowledged").locator(f'tr[data-alert="{alert_id}"]')
     expect(acked).to_contain_text("local developer (oid development)")
     expect(page.get_by_test_id("alerts").locator(f'tr[data-alert="{alert_id}"]')).to_have_count(0)
-    views = h.container.operator.alerts(50, acknowledged=True)
+    views = h.container.operator.alerts(50, acknowledged=True).items
     assert [v["AlertId"] for v in views] == [alert_id]
 
 
@@ -278,7 +278,7 @@ def test_a_reader_is_told_why_they_cannot_acknowledge(browser: Browser, h: Runni
     pg.get_by_test_id("alerts").get_by_role("button", name="Acknowledge").first.click()
     expect(pg.get_by_test_id("ack-result")).to_contain_text(
         "lacks the app role 'Orders.Resubmit'")
-    assert h.container.operator.alerts(50, acknowledged=True) == []
+    assert h.container.operator.alerts(50, acknowledged=True).items == []
     pg.context.close()
     assert foreign == []
 
@@ -349,6 +349,20 @@ def test_search_by_customer_by_state_and_by_the_start_of_an_id(page: Page) -> No
     search.get_by_role("button", name="Search").click()
     expect(results).to_have_text("none")
     expect(page.locator("p.more")).to_have_count(0)  # everything that matched was shown
+
+
+def test_an_overview_whose_alert_scan_stopped_says_so(page: Page) -> None:
+    expect(page.get_by_test_id("alerts")).to_be_visible()
+    expect(page.locator("p.more")).to_have_count(0)  # the fixture's few alerts: all read
+
+    def cut(route: Route) -> None:
+        answer = route.fetch()
+        route.fulfill(response=answer, json={**answer.json(), "AlertsComplete": False})
+    page.route("**/api/overview", cut)
+    page.reload()
+    expect(page.locator("p.more")).to_have_text(
+        "The newest 2,000 alerts of the last 7 days were read: older ones, open ones among "
+        "them, are not shown.")
 
 
 def test_a_search_that_found_more_than_it_shows_says_so(page: Page) -> None:

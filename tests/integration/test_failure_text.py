@@ -154,7 +154,7 @@ def test_storage_failing_under_the_api_is_a_503_in_words(run_host: Any, failure:
     store = h.container.store
     for name in ("load", "get_state", "list_states", "order_ids_where"):
         monkeypatch.setattr(store, name, down)
-    monkeypatch.setattr(h.container.operator, "_alert_rows", down)
+    monkeypatch.setattr(h.container.operator._alerts, "query_entities", down)
     with httpx.Client(base_url=f"http://127.0.0.1:{h.port}/api", timeout=10,
                       headers=BOTH) as c:
         for method, path in [("GET", "/orders/f-1"), ("GET", "/orders"),
@@ -194,7 +194,7 @@ def test_every_failure_of_the_cli_is_one_line_in_words(
     accept("o-1")
     accept("bad-1")
     corrupt(h, "bad-1")
-    (alert,) = h.container.operator.alerts(5)
+    (alert,) = h.container.operator.alerts(5).items
     api = f"http://127.0.0.1:{h.port}/api"
     as_reader = f"http://127.0.0.1:{reader.port}/api"
     nowhere = f"http://127.0.0.1:{free_port()}/api"

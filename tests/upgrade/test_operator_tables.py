@@ -78,7 +78,7 @@ def test_old_alert_rows_are_listed_by_the_api_the_cli_and_the_console(
         return sorted((v["Kind"], v["OrderID"], v["Step"], v["Reason"], at(v["RaisedAt"]))
                       for v in views if v["OrderID"] == fx["order_id"])
 
-    listed = op.alerts(limit=50)
+    listed = op.alerts(limit=50).items
     assert seen(listed) == wanted
     json.dumps(listed)  # the API's body as it is sent
     assert seen(op.alerts_for(fx["order_id"])) == wanted
@@ -86,7 +86,7 @@ def test_old_alert_rows_are_listed_by_the_api_the_cli_and_the_console(
     assert seen(overview["Alerts"]) == wanted
     # A later day's list still reaches them (one partition a day, seven days back).
     pipeline.clock.now += timedelta(days=6)
-    assert seen(op.alerts(limit=50)) == wanted
+    assert seen(op.alerts(limit=50).items) == wanted
 
 
 # The first release's alert row keys end in 8 hex digits (a random part), today's in 12: the
@@ -98,12 +98,12 @@ def test_old_alert_rows_can_be_acknowledged_by_the_id_they_are_listed_with(
     rows = install(pipeline, fx)
     op = pipeline.container.operator
     pipeline.clock.now = at(fx["now"]) + timedelta(hours=1)
-    listed = [a for a in op.alerts(limit=50) if a["OrderID"] == fx["order_id"]]
+    listed = [a for a in op.alerts(limit=50).items if a["OrderID"] == fx["order_id"]]
     assert len(listed) == len(rows)
     for a in listed:
         acked = op.acknowledge(a["AlertId"], "operator@example.com", "seen after the upgrade")
         assert acked["AcknowledgedBy"] == "operator@example.com"
-    assert {a["AlertId"] for a in op.alerts(limit=50, acknowledged=True)} == \
+    assert {a["AlertId"] for a in op.alerts(limit=50, acknowledged=True).items} == \
         {a["AlertId"] for a in listed}
     assert not [a for a in op.overview()["Alerts"] if a["OrderID"] == fx["order_id"]]
 
