@@ -27,7 +27,7 @@ due-time index; nothing was rejected, dead-lettered or poisoned; every resubmit 
 (202) or refused for a reason (409) and a taken one shows in its order's record. Non-zero exit
 if any fails.
 
-    python -m localrun.rolling --previous 0ccd175 --orders 300
+    python -m localrun.rolling --previous ce05056 --orders 300
 
 Data and logs in .azurite/rolling (wiped first): each host process's log, stdout and the
 messages it was handed (``<host>.messages.jsonl``).
@@ -57,8 +57,9 @@ from localrun.rolling_verdict import (
 from shared.workflows import REGISTRY
 
 DATA = ROOT / ".azurite" / "rolling"
-# The release before this session's changes (the event timeline, before workflows by registry).
-DEFAULT_PREVIOUS = "0ccd175"
+# The release this one follows on main (the last that landed): the one a rolling update of
+# this one runs beside. Move it on with each release.
+DEFAULT_PREVIOUS = "ce05056"
 # A killed host's messages come back after this (the host's 10 minutes, and the Service Bus
 # lock's minute, would outlast the run); renewed while a function runs, as the host does.
 LEASE_SECONDS = 15
