@@ -35,6 +35,8 @@ ORDER = {"customer_id": "c-1", "items": [{"sku": "A", "quantity": 2, "unit_price
 PROCESSED = {"ProcessState": "Processed", "Compensation": None,
              "standing": {"reserve_inventory": 1, "charge_payment": 1, "arrange_shipping": 1}}
 COMPENSATED = {"ProcessState": "Error", "Compensation": "Done", "standing": {}}
+DIGITAL_PROCESSED = {"ProcessState": "Processed", "Compensation": None,
+                     "standing": {"charge_payment": 1, "send_download_link": 1}}
 
 
 @dataclass(frozen=True)
@@ -381,6 +383,72 @@ SCENARIOS = [
         [_record("state-record_0e928ad_workflow",
                  "state record naming its Workflow and WorkflowVersion (0e928ad)")],
         COMPENSATED, settle_seconds=2.5),
+    # --- a second workflow (14ccb65) ------------------------------------------------------
+    Scenario(
+        "14ccb65-digital-link-queued", "14ccb65",
+        "An order of the second workflow (digital-delivery): charged; the request to send the "
+        "download link waits on the email service's queue.",
+        [["intake"], ["agent", "payment"], ["reply"]],
+        [_record("state-record_14ccb65_digital-delivery",
+                 "state record naming the second workflow, digital-delivery (14ccb65): its "
+                 "steps charge_payment and send_download_link, the second without an undo"),
+         Shape("agent-request_14ccb65_email-send", "agent-request",
+               "do request to the email service, a service of the second workflow (14ccb65)",
+               ("queue", "email"))],
+        DIGITAL_PROCESSED, order={"workflow": "digital-delivery"}),
+    # --- attempt tokens (4ec0fd8) ----------------------------------------------------------
+    Scenario(
+        "4ec0fd8-request-queued", "4ec0fd8",
+        "Claimed; the reservation request waits on the inventory queue, carrying the token "
+        "its attempt holds on the record. This release's Agent must judge it in flight (not "
+        "forged) and the Scheduler take its reply.",
+        [["intake"]],
+        [_record("state-record_4ec0fd8_step-token",
+                 "state record whose step in flight carries its attempt's token (Steps[].token, "
+                 "4ec0fd8)"),
+         Shape("agent-request_4ec0fd8_token", "agent-request",
+               "do request carrying its attempt's token (4ec0fd8)", ("queue", "inventory"))],
+        PROCESSED),
+    Scenario(
+        "4ec0fd8-reply-queued", "4ec0fd8",
+        "Reserved; the Agent's reply, echoing its request's token, waits on the responses "
+        "queue: this release's Scheduler must take it as the attempt's own, not refuse it.",
+        [["intake"], ["agent", "inventory"]],
+        [Shape("agent-reply_4ec0fd8_token", "agent-reply",
+               "do reply echoing its request's token (4ec0fd8)", ("queue", "responses"))],
+        PROCESSED),
+    # --- the last landed release (ce05056) --------------------------------------------------
+    Scenario(
+        "ce05056-compensating", "ce05056",
+        "Reserved and charged, then shipping refused: the compensation runs, the undo of the "
+        "refused step waiting with its attempt's token.",
+        [["intake"], ["agent", "inventory"], ["reply"], ["agent", "payment"], ["reply"],
+         ["agent", "shipping", "refuse"], ["reply"]],
+        [_record("state-record_ce05056_compensating-token",
+                 "state record of the last landed release (ce05056), mid-compensation: the "
+                 "step being undone carries its undo attempt's token"),
+         Shape("agent-request_ce05056_undo-token", "agent-request",
+               "undo request carrying its attempt's token (ce05056)", ("queue", "shipping"))],
+        COMPENSATED),
+    Scenario(
+        "ce05056-undo-reply-queued", "ce05056",
+        "As ce05056-compensating, the shipping undo done; its reply, echoing the token, waits.",
+        [["intake"], ["agent", "inventory"], ["reply"], ["agent", "payment"], ["reply"],
+         ["agent", "shipping", "refuse"], ["reply"], ["agent", "shipping"]],
+        [Shape("agent-reply_ce05056_undo-token", "agent-reply",
+               "undo reply echoing its request's token (ce05056)", ("queue", "responses"))],
+        COMPENSATED),
+    Scenario(
+        "ce05056-retry-waiting", "ce05056",
+        "The reservation request was lost; the Supervisor counted a failure and queued a "
+        "retry: the record keeps the lost attempt's token on a step not in flight.",
+        [["intake"], ["drop", "inventory"], ["tick", 31]],
+        [_record("state-record_ce05056_retry-waiting-token",
+                 "state record (ce05056) whose step waits for its retry, the token of its lost "
+                 "attempt still on it"),
+         Shape("scheduler-command_ce05056_start-retry", "scheduler-command",
+               "start command of the last landed release (ce05056)", ("queue", "scheduler"))],
+        {**PROCESSED, "FailureCount": 1}, settle_seconds=2.5),
 ]
 
 
@@ -403,7 +471,7 @@ def _env(connection: str) -> tuple[dict[str, str], dict[str, str], dict[str, str
     t = uuid.uuid4().hex[:10]
     roles = {"scheduler": f"sched-{t}", "responses": f"replies-{t}",
              "inventory": f"inventory-{t}", "payment": f"payment-{t}",
-             "shipping": f"shipping-{t}"}
+             "shipping": f"shipping-{t}", "email": f"email-{t}"}
     tables = {"OrderState": f"State{t}", "OrdersInFlight": f"InFlight{t}"}
     env = {
         "AzureWebJobsStorage": connection, "ServiceBusConnection": "local",
@@ -411,6 +479,7 @@ def _env(connection: str) -> tuple[dict[str, str], dict[str, str], dict[str, str
         "InventoryRequestsQueueName": roles["inventory"],
         "PaymentRequestsQueueName": roles["payment"],
         "ShippingRequestsQueueName": roles["shipping"],
+        "EmailRequestsQueueName": roles["email"],  # the second workflow's service (14ccb65 on)
         "StateTableName": tables["OrderState"], "InFlightTableName": tables["OrdersInFlight"],
         "RejectedOrdersTableName": f"Rejected{t}", "OperatorAlertsTableName": f"Alerts{t}",
         "SimulatorTableName": f"Effects{t}", "SchedulerInstanceId": "scheduler-before",
