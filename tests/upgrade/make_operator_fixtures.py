@@ -13,7 +13,11 @@ The shapes, from ``git log`` of shared/adapters/alerts.py, rejections.py and tic
 shared/domain/outages.py, which serialises the tick log's gaps):
 
 - alert rows: d227dda (row key ``<countdown>-<random>``, no ``AlertKey``); 75e3701 on (row key
-  ``<countdown>-<hash of the key>``, ``AlertKey``), unchanged since;
+  ``<countdown>-<hash of the key>``, ``AlertKey``), unchanged since; the kinds the first ones
+  do not show, each from the release that added it: ``RecordUnreadable`` (75e3701) and
+  ``SupervisionFailing`` (281a355), the Supervisor's, no step; ``OrderNotStorable`` (a10c082:
+  intake, no step); ``RequestRefused`` (f9dc107: an Agent, with the step, key
+  ``refused.<fingerprint of the request>``);
 - rejected rows: d227dda (row key a 40-character content digest); f037ed7 (row key
   ``<countdown from when it was sent>-<digest>``); a10c082 on (``BodyBytes``, ``BodySha256``,
   the body clipped by UTF-16 units), unchanged since;
@@ -48,6 +52,23 @@ FAILED_THEN_BAD_INPUT = [
 BAD_INPUT = [["intake"], ["intake-body", "m-conflict", "CONFLICT"],
              ["intake-body", "m-not-json", "{oops"]]
 
+# Run in the release's process before its runner (``python -c`` with argv[1] the runner): the
+# order intake parses made past what a stored property holds, as a10c082's own test of the
+# alert did (tests/integration/test_intake.py, ..._storage_refuses_is_recorded_and_alerted...):
+# its schema keeps every valid order within storage's limits, so only this seam reaches the
+# path. The rest is the release's own: intake, its store's transaction, Azurite's refusal
+# (PropertyValueTooLarge), the rejected row, the alert.
+OVERSIZE = """
+import runpy, sys
+from shared.handlers import intake
+parse = intake.parse_order
+def oversize(body):
+    return parse(body).model_copy(update={"customer_id": "x" * 40_000})
+intake.parse_order = oversize
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
 
 @dataclass(frozen=True)
 class Keep:
@@ -66,6 +87,9 @@ class Scenario:
     script: list[list[Any]]
     keep: list[Keep]
     env: dict[str, str] | None = None
+    # The runner's role reads another role's queue: a message put on the wrong queue.
+    queues: dict[str, str] | None = None
+    prelude: str | None = None  # code run before the runner (OVERSIZE)
 
 
 SCENARIOS = [
@@ -113,6 +137,45 @@ SCENARIOS = [
               "from 0001-01-01: before the first recorded tick) (30a0e57 on, today's shape)",
               "OrdersInFlight", partition="supervisor")],
         env={"OutageGapSeconds": "25"}),
+    Scenario(
+        "a10c082-not-storable", "a10c082",
+        "A valid order storage refuses for what it holds (a property past 32K units): intake "
+        "records it as unstorable, raises OrderNotStorable and runs nothing.",
+        [["intake"]],
+        [Keep("alert-row_a10c082_order-not-storable", "alert-row",
+              "OrderNotStorable alert row (a10c082 on): no step (Step ''), AlertKey "
+              "<order>.unstorable.<fingerprint>", "OperatorAlerts"),
+         Keep("rejection-row_a10c082_unstorable", "rejection-row",
+              "rejected row of kind unstorable (a10c082 on), the body as sent with BodyBytes "
+              "and BodySha256", "RejectedOrders")],
+        prelude=OVERSIZE),
+    Scenario(
+        "f9dc107-request-refused", "f9dc107",
+        "The reservation request put on the payment queue: the payment Agent finds the "
+        "order's step is the inventory service's, refuses it without calling the service and "
+        "raises RequestRefused.",
+        [["intake"], ["agent", "payment"]],
+        [Keep("alert-row_f9dc107_request-refused", "alert-row",
+              "RequestRefused alert row (f9dc107 on): the step named, AlertKey "
+              "refused.<fingerprint of the request>", "OperatorAlerts")],
+        queues={"payment": "inventory"}),
+    Scenario(
+        "75e3701-record-unreadable", "75e3701",
+        "The order's state record unreadable (a ProcessState no release knows): the "
+        "Supervisor reports it once, RecordUnreadable, and skips it.",
+        [["intake"], ["corrupt"], ["tick", 11]],
+        [Keep("alert-row_75e3701_record-unreadable", "alert-row",
+              "RecordUnreadable alert row (75e3701 on): no step, AlertKey "
+              "<order>.unreadable.<the record's ETag>", "OperatorAlerts")]),
+    Scenario(
+        "281a355-supervision-failing", "281a355",
+        "The start command lost and the Scheduler's queue gone: the Supervisor's re-dispatch "
+        "fails three ticks running and it raises SupervisionFailing.",
+        [["intake"], ["drop", "scheduler"], ["break", "scheduler"], ["tick", 11], ["tick", 11],
+         ["tick", 11]],
+        [Keep("alert-row_281a355_supervision-failing", "alert-row",
+              "SupervisionFailing alert row (281a355 on): no step, AlertKey "
+              "<order>.failing.<exception>.<day>", "OperatorAlerts")]),
 ]
 
 
@@ -127,8 +190,11 @@ def generate(scenario: Scenario, workdir: Path, connection: str) -> list[Path]:
     conflict = json.dumps({**order, "customer_id": "someone-else"})
     script = [[*step[:2], conflict] if step[:1] == ["intake-body"] and step[2] == "CONFLICT"
               else step for step in scenario.script]
-    spec = {"env": env, "roles": roles, "tables": tables, "script": script, "order": order}
-    run = subprocess.run([sys.executable, str(RUNNER), json.dumps(spec)], cwd=tree,
+    readers = {role: roles[source] for role, source in (scenario.queues or {}).items()}
+    spec = {"env": env, "roles": {**roles, **readers}, "tables": tables, "script": script,
+            "order": order}
+    start = ["-c", scenario.prelude] if scenario.prelude else []
+    run = subprocess.run([sys.executable, *start, str(RUNNER), json.dumps(spec)], cwd=tree,
                          env={**env, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"},
                          capture_output=True, text=True)
     if run.returncode != 0:
