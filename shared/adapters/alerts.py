@@ -14,7 +14,7 @@ import contextlib
 import hashlib
 import logging
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
@@ -44,7 +44,8 @@ EXPIRE_PER_ALERT = 10
 
 
 def alert_partition(at: datetime) -> str:
-    return at.strftime("%Y%m%d")
+    # The UTC day, whatever offset the time was given in.
+    return at.astimezone(UTC).strftime("%Y%m%d")
 
 
 class TableAlertSink:
@@ -66,7 +67,9 @@ class TableAlertSink:
                    "step": alert.step or "", "reason": alert.reason,
                    "alert_key": alert.key or ""},
         )
-        # Raised before (a replay) when the row exists: the operator already has it.
+        if self._raised_before(alert):
+            return
+        # Raised before (a replay at the same time) when the row exists: the operator has it.
         with contextlib.suppress(ResourceExistsError):
             self._table.create_entity({
                 "PartitionKey": alert_partition(alert.at),
@@ -78,7 +81,22 @@ class TableAlertSink:
                 "RaisedAt": alert.at,
                 "AlertKey": alert.key,
             })
-        self._expire(alert.at - self._retention)
+        # Never past now: an alert's time that lay in the future would expire today's rows.
+        self._expire(min(alert.at, datetime.now(UTC)) - self._retention)
+
+    def _raised_before(self, alert: OperatorAlert) -> bool:
+        """Whether a row of this key is there from the same day or the day before: an alert
+        raised again at another time (a redelivered message, a restarted Supervisor) has a row
+        key of its own, and would be listed, open, a second time."""
+        if not alert.key:
+            return False
+        day = alert_partition(alert.at)
+        before = alert_partition(alert.at - timedelta(days=1))
+        found = self._table.query_entities(
+            "PartitionKey ge @before and PartitionKey le @day and AlertKey eq @key",
+            parameters={"before": before, "day": day, "key": alert.key},
+            select=["RowKey"], results_per_page=1)
+        return next(iter(found), None) is not None
 
     def _expire(self, before: datetime) -> None:
         cut_off = alert_partition(before)

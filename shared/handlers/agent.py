@@ -168,8 +168,10 @@ class Agent:
         fingerprint = hashlib.sha256(req.to_json().encode()).hexdigest()[:16]
         self._records.alerts.raise_alert(OperatorAlert(
             AlertKind.REQUEST_REFUSED, budget.clip(req.order_id, 128), budget.clip(
-                # The request's own time, not the clock: every copy of it is the same alert.
-                reason, budget.ERROR_TEXT), req.complete_by, step=budget.clip(req.step, 128),
+                # The clock's time, never the request's: a sender chooses that one (a year 9999
+                # would file the alert where no listing looks, and expire every real one).
+                # Copies of the request are one alert by its key.
+                reason, budget.ERROR_TEXT), self._clock(), step=budget.clip(req.step, 128),
             key=f"refused.{fingerprint}"))
         return None
 

@@ -4,14 +4,16 @@ outside) cannot hide an older open alert without a word (issue 33, item 4)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from shared.adapters.alerts import TableAlertSink
 from shared.domain.alerts import AlertKind, OperatorAlert
+from shared.domain.messages import Action, AgentRequest
 from shared.handlers import operator
 from tests.integration.conftest import Pipeline
+from tests.workflow import HOLD
 
 
 def test_a_listing_cut_short_by_its_scan_says_so(pipeline: Pipeline,
@@ -41,3 +43,50 @@ def test_a_listing_cut_short_by_its_scan_says_so(pipeline: Pipeline,
     found = op.alerts(50, acknowledged=False)
     assert [a["OrderID"] for a in found.items] == ["o-open"] and not found.truncated
     assert op.overview()["AlertsComplete"] is True
+
+
+def test_an_alert_raised_again_later_is_the_same_row(pipeline: Pipeline) -> None:
+    """A redelivered message (an intake conflict) or a restarted Supervisor raises its alert
+    again at another time: one row, still acknowledged, not a second open one."""
+    sink = TableAlertSink(pipeline.container.tables.get_table_client(
+        pipeline.env["OperatorAlertsTableName"]))
+    first = OperatorAlert(AlertKind.ORDER_CONFLICT, "o-1", "another body", pipeline.clock.now,
+                          key="o-1.conflict.c5db7ea7")
+    sink.raise_alert(first)
+    op = pipeline.container.operator
+    (listed,) = op.alerts(50).items
+    op.acknowledge(listed["AlertId"], "ops@example.com")
+    for later in (timedelta(minutes=5), timedelta(hours=23)):
+        sink.raise_alert(OperatorAlert(first.kind, first.order_id, first.reason,
+                                       first.at + later, key=first.key))
+    (again,) = op.alerts(50).items
+    assert again["AlertId"] == listed["AlertId"] and again["AcknowledgedBy"] == "ops@example.com"
+    assert op.alerts(50, acknowledged=False).items == []
+
+
+def test_a_made_up_request_from_the_far_future_is_filed_today_and_expires_nothing(
+        pipeline: Pipeline) -> None:
+    """The red team's R1: the refused request's alert took the request's complete-by for its
+    time, which the sender chooses: year 9999 filed it where no listing looks, and its expiry
+    deleted every real alert as older than 90 days before it."""
+    sink = TableAlertSink(pipeline.container.tables.get_table_client(
+        pipeline.env["OperatorAlertsTableName"]))
+    now = pipeline.clock.now
+    for i in range(12):
+        sink.raise_alert(OperatorAlert(AlertKind.ORDER_FAILED, f"real-{i}", "HTTP 422",
+                                       now - timedelta(minutes=i), key=f"real-{i}"))
+    far = datetime(9999, 12, 31, tzinfo=UTC)
+    for n in (1, 2):
+        forged = AgentRequest(order_id=f"x-{n}", step=HOLD.name, action=Action.UNDO,
+                              operation=HOLD.compensation or "", attempt=1, complete_by=far,
+                              idempotency_key=f"x-{n}.{HOLD.name}.undo", order={})
+        assert pipeline.container.agents[HOLD.agent].handle(forged.to_json()) is None
+        # ... and a copy of the same request is the same alert
+        pipeline.container.agents[HOLD.agent].handle(forged.to_json())
+    listed = pipeline.container.operator.alerts(100).items
+    assert sorted(a["OrderID"] for a in listed) == sorted(
+        [f"real-{i}" for i in range(12)] + ["x-1", "x-2"])
+    refused = [a for a in listed if a["Kind"] == AlertKind.REQUEST_REFUSED.value]
+    assert {datetime.fromisoformat(a["RaisedAt"]) for a in refused} == {now}
+    for a in refused:  # acknowledged by the id it is listed with
+        pipeline.container.operator.acknowledge(a["AlertId"], "ops@example.com")
