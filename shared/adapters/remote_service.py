@@ -18,6 +18,7 @@ Every answer is classified on purpose:
 from __future__ import annotations
 
 import email.utils
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,7 +51,7 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if re.fullmatch(r"[0-9]+", value):  # not isdigit(): "²" is a digit to it, not to float()
         return min(float(value), _MAX_RETRY_AFTER)
     try:
         when = email.utils.parsedate_to_datetime(value)
@@ -109,7 +110,7 @@ class RemoteServiceClient:
             raise TransientServiceError(f"{operation}: unexpected HTTP {status}")
         try:
             result = r.json()
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             result = None
         if not isinstance(result, dict):
             raise TransientServiceError(

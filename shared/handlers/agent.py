@@ -119,11 +119,11 @@ class Agent:
         started_with = self._remaining(req.complete_by)
         try:
             result = self._call_with_retries(req, order)
-            reply = AgentReply(order_id=req.order_id, step=req.step, action=req.action,
-                               attempt=req.attempt, outcome=ReplyOutcome.OK,
-                               result=_within_budget(result, where),
-                               outbox_seq=req.outbox_seq, token=req.token,
-                               traceparent=tracing.current_traceparent() or req.traceparent)
+            reply = _readable(AgentReply(
+                order_id=req.order_id, step=req.step, action=req.action, attempt=req.attempt,
+                outcome=ReplyOutcome.OK, result=_within_budget(result, where),
+                outbox_seq=req.outbox_seq, token=req.token,
+                traceparent=tracing.current_traceparent() or req.traceparent), where)
         except PermanentServiceError as e:
             reply = AgentReply(order_id=req.order_id, step=req.step, action=req.action,
                                attempt=req.attempt, outcome=ReplyOutcome.PERMANENT_ERROR,
@@ -229,13 +229,32 @@ class Agent:
         return retrying(attempt)
 
 
+def _readable(reply: AgentReply, where: str) -> AgentReply:
+    """The reply as the Scheduler will read it. The work is done whatever the service said in
+    its answer; one nested deeper than a reply's parser takes (about 200 levels) would fail
+    every delivery of the reply, and the order would fail over an answer nothing reads."""
+    try:
+        AgentReply.model_validate_json(reply.to_json())
+        return reply
+    except (ValueError, RecursionError) as e:
+        log.warning("agent: %s: the service's answer cannot be passed on: %s", where,
+                    str(e)[:200])
+        return reply.model_copy(update={"result": {
+            "omitted": "the service's answer is nested deeper than a reply can carry",
+            "bytes": 0}})
+
+
 def _within_budget(result: dict[str, Any] | None, where: str) -> dict[str, Any] | None:
     """The service's answer, if it fits a reply; else a note of its size. The work is done
     either way, and a reply too large for its queue would fail every attempt to send it, so
     the step would time out and the order fail over an answer nothing in the engine reads."""
     if result is None:
         return None
-    size = len(json.dumps(result, ensure_ascii=False).encode())
+    try:
+        size = len(json.dumps(result, ensure_ascii=False).encode())
+    except (ValueError, RecursionError) as e:  # a lone surrogate UTF-8 cannot carry, say
+        log.warning("agent: %s: the service's answer cannot be passed on: %s", where, e)
+        return {"omitted": "the service's answer holds text a reply cannot carry", "bytes": 0}
     if size <= budget.RESULT_BYTES:
         return result
     log.warning("agent: %s: the service answered %d bytes; the reply passes on only its size",

@@ -104,3 +104,28 @@ def test_the_undo_key_names_its_work_to_an_agent_of_a_release_before_work_keys()
     with today's undo key it must arrive at the recorded work key, never '<key>.do.do'."""
     for work in (new_work_key("o-1", "take"), new_work_key("o-1", "send", 3)):
         assert undo_key(work).removesuffix(".undo") + ".do" == work
+
+
+def nested(depth: int) -> dict[str, Any]:
+    inner: list[Any] = []
+    answer: dict[str, Any] = {"status": "applied", "detail": inner}
+    for _ in range(depth):
+        inner.append([])
+        inner = inner[0]
+    return answer
+
+
+def test_an_answer_a_reply_cannot_carry_is_passed_on_as_a_note_and_the_step_is_done() -> None:
+    """The red team's R2: the service did the work and said so (2xx, a JSON object), but its
+    answer held a lone surrogate (no UTF-8 for it) or was nested past what a reply's parser
+    takes: the Agent crashed, or the Scheduler could not read its reply, on every delivery,
+    and the order failed with its work done. The engine reads nothing of the answer."""
+    for answer in ({"status": "applied", "note": "\ud800"}, nested(199), nested(300)):
+        clock = FakeClock()
+        reply = agent(clock, Script(clock, answer)).handle(request(clock))
+        assert reply is not None and reply.outcome.value == "ok"
+        assert reply.result is not None and "omitted" in reply.result
+        assert type(reply).model_validate_json(reply.to_json()) == reply  # the Scheduler reads it
+    clock = FakeClock()
+    plain = agent(clock, Script(clock, nested(50))).handle(request(clock))
+    assert plain is not None and plain.result == nested(50)  # an ordinary answer passes

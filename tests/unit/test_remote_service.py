@@ -100,6 +100,16 @@ def test_retry_after_as_an_http_date_or_garbage() -> None:
     assert parse_retry_after("soon", now) is None
     assert parse_retry_after(None, now) is None
     assert parse_retry_after("99999999", now) == 3600
+    # Digits to str.isdigit() that float() refuses: unusable, not a crash (red team R2)
+    assert parse_retry_after("\u00b2", now) is None
+    assert parse_retry_after("\u0663", now) is None  # an Arabic-Indic three
+
+
+def test_a_2xx_answer_nested_past_the_parser_is_in_doubt_not_a_crash() -> None:
+    deep = "[" * 5000 + "]" * 5000
+    with pytest.raises(TransientServiceError, match="without a JSON object"):
+        client(httpx.Response(200, text='{"detail": ' + deep + "}")).call(
+            "take", "k-1", {}, timeout=5)
 
 
 def test_no_answer_is_transient() -> None:
