@@ -29,7 +29,7 @@ from azure.servicebus.exceptions import ServiceBusError
 from orderctl import orders, pipeline, sending
 from orderctl.connection import ROOT, opts
 from orderctl.errors import CliError, first_line
-from orderctl.output import err
+from orderctl.output import err, print_error
 from shared import tracing
 from shared.adapters.state_store import CorruptRecord
 from shared.handlers.failures import describe, plain
@@ -87,19 +87,19 @@ def run(argv: list[str] | None = None) -> int:
         rv = app(args=argv, prog_name="orders", standalone_mode=False)
         return rv if isinstance(rv, int) else 0
     except CliError as e:
-        err().print(f"[red]error:[/] {e}")
+        print_error(f"{e}")
         return e.code
     except SettingsError as e:
-        err().print(f"[red]error:[/] {e}")
+        print_error(f"{e}")
         return 2
     except ServiceBusError as e:  # unreachable namespace, no rights, no such queue
-        err().print(f"[red]error:[/] Service Bus: {plain(first_line(e))}")
+        print_error(f"Service Bus: {plain(first_line(e))}")
         return 2
     except AzureError as e:  # storage unreachable, refusing, or not letting us in
-        err().print(f"[red]error:[/] storage {describe(e)}")
+        print_error(f"storage {describe(e)}")
         return 2
     except CorruptRecord as e:
-        err().print(f"[red]error:[/] the state record of order {e.order_id} is unreadable by "
+        print_error(f"the state record of order {e.order_id} is unreadable by "
                     f"this version: {plain(e.reason)}")
         return 1
     except typer.Exit as e:
@@ -112,12 +112,12 @@ def run(argv: list[str] | None = None) -> int:
         if show is not None:
             show(file=sys.stderr)
         else:
-            err().print(f"[red]error:[/] {e}")
+            print_error(f"{e}")
         return int(getattr(e, "exit_code", 2))
     except Exception as e:  # a failure nobody foresaw: one line, the traceback on request
         if os.environ.get("ORDERS_DEBUG"):
             raise
-        err().print(f"[red]error:[/] something went wrong that the CLI cannot say more "
+        print_error(f"something went wrong that the CLI cannot say more "
                     f"precisely ({plain(first_line(e)) or 'no detail'}); run it again with "
                     "ORDERS_DEBUG=1 to see where")
         return 1

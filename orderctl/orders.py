@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 import typer
 from rich.table import Column, Table
+from rich.text import Text
 
 from orderctl.connection import call_api, opts
 from orderctl.errors import CliError
@@ -37,8 +38,9 @@ def status(order_id: str,
         print(json.dumps(view, indent=2, default=str))
         return
     c = out()
-    c.print(f"[bold]{view['OrderID']}[/]  {view['ProcessState']}"
-            + (f"  compensation {view['Compensation']}" if view["Compensation"] else ""))
+    c.print(Text.assemble((view["OrderID"], "bold"), f"  {view['ProcessState']}"
+                          + (f"  compensation {view['Compensation']}" if view["Compensation"]
+                             else "")))
     # The version the order started on: the steps it follows, whatever the latest is.
     c.print(f"  Workflow: {view['Workflow'] or 'the default'} v{view.get('WorkflowVersion') or 1}")
     for k in ("LockedBy", "CompleteBy", "FailureCount", "Resubmissions", "LastError",

@@ -9,15 +9,24 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Column, Table
+from rich.text import Text
+
+# markup=False: what the CLI prints comes from outside (message ids, a service's error text, an
+# operator's reason, a made-up request's step); read as Rich markup, "[fraud]" vanished and
+# "[/]" raised. The CLI's own emphasis is given as styles instead.
 
 
 def out() -> Console:
-    return Console(file=sys.stdout, highlight=False)
+    return Console(file=sys.stdout, highlight=False, markup=False)
 
 
 def err() -> Console:
     # soft_wrap: an error stays one line, however narrow the terminal.
-    return Console(file=sys.stderr, highlight=False, soft_wrap=True)
+    return Console(file=sys.stderr, highlight=False, soft_wrap=True, markup=False)
+
+
+def print_error(message: str) -> None:
+    err().print(Text.assemble(("error:", "red"), " ", message))
 
 
 def step_table(view: dict[str, Any]) -> Table:

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from orderctl.connection import opts
 from orderctl.errors import CliError, first_line
-from orderctl.output import err, id_column, out
+from orderctl.output import err, id_column, out, print_error
 from orderctl.samples import NoSamples, orders_from_file, sample_orders
 from orderctl.senders import LocalSender, OrderSender, ServiceBusSender
 from shared.domain.state import OrderState
@@ -104,8 +104,7 @@ def send(
                     raise
                 failed.append({"order_id": item[0], "position": i + 1, "error": why})
                 if not as_json:
-                    err().print(f"[red]error:[/] order {item[0] or f'number {i + 1}'} not "
-                                f"sent: {why}")
+                    print_error(f"order {item[0] or f'number {i + 1}'} not sent: {why}")
                 continue
             sent += ids
             if not as_json:

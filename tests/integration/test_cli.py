@@ -690,3 +690,16 @@ def test_send_tells_a_message_the_channel_refuses_from_a_channel_that_failed() -
     for stop in (ServiceBusConnectionError(message="no route"), ServiceRequestError("down"),
                  HttpResponseError(message="forbidden")):
         assert sending._refused_message(stop) is None, stop
+
+
+def test_text_from_outside_is_printed_as_it_is_never_read_as_markup(
+        run_host: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """The red team's R3: a message id is the sender's to choose, an error text a service's:
+    read as Rich markup, "[hidden]" vanished from the table and "[/]" raised out of the CLI."""
+    run_host(only=set())
+    intake = function("intake")
+    for mid in ("ord-7[hidden]", "[/]", "[bold red]x"):
+        intake(msg=sb_message(b"{oops", message_id=mid))
+    assert orders("rejected", "--limit", "10") == 0
+    shown = capsys.readouterr().out
+    assert "ord-7[hidden]" in shown and "[/]" in shown and "[bold red]x" in shown
