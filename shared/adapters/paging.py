@@ -24,7 +24,8 @@ def decode_token(token: str | None) -> Any:
         return None
     try:
         value = json.loads(base64.urlsafe_b64decode(token.encode()))
-    except (ValueError, UnicodeDecodeError):
+    # RecursionError: a token of a thousand nested brackets (never one this API handed out).
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise BadContinuation("continuation token is not one this API handed out") from None
     # It goes back to storage as request headers: only the two keys the service hands out,
     # as the strings it hands out (opaque, base64-like), or the request would fail in storage.

@@ -80,7 +80,7 @@ def decode(header: str) -> Principal:
     """The principal in an ``X-MS-CLIENT-PRINCIPAL`` value; Unauthenticated if unreadable."""
     try:
         doc: Any = json.loads(base64.b64decode(header, validate=True))
-    except (binascii.Error, ValueError):
+    except (binascii.Error, ValueError, RecursionError):
         raise Unauthenticated("the client principal is not base64 JSON") from None
     claims = doc.get("claims") if isinstance(doc, dict) else None
     if not isinstance(claims, list):

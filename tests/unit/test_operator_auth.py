@@ -68,7 +68,9 @@ def test_an_application_caller_is_named_by_its_app_id() -> None:
 
 @pytest.mark.parametrize("header", ["not base64!", base64.b64encode(b"[1]").decode(),
                                     base64.b64encode(b'{"claims": [{"typ": "name", "val": "x"}]}'
-                                                     ).decode()])
+                                                     ).decode(),
+                                    # nested past the JSON parser's depth (red team R7)
+                                    base64.b64encode(b"[" * 5000 + b"]" * 5000).decode()])
 def test_an_unreadable_principal_is_unauthenticated(header: str) -> None:
     with pytest.raises(Unauthenticated):
         authorise({"x-ms-client-principal": header}, READ_ROLE, AZURE)
