@@ -33,6 +33,7 @@ from shared.domain.state import (
     ProcessState,
     due_at,
 )
+from shared.domain.workflow import Registry, UnknownWorkflow
 from shared.handlers.failures import plain
 from shared.handlers.health import HealthProbe
 from shared.handlers.relay import EffectRelay
@@ -157,10 +158,24 @@ class AlertNotFound(LookupError):
     pass
 
 
-def _resubmittable(state: OrderState, force: bool) -> bool:
+def _resubmittable(state: OrderState, force: bool, workflows: Registry) -> bool:
     """What a resubmit takes (shared/domain/resubmission.resubmit, and Operator._resubmit)."""
     return (state.is_settled and not state.from_newer_release
-            and (force or state.compensation is not CompensationState.FAILED))
+            and (force or state.compensation is not CompensationState.FAILED)
+            and _runnable(state, workflows) is None)
+
+
+def _runnable(state: OrderState, workflows: Registry) -> str | None:
+    """Why this release could not run the order again, if it could not: a resubmit keeps the
+    version the order started on, and one taken out of the registry would leave it Pending
+    with nobody to take it."""
+    try:
+        workflows.of_record(state)
+    except UnknownWorkflow as e:
+        return (f"order {state.order_id} started on workflow {state.workflow or 'the default'} "
+                f"version {state.workflow_version}, which this app does not run ({e}): "
+                "resubmit it where that version runs, or put the version back in the registry")
+    return None
 
 
 class AckRefused(Exception):
@@ -363,6 +378,9 @@ class Operator:
             raise ResubmitRefused(f"order {order_id} was written by a newer release of the app "
                                   f"(record schema {state.schema_version}); resubmit it once "
                                   "that release runs")
+        why = _runnable(state, self._relay.workflows)
+        if why is not None:
+            raise ResubmitRefused(why)
         try:
             t = resubmit(state, self._clock(), self._pending_grace, reason, force, by)
         except IllegalTransition as e:
@@ -393,7 +411,8 @@ class Operator:
                         and (ask.failed_step is None or s.failed_step == ask.failed_step)]
             # Those a resubmit would refuse are not picked: a batch of them would come back
             # first on every call, and the others never be reached.
-            takeable = [s for s in matching if _resubmittable(s, ask.force)]
+            takeable = [s for s in matching
+                        if _resubmittable(s, ask.force, self._relay.workflows)]
             skipped += len(matching) - len(takeable)
             picked += takeable
             if not token or scanned >= OVERVIEW_SCAN:

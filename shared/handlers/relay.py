@@ -77,6 +77,10 @@ class EffectRelay:
         self._clock = clock
         self._scheduler: CommandTaker | None = None  # see handing_commands_to
 
+    @property
+    def workflows(self) -> Registry:
+        return self._workflows
+
     def alert(self, alert: OperatorAlert) -> None:
         """An alert no transition records (a message refused before any transition)."""
         self._alerts.raise_alert(alert)

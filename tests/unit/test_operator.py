@@ -176,3 +176,31 @@ def test_a_search_by_customer_says_when_it_found_more_than_it_shows() -> None:
     # A state narrows what is shown, not what was searched: still said.
     assert op.list("Pending", 2, None, customer="c-7").truncated
     assert not op.list(None, 10, None, prefix="m-").truncated  # listings page instead
+
+
+def test_an_order_of_a_version_the_app_no_longer_runs_is_not_resubmitted() -> None:
+    """The newcomer walk's F1: a resubmit keeps the version the order started on; with that
+    version taken out of the registry the order was set Pending, and its start command raised
+    UnknownWorkflow for ever. Refused, saying why; a bulk resubmit leaves it out."""
+    import dataclasses
+
+    from shared.handlers.operator import BulkResubmitRequest, ResubmitRefused
+
+    clock = FakeClock(T0)
+    store = FakeOrderStore()
+    o = parse_order(json.dumps({"order_id": "o-v1", "customer_id": "c",
+                                "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
+    s = store.create(o, receive("o-v1", WF, T0))
+    s.process_state, s.compensation = ProcessState.ERROR, CompensationState.DONE
+    store.save(s)
+    before = store.states["o-v1"]
+    only_v2 = Registry.of([dataclasses.replace(WF, version=2)])
+    relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=FakeAlertSink(),
+                        workflows=only_v2, agent_queues={}, scheduler_queue="cmds", clock=clock)
+    op = Operator(store=store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
+                  health=HealthProbe({}), pending_grace=timedelta(seconds=30), clock=clock)
+    with pytest.raises(ResubmitRefused, match="version 1, which this app does not run"):
+        op.resubmit("o-v1", "try again")
+    assert store.states["o-v1"] == before
+    bulk = op.resubmit_many(BulkResubmitRequest(dry_run=True), "ops")
+    assert bulk["Items"] == [] and bulk["Skipped"] == 1
