@@ -68,11 +68,12 @@ def list_(
     if as_json:
         print(json.dumps({"orders": page.items, "continuation": page.continuation}, default=str))
         return
-    t = Table(id_column("order", [o["OrderID"] for o in page.items]), "state", "failures",
-              "current step", "last error", "updated")
+    # The workflow and its version: which orders a version still has (docs/adapting.md).
+    t = Table(id_column("order", [o["OrderID"] for o in page.items]), "workflow", "state",
+              "failures", "current step", "last error", "updated")
     for o in page.items:
-        t.add_row(o["OrderID"], o["ProcessState"] + (f"/{o['Compensation']}" if o["Compensation"]
-                                                     else ""),
+        t.add_row(o["OrderID"], f"{o['Workflow'] or 'default'} v{o['WorkflowVersion'] or 1}",
+                  o["ProcessState"] + (f"/{o['Compensation']}" if o["Compensation"] else ""),
                   str(o["FailureCount"]), o["CurrentStep"] or "", o["LastError"] or "",
                   o["UpdatedAt"])
     out().print(t)

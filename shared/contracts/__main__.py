@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas"
 INFRA = ROOT / "infra"
 TEMPLATE = ROOT / "local.settings.template.json"
+PARAMETERS = INFRA / "main.parameters.json"
 
 
 def rendered() -> dict[Path, str]:
@@ -32,7 +34,26 @@ def rendered() -> dict[Path, str]:
         # worker's pool as the deployment does.
         TEMPLATE: json.dumps(_local_settings(json.loads(TEMPLATE.read_text()), services),
                              indent=2) + "\n",
+        # azd's parameters: `azd env set FRAUD_SERVICE_URL ...` gives a new service its URL.
+        PARAMETERS: json.dumps(_parameters(json.loads(PARAMETERS.read_text()), services),
+                               indent=2) + "\n",
     }
+
+
+def env_name(setting: str) -> str:
+    """The azd environment variable of an app setting: FraudServiceUrl, FRAUD_SERVICE_URL."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", setting).upper()
+
+
+def _parameters(doc: dict[str, Any], services: dict[str, Any]) -> dict[str, Any]:
+    """main.parameters.json with each service's URL setting taken from the azd environment
+    variable of its name (a value already there, by hand, is kept)."""
+    params = dict(doc["parameters"])
+    urls = dict(params.get("serviceUrls", {}).get("value", {}))
+    for setting in services["urlSettings"]:
+        urls.setdefault(setting, f"${{{env_name(setting)}=}}")
+    params["serviceUrls"] = {"value": urls}
+    return {**doc, "parameters": params}
 
 
 def _local_settings(template: dict[str, object],
@@ -53,7 +74,8 @@ def main(argv: list[str]) -> int:
         prog="python -m shared.contracts",
         description="Write what the workflows' declarations make: the message schemas under "
                     "schemas/, infra/services.json (the queues, settings and roles the Bicep "
-                    "creates) and the local settings template's queue settings and thread pool.")
+                    "creates), the local settings template's queue settings and thread pool, "
+                    "and each service's URL parameter in infra/main.parameters.json (azd).")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 naming each file that is out of date")
     args = parser.parse_args(argv)

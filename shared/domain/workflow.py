@@ -176,10 +176,12 @@ class Registry:
         parts = []
         for name in self.names:
             versions = sorted(w.version for w in self.workflows if w.name == name)
-            kept = (f"; v{', v'.join(map(str, versions[:-1]))} kept for the orders that started "
-                    "on it" if len(versions) > 1 else "")
-            default = " (default)" if name == self.default else ""
-            parts.append(f"{name} v{versions[-1]}{default}{kept}")
+            # In the workflow's own parentheses: beside another workflow, whose it is is clear.
+            notes = ["default"] if name == self.default else []
+            if len(versions) > 1:
+                notes.append(f"v{', v'.join(map(str, versions[:-1]))} kept for the orders that "
+                             "started on it")
+            parts.append(f"{name} v{versions[-1]}" + (f" ({'; '.join(notes)})" if notes else ""))
         return "; ".join(parts)
 
     @property

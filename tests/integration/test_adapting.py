@@ -50,6 +50,13 @@ def test_a_new_service_is_deployed_from_the_regenerated_services_file(tmp_path: 
     assert "fraud-requests" in names.queues
     assert names.app_settings["FraudRequestsQueueName"] == "fraud-requests"
     assert "SimulatorBaseUrl" in names.app_settings  # a demo deployment's fraud URL
+    # ... and azd's parameters give a real one from the environment (newcomer walk F2)
+    from shared.contracts.__main__ import _parameters
+
+    given = _parameters(json.loads((infra / "main.parameters.json").read_text()),
+                        services_document(EXTENDED))["parameters"]["serviceUrls"]["value"]
+    assert given["FraudServiceUrl"] == "${FRAUD_SERVICE_URL=}"
+    assert given["InventoryServiceUrl"] == "${INVENTORY_SERVICE_URL=}"  # as it was
 
 
 def test_a_new_service_runs_to_the_end(app_env: Any) -> None:

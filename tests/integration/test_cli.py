@@ -99,8 +99,9 @@ def test_status_of_an_order_and_of_an_unknown_one(env: dict[str, str],
     assert "Traceback" not in captured.err
 
 
-def test_list_by_state_with_pages(env: dict[str, str],
-                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_list_by_state_with_pages(env: dict[str, str], capsys: pytest.CaptureFixture[str],
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # a row on one line, to read it back
     for i in range(3):
         function("intake")(msg=sb_message(order(f"p-{i}"), message_id=f"p-{i}"))
     assert orders("list", "--state", "Processing", "--limit", "2", "--json") == 0
@@ -111,7 +112,9 @@ def test_list_by_state_with_pages(env: dict[str, str],
     rest = json.loads(capsys.readouterr().out)
     assert len(rest["orders"]) == 1
     assert orders("list", "--state", "Processing", "--limit", "2") == 0
-    assert "--continuation" in capsys.readouterr().err
+    shown = capsys.readouterr()
+    assert "--continuation" in shown.err
+    assert "order-fulfilment v1" in shown.out  # each order's workflow and version
     assert orders("list", "--state", "Lost") == 2
     assert "Lost" in capsys.readouterr().err
 

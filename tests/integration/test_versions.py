@@ -102,5 +102,5 @@ def test_the_app_says_at_start_up_which_versions_it_keeps(
                                                                       "delta", "gamma"])}),
                             workflows=Registry.of([FLOW, FLOW_2]))
         c.close()
-    assert ("workflows: test-flow v2 (default); v1 kept for the orders that started on it"
+    assert ("workflows: test-flow v2 (default; v1 kept for the orders that started on it)"
             in caplog.text)
