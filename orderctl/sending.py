@@ -156,8 +156,9 @@ def watch(
         "--json", help="No progress bar; at the end one JSON object: each order's state, "
                        "failures, last error, and why intake rejected it.")] = False,
     resend_wait: Annotated[float, typer.Option(
-        help="An order already settled at the first look may be a resend of its id: wait "
-             "this many seconds for intake to refuse it if its content differs.")] = 5.0,
+        help="An order already settled, or rejected, at the first look may be a resend of its "
+             "id: wait this many seconds for intake to refuse it if its content differs, or "
+             "to take it.")] = 5.0,
 ) -> None:
     """Follow orders live until each is settled (Processed, or Error with compensation done).
 
@@ -173,19 +174,25 @@ def watch(
     deadline = time.monotonic() + timeout
     # A resend of an id whose order is settled reads as that order's state until intake has
     # read it; only a refusal (a conflict) says otherwise, and a resend of the same content
-    # leaves no trace. So an order settled at the first look is watched a while longer.
+    # leaves no trace. So an order settled at the first look is watched a while longer; and
+    # likewise an id intake had rejected before: the order sent now may be its corrected
+    # resend, which intake has yet to read (the rejection row is the earlier message's).
     resend_deadline = time.monotonic() + min(resend_wait, timeout)
     states: dict[str, OrderState | None] = {}
     rejected: dict[str, dict[str, Any]] = {}  # id -> intake's rejection row (or its conflict)
     finished: set[str] = set()  # settled, and no conflict to wait for
     settled_at_first_look: set[str] = set()
+    rejected_at_first_look: set[str] = set()
 
     def look(oid: str) -> None:
         first = oid not in states
         s = states[oid] = store.get_state(oid)
         if s is None:
             if (r := operator.rejection(oid)) is not None:
-                rejected[oid] = r
+                if first:
+                    rejected_at_first_look.add(oid)
+                if oid not in rejected_at_first_look or time.monotonic() >= resend_deadline:
+                    rejected[oid] = r
             return
         if not s.is_settled:
             return

@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import itertools
 import json
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from orderctl import connection, sending
 from orderctl import main as cli_main
 from orderctl.main import run
 from shared.handlers import operator
+from shared.handlers.operator import Operator
 from shared.handlers.principal import READ_ROLE, RESUBMIT_ROLE
 from tests.integration.conftest import RunningHost
 from tests.integration.helpers import entities, function, order, sb_message
@@ -706,3 +708,38 @@ def test_text_from_outside_is_printed_as_it_is_never_read_as_markup(
     assert orders("rejected", "--limit", "10") == 0
     shown = capsys.readouterr().out
     assert "ord-7[hidden]" in shown and "[/]" in shown and "[bold red]x" in shown
+
+
+def test_watch_follows_a_corrected_resend_of_an_id_rejected_before(
+        run_host: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The red team's R6: an id intake had rejected (its body was wrong) and sent again,
+    corrected, was reported rejected at once, from the earlier message's row, before intake
+    had read the new one; exit 1 for an order that was then taken and processed."""
+    run_host(only={"intake", "scheduler_commands", "scheduler_replies", "inventory_agent",
+                   "payment_agent", "shipping_agent", "simulated_service"})
+    intake = function("intake")
+    intake(msg=sb_message(b"{oops", message_id="w-1"))
+    looked = threading.Event()
+    real = Operator.rejection
+
+    def rejection(self: Operator, order_id: str) -> dict[str, Any] | None:
+        found = real(self, order_id)
+        looked.set()  # the watch has seen the earlier message's rejection
+        return found
+
+    monkeypatch.setattr(Operator, "rejection", rejection)
+    resend = threading.Thread(target=lambda: looked.wait(30) and intake(
+        msg=sb_message(order("w-1"), message_id="w-1-again")))
+    resend.start()
+    assert orders("watch", "w-1", "--json", "--timeout", "60", "--interval", "0.1",
+                  "--resend-wait", "30") == 0
+    resend.join()
+    (watched,) = json.loads(capsys.readouterr().out)["orders"]
+    assert (watched["state"], watched["rejected"]) == ("Processed", None)
+    # An id rejected and not sent again is still reported, once the wait is over.
+    intake(msg=sb_message(b"{oops", message_id="w-2"))
+    assert orders("watch", "w-2", "--json", "--timeout", "10", "--interval", "0.1",
+                  "--resend-wait", "0.5") == 1
+    (watched,) = json.loads(capsys.readouterr().out)["orders"]
+    assert watched["rejected"]["kind"] == "invalid"
