@@ -307,10 +307,11 @@ def receive(order_id: str, workflow: Workflow, now: datetime,
 
 
 def claim(state: OrderState, scheduler_id: str, now: datetime, workflow: Workflow,
-          seq: int | None = None) -> Transition:
+          seq: int | None = None, *, handed_over: bool = False) -> Transition:
     """A Scheduler takes a free Pending order and starts its next step.
 
-    ``seq``: the outbox sequence number the start command came from, when it says.
+    ``seq``: the outbox sequence number the start command came from, when it says;
+    ``handed_over``: by the relay that carried that outbox out, in the same process (``emit``).
     """
     if state.process_state is not ProcessState.PENDING or state.locked_by is not None:
         raise IllegalTransition(
@@ -324,7 +325,7 @@ def claim(state: OrderState, scheduler_id: str, now: datetime, workflow: Workflo
     if nxt is None:  # cannot happen for a Pending order, but never leave one running with no step
         raise IllegalTransition(f"order {state.order_id} has no step left to run")
     _run(new, nxt, now, workflow)
-    emit(new, Cause.START, now, [], proven=seq == state.outbox_seq)
+    emit(new, Cause.START, now, [], proven=seq == state.outbox_seq, alerts_proven=handed_over)
     return Transition(new)
 
 
@@ -385,7 +386,7 @@ def apply_reply(
 
 def begin_compensation(
     state: OrderState, scheduler_id: str, now: datetime, workflow: Workflow,
-    seq: int | None = None,
+    seq: int | None = None, *, handed_over: bool = False,
 ) -> Transition:
     """A Scheduler takes a requested compensation and undoes the latest step still to undo."""
     if (state.process_state is not ProcessState.ERROR
@@ -396,7 +397,7 @@ def begin_compensation(
     new = state._copy(now)
     new.rescues = 0
     emit(new, Cause.COMPENSATE, now, _next_compensation(new, scheduler_id, now, workflow, []),
-          proven=seq == state.outbox_seq)
+          proven=seq == state.outbox_seq, alerts_proven=handed_over)
     return Transition(new)
 
 
@@ -418,15 +419,20 @@ def _run(state: OrderState, step: StepState, now: datetime, workflow: Workflow) 
 
 def emit(new: OrderState, cause: str, now: datetime, events: list[Event],
           command: SendCommand | None = None, *, proven: bool = False,
-          note: str | None = None, by: str | None = None) -> None:
+          alerts_proven: bool = True, note: str | None = None, by: str | None = None) -> None:
     """Write the transition's outbox: alerts, status, command, dispatch, forget, in that order.
 
     The outbox it replaces may not have been carried out. Only a message that outbox sent
     (``proven``: a command or a reply carrying its sequence number) shows that its alerts and
     status went, since they go first; otherwise they are carried forward, under their own keys.
+    A command from a queue (``alerts_proven`` False) is taken at its word for the statuses but
+    not the alerts: its number is a small count anyone who can write to the queue could guess,
+    and an alert dropped on a made-up command's word would never reach an operator (a reply is
+    held to its attempt's token first). Carried again, an alert is one row all the same.
     """
-    carried: list[Effect] = [] if proven else [
-        e for e in new.outbox if isinstance(e, RaiseAlert | SendStatus)]
+    kept: list[Effect] = [e for e in new.outbox if isinstance(e, RaiseAlert | SendStatus)]
+    carried: list[Effect] = (kept if not proven else [] if alerts_proven
+                             else [e for e in kept if isinstance(e, RaiseAlert)])
     new.outbox_seq += 1
     prefix = f"{new.order_id}.{new.outbox_seq}"
     alerts: list[Effect] = [

@@ -61,7 +61,7 @@ class CommandTaker(Protocol):
     """The Scheduler, as a relay that hands it commands in this process sees it."""
 
     def take(self, cmd: SchedulerCommand, known: Known | None = None, *,
-             redelivered: bool = False) -> object: ...
+             redelivered: bool = False, handed_over: bool = False) -> object: ...
 
 
 class EffectRelay:
@@ -126,7 +126,8 @@ class EffectRelay:
                                        traceparent=traceparent)
                 delay = delay_until(effect.not_before, self._clock())
                 if self._scheduler is not None and delay == 0:
-                    self._scheduler.take(cmd, None if order is None else Known(state, order))
+                    self._scheduler.take(cmd, None if order is None else Known(state, order),
+                                         handed_over=True)
                 else:
                     self._sender.send(self._scheduler_queue, cmd.to_json(),
                                       timedelta(seconds=delay))

@@ -106,21 +106,27 @@ class Scheduler:
             return self._defer_if_newer(e, self._queues.commands if self._queues else "", body)
 
     def take(self, cmd: SchedulerCommand, known: Known | None = None, *,
-             redelivered: bool = False) -> SchedulerResult:
+             redelivered: bool = False, handed_over: bool = False) -> SchedulerResult:
         """Carry out a command, from the queue or handed over in this process (intake's start).
 
         ``known``: the record and order as their writer just saved them, which spares the first
-        read; a lost race reads them again like any other.
+        read; a lost race reads them again like any other. ``handed_over``: by the relay that
+        carried out the outbox it came from, in this process.
         """
+        # A command from the queue is not taken at its word for the outbox's alerts (state.emit;
+        # the red team's R4); one handed over by the relay that carried them out is.
+        seq = cmd.outbox_seq
         with tracing.span(f"scheduler {cmd.kind.value}", parent=cmd.traceparent,
                           attributes=tracing.order_attributes(cmd.order_id,
                                                               redelivered=redelivered)):
             if cmd.kind is CommandKind.START:
                 return self._transact(cmd.order_id, Cause.START, redelivered, lambda s: claim(
-                    s, self.instance_id, self._clock(), self._of(s), cmd.outbox_seq), known)
+                    s, self.instance_id, self._clock(), self._of(s), seq,
+                    handed_over=handed_over), known)
             return self._transact(cmd.order_id, Cause.COMPENSATE, redelivered,
                                   lambda s: begin_compensation(s, self.instance_id, self._clock(),
-                                                               self._of(s), cmd.outbox_seq),
+                                                               self._of(s), seq,
+                                                               handed_over=handed_over),
                                   known)
 
     def handle_reply(self, body: str, redelivered: bool = False) -> SchedulerResult:

@@ -211,3 +211,48 @@ def test_a_reply_the_app_never_asked_for_is_refused_and_the_operator_told_once()
     real = made_up.model_copy(update={"token": request.token})
     assert scheduler.handle_reply(real.to_json()).outcome is Outcome.APPLIED
     assert store.states["o-1"].step("hold").status.value == "completed"
+
+
+def test_a_made_up_command_cannot_drop_an_alert_that_never_went() -> None:
+    """The red team's R4: the Supervisor gave an order up, and its OrderFailed alert failed to
+    be recorded; a command made up with the outbox's number (a small count anyone can guess)
+    was taken as proof that the alert had gone, and the operator never saw it. A command from
+    the queue proves nothing: the alert goes with the compensation."""
+    from shared.domain.messages import CommandKind, SchedulerCommand
+    from shared.domain.state import RetryPolicy, exponential_backoff
+    from shared.handlers.relay import EffectRelay
+    from shared.handlers.scheduler import Outcome, Queues, Scheduler
+    from tests.fakes import FakeQueues, StorageDown, supervisor_over_fakes
+
+    clock, store = FakeClock(), FakeOrderStore()
+    down = {"alerts": True}
+
+    def fault(op: str) -> None:
+        if down["alerts"] and op == "alerts.raise":
+            raise StorageDown("the alerts table")
+
+    alerts = FakeAlertSink(fault=fault)
+    policy = RetryPolicy(1, exponential_backoff(timedelta(seconds=1), timedelta(seconds=2)),
+                         pending_grace=timedelta(seconds=10), outage_gap=timedelta(days=1))
+    supervisor = supervisor_over_fakes(store, clock, policy, alerts=alerts)
+    supervisor.tick()  # watching since before the step began
+    clock.advance(seconds=1)
+    hold = FLOW.step("hold").budget
+    in_flight(store, "o-1", "hold", clock.now, budget=hold)
+    clock.advance(seconds=hold.total_seconds() + 1)
+    assert supervisor.tick().errors == 1  # given up, but its alert was not recorded
+    given_up = store.states["o-1"]
+    assert given_up.compensation is not None and given_up.compensation.value == "Pending"
+    down["alerts"] = False
+    queues = FakeQueues(clock)
+    relay = EffectRelay(store=store, sender=queues, alerts=alerts,
+                        workflows=Registry.of([FLOW]),
+                        agent_queues={"alpha": "a", "beta": "b", "gamma": "c"},
+                        scheduler_queue="cmd", clock=clock)
+    scheduler = Scheduler(instance_id="s1", store=store, relay=relay,
+                          workflows=Registry.of([FLOW]), clock=clock,
+                          queues=Queues(queues, "cmd", "replies"))
+    made_up = SchedulerCommand(kind=CommandKind.COMPENSATE, order_id="o-1",
+                               outbox_seq=given_up.outbox_seq)
+    assert scheduler.handle_command(made_up.to_json()).outcome is Outcome.APPLIED
+    assert [a.kind for a in alerts.of("o-1")] == [AlertKind.ORDER_FAILED]

@@ -21,7 +21,8 @@ class Taker:
         self.taken: list[tuple[SchedulerCommand, Known | None]] = []
 
     def take(self, cmd: SchedulerCommand, known: Known | None = None, *,
-             redelivered: bool = False) -> None:
+             redelivered: bool = False, handed_over: bool = False) -> None:
+        assert handed_over  # the relay says it carried out the outbox the command came from
         self.taken.append((cmd, known))
 
 
