@@ -364,7 +364,8 @@ def test_an_alert_is_acknowledged_once_with_who_and_when(run_host: Any) -> None:
     with api(h) as c:
         (alert,) = c.get("/alerts").json()["alerts"]
         assert alert["Kind"] == "OrderFailed" and alert["AcknowledgedBy"] is None
-        assert c.get("/alerts", params={"acknowledged": "true"}).json() == {"alerts": []}
+        assert c.get("/alerts", params={"acknowledged": "true"}).json() == {"alerts": [],
+                                                                          "truncated": False}
         with api(h, READ_ROLE) as reader:  # a reader looks, and is told why it cannot ack
             r = reader.post(f"/alerts/{alert['AlertId']}/ack")
             assert r.status_code == 403 and "Orders.Resubmit" in r.json()["error"]
@@ -374,7 +375,8 @@ def test_an_alert_is_acknowledged_once_with_who_and_when(run_host: Any) -> None:
         assert acked["AcknowledgedBy"] == f"Ada Operator (oid {OPERATOR_OID})"
         assert acked["AckNote"] == "card service back" and acked["AcknowledgedAt"]
         # Kept on the row: listed apart, and in the overview's own list.
-        assert c.get("/alerts", params={"acknowledged": "false"}).json() == {"alerts": []}
+        assert c.get("/alerts", params={"acknowledged": "false"}).json() == {"alerts": [],
+                                                                           "truncated": False}
         (listed,) = c.get("/alerts", params={"acknowledged": "true"}).json()["alerts"]
         assert listed == acked
         overview = c.get("/overview").json()
