@@ -17,7 +17,7 @@ from orderctl.connection import call_api, opts
 from orderctl.errors import CliError
 from orderctl.identity import cli_operator
 from orderctl.output import err, id_column, out, step_table, timeline_of
-from shared.handlers.operator import (
+from shared.handlers.operator_requests import (
     MAX_BULK,
     BulkResubmitRequest,
     OrderNotFound,

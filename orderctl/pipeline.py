@@ -13,7 +13,8 @@ from orderctl.connection import call_api, opts
 from orderctl.errors import CliError
 from orderctl.identity import cli_operator
 from orderctl.output import err, out, print_health, print_rows
-from shared.handlers.operator import ALERT_SCAN, AckRefused, AlertNotFound
+from shared.handlers.operator import ALERT_SCAN
+from shared.handlers.operator_requests import AckRefused, AlertNotFound
 
 
 def health(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:

@@ -22,7 +22,7 @@ from shared import bootstrap, tracing
 from shared.adapters.state_store import CorruptRecord, NewerRecord
 from shared.contracts.openapi import openapi_document
 from shared.handlers.failures import describe, plain
-from shared.handlers.operator import (
+from shared.handlers.operator_requests import (
     MAX_PAGE,
     AckRefused,
     AckRequest,

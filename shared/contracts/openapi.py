@@ -14,7 +14,12 @@ from pydantic.json_schema import models_json_schema
 
 from shared.domain.message import ORDER_ID_PATTERN
 from shared.domain.state import ProcessState
-from shared.handlers.operator import MAX_PAGE, AckRequest, BulkResubmitRequest, ResubmitRequest
+from shared.handlers.operator_requests import (
+    MAX_PAGE,
+    AckRequest,
+    BulkResubmitRequest,
+    ResubmitRequest,
+)
 from shared.handlers.views import (
     AlertPage,
     AlertView,

@@ -5,26 +5,23 @@ from __future__ import annotations
 
 import builtins
 import logging
-import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from azure.core import MatchConditions
 from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableClient, UpdateMode
 from opentelemetry.trace import SpanKind
-from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel
 
 from shared import tracing
 from shared.adapters.paging import decode_token, encode_token
 from shared.adapters.rejections import REJECTED_PARTITION
 from shared.adapters.state_store import ConcurrencyConflict, CorruptRecord, OrderStore
 from shared.clock import Clock
-from shared.domain import budget
-from shared.domain.message import ORDER_ID_PATTERN
 from shared.domain.resubmission import resubmit
 from shared.domain.state import (
     CompensationState,
@@ -36,6 +33,20 @@ from shared.domain.state import (
 from shared.domain.workflow import Registry, UnknownWorkflow
 from shared.handlers.failures import plain
 from shared.handlers.health import HealthProbe
+from shared.handlers.operator_requests import (
+    ID_PREFIX,
+    MAX_NOTE,
+    MAX_PAGE,
+    MAX_REASON,
+    AckRefused,
+    AlertNotFound,
+    BulkResubmitRequest,
+    OrderNotFound,
+    ResubmitRefused,
+    check_alert_id,
+    check_order_id,
+    check_state,
+)
 from shared.handlers.relay import EffectRelay
 from shared.handlers.views import (
     AlertView,
@@ -52,110 +63,11 @@ from shared.handlers.views import (
 
 log = logging.getLogger(__name__)
 
-MAX_PAGE = 1000
 # The overview's reach: a few requests per refresh, rows enough for a screen.
 OVERVIEW_SCAN = 5000
 OVERVIEW_ROWS = 50
-# A resubmit reason is kept in the order's history: a sentence, not a document.
-MAX_REASON = budget.REASON_TEXT
-_ORDER_ID = re.compile(ORDER_ID_PATTERN)
-_ID_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 # A search by customer reads each order it finds (one point read each): at most this many.
 MAX_SEARCH = 50
-
-
-class ResubmitRequest(BaseModel):
-    """The body of POST /api/orders/{id}/resubmit (optional as a whole)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    reason: str = Field("", max_length=MAX_REASON)
-    force: bool = False
-
-    @classmethod
-    def from_body(cls, body: bytes) -> ResubmitRequest:
-        """The request, or ValueError saying what is wrong with it, in a sentence."""
-        if not body.strip():
-            return cls()
-        try:
-            return cls.model_validate_json(body)
-        except ValidationError as e:
-            raise ValueError(_first_problem(e)) from None
-
-
-def _first_problem(e: ValidationError) -> str:
-    err = e.errors()[0]
-    where = ".".join(str(x) for x in err["loc"]) or "body"
-    if err["type"] == "extra_forbidden":
-        return f"{where} is not a field of a resubmit (reason, force)"
-    if err["type"] in ("json_invalid", "model_type"):
-        return 'body must be a JSON object, e.g. {"reason": "card limit raised"}'
-    return f"{where}: {err['msg']}"
-
-
-def check_order_id(order_id: str) -> None:
-    if not _ORDER_ID.match(order_id):
-        raise ValueError(f"{order_id[:140]!r} is not an order id (letters, digits and ._:- , "
-                         "up to 128 characters, starting with a letter or digit)")
-
-
-def check_state(process_state: str | None) -> None:
-    if process_state is not None and process_state not in set(ProcessState):
-        raise ValueError(f"{process_state[:40]!r} is not a state: "
-                         f"{', '.join(ProcessState)} (or none for all)")
-
-
-class OrderNotFound(LookupError):
-    pass
-
-
-# A bulk resubmit acts on at most this many orders per request: each is a read, a write and a
-# message, and an operator reads the list back; more are done by asking again.
-MAX_BULK = 100
-
-
-def _whole(v: object) -> object:
-    return int(v) if isinstance(v, float) and v.is_integer() else v
-
-
-class BulkResubmitRequest(BaseModel):
-    """The body of POST /api/resubmissions: which failed orders, and what to say."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    state: Literal["Error"] = Field("Error", description="Only a failed order can be "
-                                                         "resubmitted.")
-    since: AwareDatetime | None = Field(None, description="Only orders last updated (for a "
-                                                          "failed one: when it failed) at or "
-                                                          "after this time.")
-    until: AwareDatetime | None = Field(None, description="... and before this time.")
-    failed_step: str | None = Field(None, max_length=128, description="Only orders that "
-                                                                      "failed at this step.")
-    reason: str = Field("", max_length=MAX_REASON)
-    force: bool = Field(False, description="Also orders whose compensation failed.")
-    dry_run: bool = Field(True, description="Only say what would be resubmitted (the "
-                                            "default: acting takes dry_run false).")
-    # JSON has numbers, not integers: 33.0 is the integer 33 (as JSON Schema says), 33.5 none.
-    limit: Annotated[int, BeforeValidator(_whole)] = Field(50, ge=1, le=MAX_BULK)
-
-    @classmethod
-    def from_body(cls, body: bytes) -> BulkResubmitRequest:
-        try:
-            return cls.model_validate_json(body or b"{}")
-        except ValidationError as e:
-            err = e.errors()[0]
-            where = ".".join(str(x) for x in err["loc"]) or "body"
-            if err["type"] == "extra_forbidden":
-                raise ValueError(f"{where} is not a field of a bulk resubmit (state, since, "
-                                 "until, failed_step, reason, force, dry_run, limit)") from None
-            if err["loc"] == ("state",):
-                raise ValueError("state: only orders in Error can be resubmitted") from None
-            if err["type"] in ("json_invalid", "model_type"):
-                raise ValueError('body must be a JSON object, e.g. {"since": '
-                                 '"2026-11-25T08:00:00Z", "dry_run": true}') from None
-            raise ValueError(f"{where}: {err['msg']}") from None
-
-
-class AlertNotFound(LookupError):
-    pass
 
 
 def _resubmittable(state: OrderState, force: bool, workflows: Registry) -> bool:
@@ -178,60 +90,15 @@ def _runnable(state: OrderState, workflows: Registry) -> str | None:
     return None
 
 
-class AckRefused(Exception):
-    """Already acknowledged, or acknowledged by someone else meanwhile: the message says."""
-
-
-# An alert's id: its day's partition and its row key (alert_row_key), joined by a dot.
-# d227dda's rows end in 8 hex digits, later ones in 12: both are listed, both acknowledged.
-_ALERT_ID = re.compile(r"^(\d{8})\.(\d{13}-(?:[0-9a-f]{12}|[0-9a-f]{8}))$")
-# An acknowledgement's note is kept on the alert row: a sentence.
-MAX_NOTE = 500
 # How many alert rows one listing reads at most, filtered or not: a bound on a listing's cost
 # when nearly every alert is of the kind not asked for.
 ALERT_SCAN = 2000
-
-
-class AckRequest(BaseModel):
-    """The body of POST /api/alerts/{id}/ack (optional as a whole)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    note: str = Field("", max_length=MAX_NOTE)
-
-    @classmethod
-    def from_body(cls, body: bytes) -> AckRequest:
-        if not body.strip():
-            return cls()
-        try:
-            return cls.model_validate_json(body)
-        except ValidationError as e:
-            err = e.errors()[0]
-            if err["type"] == "extra_forbidden":
-                raise ValueError(f"{'.'.join(map(str, err['loc']))} is not a field of an "
-                                 "acknowledgement (note)") from None
-            if err["type"] in ("json_invalid", "model_type"):
-                raise ValueError('body must be a JSON object, e.g. {"note": "card service '
-                                 'back"}') from None
-            raise ValueError(f"{'.'.join(map(str, err['loc'])) or 'body'}: {err['msg']}"
-                             ) from None
-
-
-def check_alert_id(alert_id: str) -> tuple[str, str]:
-    m = _ALERT_ID.match(alert_id)
-    if not m:
-        raise ValueError(f"{alert_id[:80]!r} is not an alert id (as `orders alerts` and the "
-                         "API list it: YYYYMMDD.<13 digits>-<12 hex digits>)")
-    return m.group(1), m.group(2)
 
 
 def _alert_view(e: Any) -> AlertView:
     fields = {f: e.get(f) for f in AlertView.model_fields if f != "AlertId"}
     return AlertView.model_validate(
         {**fields, "AlertId": f"{e['PartitionKey']}.{e['RowKey']}"})
-
-
-class ResubmitRefused(Exception):
-    pass
 
 
 class _AlertScan:
@@ -317,7 +184,7 @@ class Operator:
         check_state(process_state)
         if not 1 <= limit <= MAX_PAGE:
             raise ValueError(f"limit must be between 1 and {MAX_PAGE}")
-        if prefix is not None and not _ID_PREFIX.match(prefix):
+        if prefix is not None and not ID_PREFIX.match(prefix):
             raise ValueError(f"{prefix[:140]!r} is not the start of an order id (letters, "
                              "digits and ._:- , up to 128 characters)")
         if customer is not None:

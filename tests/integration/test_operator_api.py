@@ -16,7 +16,7 @@ import pytest
 
 from shared.domain import budget
 from shared.domain.state import CompensationState, ProcessState
-from shared.handlers.operator import MAX_REASON
+from shared.handlers.operator_requests import MAX_REASON
 from shared.handlers.principal import READ_ROLE, RESUBMIT_ROLE
 from tests.integration.conftest import RunningHost
 from tests.integration.helpers import (

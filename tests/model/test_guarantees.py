@@ -61,7 +61,8 @@ from shared.domain.workflow import Registry
 from shared.handlers.agent import Agent, AgentRetryPolicy, Records
 from shared.handlers.health import HealthProbe
 from shared.handlers.intake import IntakeHandler
-from shared.handlers.operator import Operator, ResubmitRefused
+from shared.handlers.operator import Operator
+from shared.handlers.operator_requests import ResubmitRefused
 from shared.handlers.relay import EffectRelay
 from shared.handlers.scheduler import Queues, Scheduler
 from shared.handlers.supervisor import Supervisor

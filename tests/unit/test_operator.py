@@ -16,7 +16,8 @@ from shared.domain.state import (
 )
 from shared.domain.workflow import Registry
 from shared.handlers.health import HealthProbe
-from shared.handlers.operator import Operator, ResubmitRequest
+from shared.handlers.operator import Operator
+from shared.handlers.operator_requests import ResubmitRequest
 from shared.handlers.relay import EffectRelay
 from shared.workflows.orders.message import parse_order
 from tests.conftest import FakeClock
@@ -90,7 +91,7 @@ def test_a_newer_releases_record_is_not_resubmitted_by_this_one() -> None:
     import dataclasses
 
     from shared.domain.state import SCHEMA_VERSION
-    from shared.handlers.operator import ResubmitRefused
+    from shared.handlers.operator_requests import ResubmitRefused
 
     clock = FakeClock(T0)
     store = FakeOrderStore()
@@ -184,7 +185,7 @@ def test_an_order_of_a_version_the_app_no_longer_runs_is_not_resubmitted() -> No
     UnknownWorkflow for ever. Refused, saying why; a bulk resubmit leaves it out."""
     import dataclasses
 
-    from shared.handlers.operator import BulkResubmitRequest, ResubmitRefused
+    from shared.handlers.operator_requests import BulkResubmitRequest, ResubmitRefused
 
     clock = FakeClock(T0)
     store = FakeOrderStore()
