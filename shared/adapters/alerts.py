@@ -56,6 +56,10 @@ class TableAlertSink:
         self._clean_before: str | None = None
 
     def raise_alert(self, alert: OperatorAlert) -> None:
+        # Raised before, its row is there, and its log event went before the row was written:
+        # nothing to do (an alert rule would otherwise notify again in a later window).
+        if self._raised_before(alert):
+            return
         # The log event goes first: at least once is what an alert rule needs (a replay may log
         # it twice, with the same key); the row is written once.
         log.error(
@@ -67,8 +71,6 @@ class TableAlertSink:
                    "step": alert.step or "", "reason": alert.reason,
                    "alert_key": alert.key or ""},
         )
-        if self._raised_before(alert):
-            return
         # Raised before (a replay at the same time) when the row exists: the operator has it.
         with contextlib.suppress(ResourceExistsError):
             self._table.create_entity({
@@ -87,16 +89,26 @@ class TableAlertSink:
     def _raised_before(self, alert: OperatorAlert) -> bool:
         """Whether a row of this key is there from the same day or the day before: an alert
         raised again at another time (a redelivered message, a restarted Supervisor) has a row
-        key of its own, and would be listed, open, a second time."""
+        key of its own, and would be listed, open, a second time.
+
+        At most one request a day partition, whatever the table holds: the first page of a
+        query within the partition (the service may end a page early, after 1,000 rows read or
+        5 s, and an alert unseen then gets a second row: a duplicate, never a lost alert). A
+        failed look is no reason not to record the alert: it says not raised."""
         if not alert.key:
             return False
-        day = alert_partition(alert.at)
-        before = alert_partition(alert.at - timedelta(days=1))
-        found = self._table.query_entities(
-            "PartitionKey ge @before and PartitionKey le @day and AlertKey eq @key",
-            parameters={"before": before, "day": day, "key": alert.key},
-            select=["RowKey"], results_per_page=1)
-        return next(iter(found), None) is not None
+        for day in (alert_partition(alert.at), alert_partition(alert.at - timedelta(days=1))):
+            try:
+                page: Iterable[Any] = next(self._table.query_entities(
+                    "PartitionKey eq @day and AlertKey eq @key",
+                    parameters={"day": day, "key": alert.key}, select=["RowKey"],
+                    results_per_page=1).by_page(), [])
+                if any(True for _ in page):
+                    return True
+            except AzureError as e:
+                log.warning("looking for alert %s raised before: %s", alert.key, e)
+                return False
+        return False
 
     def _expire(self, before: datetime) -> None:
         cut_off = alert_partition(before)

@@ -90,3 +90,24 @@ def test_a_made_up_request_from_the_far_future_is_filed_today_and_expires_nothin
     assert {datetime.fromisoformat(a["RaisedAt"]) for a in refused} == {now}
     for a in refused:  # acknowledged by the id it is listed with
         pipeline.container.operator.acknowledge(a["AlertId"], "ops@example.com")
+
+
+def test_an_alert_is_recorded_though_the_look_for_it_fails(
+        pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The look for an alert raised before is a query: if it fails (throttled, timed out),
+    the alert is still recorded, and raise_alert raises only when the row could not be
+    written (a carried alert raised again must not stop the compensation it goes with)."""
+    from azure.core.exceptions import HttpResponseError
+
+    table = pipeline.container.tables.get_table_client(pipeline.env["OperatorAlertsTableName"])
+    sink = TableAlertSink(table)
+
+    def throttled(*_: object, **__: object) -> None:
+        raise HttpResponseError("503 Server Busy")
+
+    monkeypatch.setattr(table, "query_entities", throttled)
+    sink.raise_alert(OperatorAlert(AlertKind.ORDER_FAILED, "o-9", "card declined",
+                                   pipeline.clock.now, key="o-9.3.0"))
+    monkeypatch.undo()
+    (row,) = pipeline.container.operator.alerts(10).items
+    assert row["OrderID"] == "o-9"

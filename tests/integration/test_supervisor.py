@@ -347,12 +347,12 @@ def test_a_tick_costs_the_same_however_many_records_are_unreadable(
             recovered_at = tick
     assert state(p, "good")["FailureCount"] == 1
     assert recovered_at is not None and recovered_at <= bad // budget + 1
-    # Each unreadable record: its read, its alert (a look for the same key raised before, and
-    # the row), and its entry moved (a write and a delete);
+    # Each unreadable record: its read, its alert (a look for its key raised before, today and
+    # the day before, and the row), and its entry moved (a write and a delete);
     # beside them the tick log (a read and a write), one query per index partition, and the
     # readable order's recovery when it comes (its read, its write, its request sent), and the
     # alerts' look for rows past their retention (once a day per instance: docs/settings.md).
-    assert max(costs) <= 2 + 17 + 5 * budget + 6 + 1
+    assert max(costs) <= 2 + 17 + 6 * budget + 6 + 1
     # Every one reported, once, and filed aside: the last tick found nothing left to do.
     assert len(entities(env["OperatorAlertsTableName"])) == bad
     assert report.due == 0 and costs[-1] == 2 + 17
