@@ -17,12 +17,13 @@ from rich.text import Text
 
 
 def out() -> Console:
-    return Console(file=sys.stdout, highlight=False, markup=False)
+    # emoji=False too: an order id may hold colons, and "tenant:a:42" printed as "tenant🅰42".
+    return Console(file=sys.stdout, highlight=False, markup=False, emoji=False)
 
 
 def err() -> Console:
     # soft_wrap: an error stays one line, however narrow the terminal.
-    return Console(file=sys.stderr, highlight=False, soft_wrap=True, markup=False)
+    return Console(file=sys.stderr, highlight=False, soft_wrap=True, markup=False, emoji=False)
 
 
 def print_error(message: str) -> None:

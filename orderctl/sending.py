@@ -222,6 +222,13 @@ def watch(
             if done == len(ids) or time.monotonic() > deadline:
                 break
             time.sleep(interval)
+    # Out of time while waiting to see whether a rejected id was sent again: it was not (or
+    # not in time), so the rejection is what there is to say of it.
+    for oid in rejected_at_first_look:
+        if (states.get(oid) is None and oid not in rejected
+                and (r := operator.rejection(oid)) is not None):
+            rejected[oid] = r
+    done = len(finished) + len(rejected)
     if as_json:
         print(json.dumps({"orders": [_watched(oid, states.get(oid), rejected.get(oid))
                                      for oid in ids],

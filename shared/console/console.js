@@ -314,8 +314,8 @@ function renderSearch(params, found) {
           cell(r.ProcessState + (r.Compensation ? ` / compensation ${r.Compensation}` : "")),
           cell(r.FailedStep || r.CurrentStep), cell(r.LastError), cell(when(r.UpdatedAt)))),
       found.more ? el("p", {class: "more", role: "status",
-                            text: "More orders match than are shown here: narrow the search " +
-                                  "by state or by a longer order id."}) : null));
+                            text: "More orders may match than are shown here: the search " +
+                                  "shows the first 50 it finds."}) : null));
 }
 
 // Bulk resubmit: failed orders picked by when they failed and at which step. A dry run first

@@ -119,7 +119,7 @@ def openapi_document() -> dict[str, Any]:
                     {"name": "customer", "in": "query", "required": False,
                      "description": "Only this customer's orders (the stored order's "
                                     "CustomerId): at most 50, one page, no continuation; truncated "
-                                    "says when more matched.",
+                                    "says more may exist.",
                      "schema": {"type": "string", "minLength": 1, "maxLength": 128}},
                     _LIMIT, _CONTINUATION],
                 "responses": {"200": _json(OrderPage, "A page of orders."),

@@ -84,6 +84,12 @@ def _runnable(state: OrderState, workflows: Registry) -> str | None:
     try:
         workflows.of_record(state)
     except UnknownWorkflow as e:
+        known = [w.version for w in workflows.workflows
+                 if w.name == (state.workflow or workflows.default)]
+        if e.newer or (known and state.workflow_version > max(known)):
+            # Mid-rollout: the newer release's instances run it.
+            return (f"order {state.order_id} is of a newer release of the app ({e}): resubmit "
+                    "it once that release runs")
         return (f"order {state.order_id} started on workflow {state.workflow or 'the default'} "
                 f"version {state.workflow_version}, which this app does not run ({e}): "
                 "resubmit it where that version runs, or put the version back in the registry")
@@ -127,8 +133,8 @@ class _AlertScan:
 class Page:
     items: list[dict[str, Any]]
     continuation: str | None
-    # A search by customer, which has one page, found more than it shows (or scanned as far
-    # as it may and stopped): narrow it by state or id. Alerts: the scan stopped at its cap.
+    # A search by customer, which has one page, found more than it shows, or stopped scanning
+    # before the table's end: more may exist. Alerts: the scan stopped at its cap.
     truncated: bool = False
 
 

@@ -84,7 +84,9 @@ class Scheduler:
         log.error("order %s: %s", state.order_id, e)
         self._relay.alert(OperatorAlert(
             AlertKind.REQUEST_REFUSED, state.order_id, budget.clip(str(e), budget.ERROR_TEXT),
-            e.attempt_due or self._clock(), e.step, key=f"refused.{cause}.{e.attempt_due}"))
+            # Filed at the clock's time: the attempt's due time lies ahead, and near midnight in
+            # a day no listing reads yet. Its key, not its time, makes copies one alert.
+            self._clock(), e.step, key=f"refused.{cause}.{e.attempt_due}"))
 
     def _defer_if_newer(self, e: UnknownWorkflow, queue: str, body: str) -> SchedulerResult:
         """A newer release's order, met while both releases run in a rolling deployment: the

@@ -103,8 +103,8 @@ class OrderPage(_View):
     orders: list[OrderView]
     continuation: str | None = Field(description="Pass back as ?continuation= for the next page.")
     truncated: bool = Field(False, description=(
-        "A search by customer found more orders than it shows, or scanned as far as it may "
-        "(one page, no continuation): narrow it by state or id."))
+        "A search by customer found more orders than it shows, or stopped scanning the table "
+        "before its end: more of the customer's orders may exist (one page, no continuation)."))
 
 
 class AlertView(_View):

@@ -703,11 +703,12 @@ def test_text_from_outside_is_printed_as_it_is_never_read_as_markup(
     read as Rich markup, "[hidden]" vanished from the table and "[/]" raised out of the CLI."""
     run_host(only=set())
     intake = function("intake")
-    for mid in ("ord-7[hidden]", "[/]", "[bold red]x"):
+    for mid in ("ord-7[hidden]", "[/]", "[bold red]x", "tenant:a:42"):
         intake(msg=sb_message(b"{oops", message_id=mid))
     assert orders("rejected", "--limit", "10") == 0
     shown = capsys.readouterr().out
     assert "ord-7[hidden]" in shown and "[/]" in shown and "[bold red]x" in shown
+    assert "tenant:a:42" in shown  # not an emoji code: it printed "tenant🅰42"
 
 
 def test_watch_follows_a_corrected_resend_of_an_id_rejected_before(
@@ -743,3 +744,8 @@ def test_watch_follows_a_corrected_resend_of_an_id_rejected_before(
                   "--resend-wait", "0.5") == 1
     (watched,) = json.loads(capsys.readouterr().out)["orders"]
     assert watched["rejected"]["kind"] == "invalid"
+    # ... and when the watch's time is up before the wait is (review finding 7)
+    assert orders("watch", "w-2", "--json", "--timeout", "0.3", "--interval", "0.1",
+                  "--resend-wait", "30") == 1
+    said = json.loads(capsys.readouterr().out)
+    assert said["orders"][0]["rejected"]["kind"] == "invalid" and said["not_settled"] == 0

@@ -380,8 +380,7 @@ def test_a_search_that_found_more_than_it_shows_says_so(page: Page) -> None:
     search.get_by_role("button", name="Search").click()
     expect(page.get_by_test_id("search-results").locator("tbody tr")).to_have_count(4)
     expect(page.locator("p.more")).to_have_text(
-        "More orders match than are shown here: narrow the search by state or by a longer "
-        "order id.")
+        "More orders may match than are shown here: the search shows the first 50 it finds.")
 
 
 def test_times_are_the_viewers_with_utc_on_hover(browser: Browser, h: RunningHost) -> None:

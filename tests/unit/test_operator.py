@@ -205,3 +205,18 @@ def test_an_order_of_a_version_the_app_no_longer_runs_is_not_resubmitted() -> No
     assert store.states["o-v1"] == before
     bulk = op.resubmit_many(BulkResubmitRequest(dry_run=True), "ops")
     assert bulk["Items"] == [] and bulk["Skipped"] == 1
+    # The other way round, mid-rollout: an order of a version above this release's is the
+    # newer release's to resubmit, and the operator is told so.
+    v2 = dataclasses.replace(WF, version=2)
+    s2 = store.create(parse_order(json.dumps({
+        "order_id": "o-v2", "customer_id": "c",
+        "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]})), receive("o-v2", v2, T0))
+    s2.process_state, s2.compensation = ProcessState.ERROR, CompensationState.DONE
+    store.save(s2)
+    old = Operator(store=store, relay=EffectRelay(
+        store=store, sender=FakeQueues(clock), alerts=FakeAlertSink(),
+        workflows=Registry.of([WF]), agent_queues={}, scheduler_queue="cmds", clock=clock),
+        alerts=None, rejected=None,  # type: ignore[arg-type]
+        health=HealthProbe({}), pending_grace=timedelta(seconds=30), clock=clock)
+    with pytest.raises(ResubmitRefused, match="newer release of the app"):
+        old.resubmit("o-v2", "try again")
