@@ -318,7 +318,7 @@ def simulated_service(req: func.HttpRequest) -> func.HttpResponse:
         return func.HttpResponse("simulated services are off (SimulatorsEnabled)", status_code=404)
     try:
         body = req.get_json() if req.get_body() else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser
         return func.HttpResponse('{"error": "body is not JSON"}', status_code=400,
                                  mimetype="application/json")
     service, operation = req.route_params.get("service", ""), req.route_params.get("operation", "")
