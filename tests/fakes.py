@@ -266,7 +266,8 @@ class FakeAlertSink:
 
     def raise_alert(self, alert: OperatorAlert) -> None:
         self.fault("alerts.raise")
-        self.alerts.setdefault(alert.key, alert)
+        # As the table sink: one alert per key; a keyless one is its own (by what it says).
+        self.alerts.setdefault(alert.key or repr(alert), alert)
 
     def of(self, order_id: str, kind: str | None = None) -> list[OperatorAlert]:
         return [a for a in self.alerts.values()
