@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -33,6 +34,17 @@ from tests.workflow import FLOW as WF
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
 
+def operator_over(store: FakeOrderStore, clock: FakeClock, workflows: Registry | None = None,
+                  customer_columns: Sequence[str] = ()) -> Operator:
+    """The operator over the fake store (no alerts or rejections tables: none is read here)."""
+    relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=FakeAlertSink(),
+                        workflows=workflows or Registry.of([WF]), agent_queues={},
+                        scheduler_queue="cmds", clock=clock)
+    return Operator(store=store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
+                    health=HealthProbe({}), pending_grace=timedelta(seconds=30), clock=clock,
+                    customer_columns=customer_columns)
+
+
 def test_a_resubmit_whose_save_fails_leaves_only_an_entry_the_supervisor_drops() -> None:
     clock = FakeClock(T0)
 
@@ -51,11 +63,7 @@ def test_a_resubmit_whose_save_fails_leaves_only_an_entry_the_supervisor_drops()
     settled = store.save(s)
     assert settled.index_key
     store.drop(settled.index_key)  # as its Forget effect does
-    relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=FakeAlertSink(),
-                        workflows=Registry.of([WF]), agent_queues={}, scheduler_queue="cmds",
-                        clock=clock)
-    op = Operator(store=store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
-                  health=HealthProbe({}), pending_grace=timedelta(seconds=30), clock=clock)
+    op = operator_over(store, clock)
     failing = True
     with pytest.raises(StorageDown):
         op.resubmit("o-1", "try again")
@@ -103,11 +111,7 @@ def test_a_newer_releases_record_is_not_resubmitted_by_this_one() -> None:
     store.states["o-9"] = dataclasses.replace(store.states["o-9"],
                                               schema_version=SCHEMA_VERSION + 1)
     before = store.states["o-9"]
-    relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=FakeAlertSink(),
-                        workflows=Registry.of([WF]), agent_queues={}, scheduler_queue="cmds",
-                        clock=clock)
-    op = Operator(store=store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
-                  health=HealthProbe({}), pending_grace=timedelta(seconds=30), clock=clock)
+    op = operator_over(store, clock)
     with pytest.raises(ResubmitRefused, match="newer release"):
         op.resubmit("o-9", "try again")
     assert store.states["o-9"] == before and store.states["o-9"].version == before.version
@@ -125,12 +129,7 @@ def test_a_search_by_customer_reads_the_columns_the_message_models_name() -> Non
     assert Registry.of([WF]).customer_columns == []
     clock = FakeClock(T0)
     store = FakeOrderStore()
-    relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=FakeAlertSink(),
-                        workflows=Registry.of([WF]), agent_queues={}, scheduler_queue="cmds",
-                        clock=clock)
-    op = Operator(store=store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
-                  health=HealthProbe({}), pending_grace=timedelta(seconds=30), clock=clock,
-                  customer_columns=Registry.of([WF]).customer_columns)
+    op = operator_over(store, clock, customer_columns=Registry.of([WF]).customer_columns)
     with pytest.raises(ValueError, match="names a customer"):
         op.list(None, 10, None, customer="c-1")
 
@@ -145,12 +144,7 @@ def test_a_search_by_customer_leaves_out_an_unreadable_record_as_a_listing_does(
     store.corrupt["s-1"] = "ValueError: 'Exploded' is not a valid ProcessState"
     store.order_ids_where = (  # type: ignore[method-assign]
         lambda column, value, limit: (["s-1", "s-2"], True))
-    relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=FakeAlertSink(),
-                        workflows=Registry.of([WF]), agent_queues={}, scheduler_queue="cmds",
-                        clock=clock)
-    op = Operator(store=store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
-                  health=HealthProbe({}), pending_grace=timedelta(seconds=30), clock=clock,
-                  customer_columns=["CustomerId"])
+    op = operator_over(store, clock, customer_columns=["CustomerId"])
     page = op.list(None, 10, None, customer="c-9")
     assert [o["OrderID"] for o in page.items] == ["s-2"]
 
@@ -164,12 +158,7 @@ def test_a_search_by_customer_says_when_it_found_more_than_it_shows() -> None:
         o = parse_order(json.dumps({"order_id": oid, "customer_id": "c-7",
                                     "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
         store.create(o, receive(oid, WF, T0))
-    relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=FakeAlertSink(),
-                        workflows=Registry.of([WF]), agent_queues={}, scheduler_queue="cmds",
-                        clock=clock)
-    op = Operator(store=store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
-                  health=HealthProbe({}), pending_grace=timedelta(seconds=30), clock=clock,
-                  customer_columns=["CustomerId"])
+    op = operator_over(store, clock, customer_columns=["CustomerId"])
     two = op.list(None, 2, None, customer="c-7")
     assert [o["OrderID"] for o in two.items] == ["m-1", "m-2"] and two.truncated
     three = op.list(None, 3, None, customer="c-7")
@@ -196,10 +185,7 @@ def test_an_order_of_a_version_the_app_no_longer_runs_is_not_resubmitted() -> No
     store.save(s)
     before = store.states["o-v1"]
     only_v2 = Registry.of([dataclasses.replace(WF, version=2)])
-    relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=FakeAlertSink(),
-                        workflows=only_v2, agent_queues={}, scheduler_queue="cmds", clock=clock)
-    op = Operator(store=store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
-                  health=HealthProbe({}), pending_grace=timedelta(seconds=30), clock=clock)
+    op = operator_over(store, clock, only_v2)
     with pytest.raises(ResubmitRefused, match="version 1, which this app does not run"):
         op.resubmit("o-v1", "try again")
     assert store.states["o-v1"] == before
@@ -213,10 +199,6 @@ def test_an_order_of_a_version_the_app_no_longer_runs_is_not_resubmitted() -> No
         "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]})), receive("o-v2", v2, T0))
     s2.process_state, s2.compensation = ProcessState.ERROR, CompensationState.DONE
     store.save(s2)
-    old = Operator(store=store, relay=EffectRelay(
-        store=store, sender=FakeQueues(clock), alerts=FakeAlertSink(),
-        workflows=Registry.of([WF]), agent_queues={}, scheduler_queue="cmds", clock=clock),
-        alerts=None, rejected=None,  # type: ignore[arg-type]
-        health=HealthProbe({}), pending_grace=timedelta(seconds=30), clock=clock)
+    old = operator_over(store, clock)
     with pytest.raises(ResubmitRefused, match="newer release of the app"):
         old.resubmit("o-v2", "try again")
