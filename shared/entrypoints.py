@@ -122,7 +122,9 @@ def _error(status: int, message: str) -> func.HttpResponse:
 
 def _limit(req: func.HttpRequest) -> int:
     text = req.params.get("limit", "50")
-    if not text.isdigit():
+    # ASCII digits, a few: str.isdigit() takes "²" (int() refuses it, in Python's words) and
+    # other scripts' digits, and int() refuses past 4,300 of them.
+    if not (text.isascii() and text.isdigit() and len(text) <= 9):
         raise ValueError(f"limit must be a whole number from 1 to {MAX_PAGE}, not {text[:20]!r}")
     return int(text)
 

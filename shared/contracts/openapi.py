@@ -60,9 +60,12 @@ def _errors(*codes: int) -> dict[str, Any]:
     what = {
         400: "The request is wrong: the error says how.",
         401: "No key, or a key without the rights this route needs. The body is empty.",
-        403: "Signed in, without the app role this route needs: the error names it.",
+        403: "Signed in, without the app role this route needs (the error names it); or a "
+             "change asked by another site's page.",
         404: "No such order (or alert).",
-        409: "The order's state does not allow it now: the error says why.",
+        409: "Not now: the order's state does not allow it, or its record is a newer "
+             "release's: the error says why.",
+        415: "The body is not sent as JSON (Content-Type application/json).",
         500: "A stored record this version cannot read: the error names it.",
     }
     out: dict[str, Any] = {}
@@ -130,7 +133,7 @@ def openapi_document() -> dict[str, Any]:
                 "summary": "One order: its state record, steps, history and the order itself.",
                 "parameters": [_ORDER_ID],
                 "responses": {"200": _json(OrderView, "The order."),
-                              **_operator_errors(400, 401, 404, 500)},
+                              **_operator_errors(400, 401, 404, 409, 500)},
             }},
             "/orders/{order_id}/resubmit": {"post": {
                 "operationId": "resubmitOrder",
@@ -142,7 +145,7 @@ def openapi_document() -> dict[str, Any]:
                 "requestBody": {"required": False, "content": {
                     "application/json": {"schema": _ref(ResubmitRequest)}}},
                 "responses": {"202": _json(OrderView, "Resubmitted: the order as it is now."),
-                              **_operator_errors(400, 401, 404, 409, 500)},
+                              **_operator_errors(400, 401, 404, 409, 415, 500)},
             }},
             "/alerts": {"get": {
                 "operationId": "listAlerts",
@@ -162,11 +165,12 @@ def openapi_document() -> dict[str, Any]:
                            "kept on it, with the note if one is given. Needs Orders.Resubmit.",
                 "parameters": [{"name": "alert_id", "in": "path", "required": True,
                                 "schema": {"type": "string",
-                                           "pattern": r"^\d{8}\.\d{13}-[0-9a-f]{12}$"}}],
+                                           "pattern": (r"^\d{8}\.\d{13}-"
+                                                       r"(?:[0-9a-f]{12}|[0-9a-f]{8})$")}}],
                 "requestBody": {"required": False, "content": {
                     "application/json": {"schema": _ref(AckRequest)}}},
                 "responses": {"200": _json(AlertView, "Acknowledged: the alert as it is now."),
-                              **_operator_errors(400, 401, 404, 409)},
+                              **_operator_errors(400, 401, 404, 409, 415)},
             }},
             "/resubmissions": {"post": {
                 "operationId": "resubmitOrders",
@@ -177,7 +181,7 @@ def openapi_document() -> dict[str, Any]:
                     "application/json": {"schema": _ref(BulkResubmitRequest)}}},
                 "responses": {"200": _json(BulkResult, "A dry run: what would be done."),
                               "202": _json(BulkResult, "Done: each order's outcome."),
-                              **_operator_errors(400, 401)},
+                              **_operator_errors(400, 401, 415)},
             }},
             "/rejected": {"get": {
                 "operationId": "listRejected",
@@ -218,8 +222,14 @@ def openapi_document() -> dict[str, Any]:
                 "summary": "The operator's console, a web page (it holds no data: it reads "
                            "the routes above as the signed-in operator).",
                 "security": [],
-                "responses": {"200": {"description": "The page.",
-                                      "content": {"text/html": {"schema": {"type": "string"}}}}},
+                "parameters": [{"name": "asset", "in": "query", "required": False,
+                                "description": "One of the page's own files.",
+                                "schema": {"type": "string",
+                                           "enum": ["console.js", "console.css"]}}],
+                "responses": {"200": {"description": "The page, or the file asked for.",
+                                      "content": {t: {"schema": {"type": "string"}} for t in
+                                                  ("text/html", "text/javascript", "text/css")}},
+                              "404": {"description": "No such file of the page."}},
             }},
             "/openapi.json": {"get": {
                 "operationId": "openapi",
