@@ -17,6 +17,7 @@ from azure.storage.queue import QueueServiceClient
 
 from shared import bindings_compat
 from shared.adapters.alerts import TableAlertSink
+from shared.adapters.code_service import CodeServiceClient
 from shared.adapters.queues import StorageQueueSender
 from shared.adapters.rejections import TableRejectionStore
 from shared.adapters.remote_service import RemoteServiceClient, http_client
@@ -131,10 +132,13 @@ def build(settings: Settings, *, clock: Clock = utc_now,
     records = Records(store, registry, alerts)
     breakers = {name: new_breaker(name, settings.breaker_failures, settings.breaker_reset,
                                   settings.breaker_window) for name in services}
+    code = registry.code_services
     agents = {
         name: Agent(
-            name=name, client=RemoteServiceClient(v.url, http, key), policy=retry,
-            breaker=breakers[name], clock=clock, records=records,
+            name=name, client=(
+                CodeServiceClient(code[name], settings.code_settings(code[name]))
+                if name in code else RemoteServiceClient(v.url or "", http, key)),
+            policy=retry, breaker=breakers[name], clock=clock, records=records,
         )
         for name, v in services.items()
     }

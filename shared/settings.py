@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from shared.domain.services import CodeService
 from shared.domain.workflow import Registry
 from shared.handlers.principal import running_in_azure
 
@@ -156,15 +157,13 @@ class Settings(BaseModel):
         the app with an error that names it."""
         out: dict[str, ServiceSettings] = {}
         # Without a URL of its own, a service is the simulated one, where simulators are: the
-        # local host's, or the ones at SimulatorBaseUrl. Elsewhere a missing URL is named.
-        simulators = self.simulator_base_url or (LOCAL_SIMULATORS if self.simulators_enabled
-                                                 else None)
+        # local host's, or the ones at SimulatorBaseUrl. A code service needs none (registry()
+        # names what each kind is missing).
+        simulators = self.simulators
         for name in names:
             url_key, queue_key = service_setting_names(name)
-            if url_key not in self.environ and simulators is None:
-                raise SettingsError(f"invalid app settings: {url_key} is not set: the URL of "
-                                    f"the {name} service (or set SimulatorBaseUrl)")
-            given = {"url": self.environ.get(url_key, f"{simulators}/{name}"),
+            given = {"url": self.environ.get(
+                         url_key, f"{simulators}/{name}" if simulators else None),
                      "queue": self.environ.get(queue_key, default_queue(name))}
             try:
                 out[name] = ServiceSettings.model_validate(given)
@@ -173,6 +172,25 @@ class Settings(BaseModel):
                 raise SettingsError("invalid app settings: " + "; ".join(
                     f"{keys[str(err['loc'][0])]}={given[str(err['loc'][0])]!r}: {err['msg']}"
                     for err in e.errors())) from None
+        return out
+
+    @property
+    def simulators(self) -> str | None:
+        """Where the simulated services are: SimulatorBaseUrl, or the local host's own."""
+        return self.simulator_base_url or (LOCAL_SIMULATORS if self.simulators_enabled
+                                           else None)
+
+    def code_settings(self, service: CodeService) -> dict[str, str]:
+        """The settings a code service declares, as given (registry() has checked them): a
+        setting left unset where the simulators are takes the service's local default."""
+        simulators = self.simulators
+        out: dict[str, str] = {}
+        for name in service.settings:
+            value = self.environ.get(name)
+            if value is None and simulators is not None and name in service.local:
+                value = service.local[name].replace("{simulators}", simulators)
+            if value:
+                out[name] = value
         return out
 
     @property
@@ -205,8 +223,19 @@ class Settings(BaseModel):
 
     def registry(self, base: Registry) -> Registry:
         """The workflows with step budgets from settings; every service they call must have its
-        settings (services())."""
-        self.services(base.services)
+        settings: an HTTP service its URL (services()), a code service the settings it
+        declares; every one missing is named at once."""
+        code = base.code_services
+        missing = [f"{service_setting_names(name)[0]} (the URL of the {name} service, or set "
+                   "SimulatorBaseUrl)"
+                   for name, v in self.services(base.services).items()
+                   if v.url is None and name not in code]
+        for name, service in code.items():
+            given = self.code_settings(service)
+            missing += [f"{s} (read by the {name} service's code)"
+                        for s in service.settings if s not in given]
+        if missing:
+            raise SettingsError("invalid app settings: not set: " + "; ".join(missing))
         try:
             return base.with_budgets(_parse_budgets(self.step_budgets))
         except ValueError as e:
@@ -278,13 +307,14 @@ def secure_url(url: str) -> str:
 
 class ServiceSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
-    url: str
+    # None: not given (a code service needs none).
+    url: str | None
     queue: QueueName
 
     @field_validator("url")
     @classmethod
-    def _over_https(cls, v: str) -> str:
-        return secure_url(v)
+    def _over_https(cls, v: str | None) -> str | None:
+        return None if v is None else secure_url(v)
 
 
 # Completed ticks this many intervals apart mean that at least one tick did not complete.

@@ -32,8 +32,10 @@ from shared.domain import budget, due_index
 from shared.domain.alerts import OperatorAlert
 from shared.domain.due_index import IndexKey
 from shared.domain.message import WorkflowMessage
+from shared.domain.messages import Action
 from shared.domain.outages import TickLog
-from shared.domain.state import SCHEMA_VERSION, OrderState
+from shared.domain.services import Call
+from shared.domain.state import SCHEMA_VERSION, OrderState, schema_of
 
 Fault = Callable[[str], None]
 
@@ -95,7 +97,7 @@ class FakeOrderStore:
                                      f"{name} is {budget.utf16_units(value):,} units")
         stored = copy.deepcopy(state)
         stored.version = f"v{next(self._versions)}"
-        stored.schema_version = SCHEMA_VERSION  # what this release writes, as the table store
+        stored.schema_version = schema_of(state)  # what this release writes, as the table store
         self.states[state.order_id] = stored
         return copy.deepcopy(stored)
 
@@ -347,3 +349,15 @@ def in_flight(store: Any, order_id: str, step: str, at: datetime, *, action: str
         state.compensation = CompensationState.RUNNING
     saved: OrderState = store.save(state)
     return saved
+
+
+def a_call(operation: str = "take", key: str = "o-1.take.do", order_id: str = "o-1",
+           **fields: Any) -> Call:
+    """A do call of ``operation``, as an Agent makes it, for a client's own tests."""
+    from datetime import UTC
+
+    made: dict[str, Any] = {
+        "order_id": order_id, "step": operation, "action": Action.DO, "operation": operation,
+        "key": key, "attempt": 1, "complete_by": datetime(2100, 1, 1, tzinfo=UTC),
+        "input": {"order_id": order_id}, "results": {}, **fields}
+    return Call(**made)

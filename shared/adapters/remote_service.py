@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 
 from shared import tracing
+from shared.domain.services import Call
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 FUNCTION_KEY_HEADER = "x-functions-key"
@@ -85,9 +86,10 @@ class RemoteServiceClient:
         self._http = http
         self._headers = {FUNCTION_KEY_HEADER: key} if key else {}
 
-    def call(self, operation: str, idempotency_key: str, body: dict[str, Any],
-             timeout: float) -> dict[str, Any]:
-        headers = {**self._headers, IDEMPOTENCY_HEADER: idempotency_key}
+    def call(self, call: Call, timeout: float) -> dict[str, Any]:
+        operation = call.operation
+        body = call.http_body()
+        headers = {**self._headers, IDEMPOTENCY_HEADER: call.key}
         traceparent = tracing.current_traceparent()
         if traceparent:  # so that the service can join the order's trace
             headers[tracing.TRACEPARENT] = traceparent

@@ -44,6 +44,7 @@ from shared.domain.state import (
     OrderState,
     ProcessState,
     StepState,
+    schema_of,
 )
 from shared.domain.workflow import UnknownWorkflow
 
@@ -177,7 +178,7 @@ def state_to_entity(state: OrderState) -> dict[str, Any]:
     entity: dict[str, Any] = {
         "PartitionKey": state.order_id,
         "RowKey": STATE_ROW,
-        "SchemaVersion": SCHEMA_VERSION,
+        "SchemaVersion": schema_of(state),
         "OrderID": state.order_id,
         "Workflow": state.workflow,
         "WorkflowVersion": state.workflow_version,
@@ -305,7 +306,7 @@ class TableOrderStore:
             raise OrderAlreadyExists(
                 order.order_id, existing.get("Fingerprint") if existing else None
             ) from None
-        state.version, state.schema_version = results[1]["etag"], SCHEMA_VERSION
+        state.version, state.schema_version = results[1]["etag"], schema_of(state)
         return state
 
     def load(self, order_id: str) -> StoredOrder | None:
@@ -351,7 +352,7 @@ class TableOrderStore:
         except (ResourceModifiedError, ResourceNotFoundError) as e:
             # A new entry stays behind, named by nothing: the Supervisor drops it at its time.
             raise ConcurrencyConflict(f"order {state.order_id}: {e.reason}") from None
-        state.version, state.schema_version = meta["etag"], SCHEMA_VERSION
+        state.version, state.schema_version = meta["etag"], schema_of(state)
         if old is not None and old != state.index_key:
             self.drop(old)
         return state

@@ -35,6 +35,17 @@ SHORT_TEXT = 200
 # The part of a remote service's answer an ok reply passes on (UTF-8 bytes of its JSON): a storage
 # queue message holds 64 KiB, base64-encoded (48 KiB of text).
 RESULT_BYTES = 16_384
+# Every step's result an order's record keeps, together (UTF-8 bytes of their JSON, which is at
+# least their UTF-16 units): they ride in the record's Steps property beside the steps' own
+# fields, well inside its 32K units. Each step has a share (Workflow.result_budget); a result
+# past it is refused at its step, never kept in part.
+RESULTS = 16_384
+
+
+def json_bytes(value: Any) -> int:
+    """The UTF-8 bytes of ``value``'s JSON as the app writes it; ValueError for a value JSON
+    cannot carry (a lone surrogate), RecursionError past the encoder's depth."""
+    return len(json.dumps(value, ensure_ascii=False).encode())
 
 _MARK = " [cut]"
 

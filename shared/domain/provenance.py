@@ -20,7 +20,7 @@ from shared.domain.workflow import Workflow
 
 _SENT = {Action.DO: {StepStatus.RUNNING, StepStatus.COMPLETED, StepStatus.FAILED,
                      StepStatus.NOT_STARTED, StepStatus.COMPENSATING, StepStatus.COMPENSATED,
-                     StepStatus.COMPENSATION_FAILED},
+                     StepStatus.COMPENSATION_FAILED, StepStatus.LEARNING},
          Action.UNDO: {StepStatus.COMPENSATING, StepStatus.COMPENSATED,
                        StepStatus.COMPENSATION_FAILED, StepStatus.COMPLETED}}
 
@@ -62,12 +62,14 @@ def judge(state: OrderState | None, req: AgentRequest, service: str,
     if step.work_key is None:
         # A record of a release before work keys whose key is unknown: nothing can match it.
         return Judgement(Verdict.STALE, f"step {step.name} records no work key")
-    keys = {step.work_key} if req.action is Action.DO else _undo_keys(step.work_key)
+    keys = {step.work_key} if req.action is Action.DO else _undo_keys(step.work_key,
+                                                                        step.undo_key)
     if req.idempotency_key not in keys and req.idempotency_key in _earlier_keys(state,
                                                                                 step.name):
         return Judgement(Verdict.STALE, "a request of the order before it was resubmitted")
     if req.idempotency_key not in keys:
-        key = step.work_key if req.action is Action.DO else undo_key(step.work_key)
+        key = step.work_key if req.action is Action.DO else (step.undo_key
+                                                             or undo_key(step.work_key))
         return _forged(f"key {req.idempotency_key!r} is not the {req.action.value} key of step "
                        f"{step.name} ({key!r})")
     if req.action is Action.UNDO and req.compensates not in (None, step.work_key):
@@ -85,7 +87,10 @@ def judge(state: OrderState | None, req: AgentRequest, service: str,
         return _forged(f"order {state.order_id} is {state.process_state.value}: no undo of "
                        "it was ever sent")
     in_flight = (
-        step.status is StepStatus.RUNNING and state.process_state is ProcessState.PROCESSING
+        (step.status is StepStatus.RUNNING and state.process_state is ProcessState.PROCESSING)
+        # A step in doubt asked again under its key, before its undo.
+        or (step.status is StepStatus.LEARNING
+            and state.compensation is CompensationState.RUNNING)
         if req.action is Action.DO else
         step.status is StepStatus.COMPENSATING
         and state.compensation is CompensationState.RUNNING)
@@ -104,10 +109,11 @@ def judge(state: OrderState | None, req: AgentRequest, service: str,
                    f"{step.status.value} at attempt {step.attempt})")
 
 
-def _undo_keys(work_key: str) -> set[str]:
-    # Releases 75e3701 up to before ea50bdd keyed an undo "<work key>.undo"; such a request
+def _undo_keys(work_key: str, recorded: str | None = None) -> set[str]:
+    # The recorded undo key, and the keys undos were derived as before it was recorded:
+    # releases 75e3701 up to before ea50bdd keyed an undo "<work key>.undo"; such a request
     # may still be queued when this release takes over (tests/upgrade/fixtures).
-    return {undo_key(work_key), f"{work_key}.undo"}
+    return {undo_key(work_key), f"{work_key}.undo", *([recorded] if recorded else [])}
 
 
 def _earlier_do_keys(state: OrderState, step: str) -> set[str]:

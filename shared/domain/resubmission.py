@@ -31,7 +31,7 @@ def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
     """An operator sends a failed order round again, once its compensation has settled.
 
     Nothing is applied twice: a step keeps the key its work was done under unless that work was
-    undone, so work that may still stand at a service (a completed step, one whose undo failed,
+    undone or refused, so work that may still stand at a service (a completed step, one whose undo failed,
     one that failed and was never undone) is never redone under a new key; asked again under its
     own key, the service answers with what it already did. A failed compensation leaves work
     standing that an operator must look at first, so resubmitting it needs ``force``.
@@ -72,9 +72,13 @@ def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
     for s in new.steps:
         if s.status is StepStatus.COMPLETED:
             continue
-        if s.status is StepStatus.COMPENSATED:
-            # Undone (or voided before it was done): new work, under a new key.
+        if s.status is StepStatus.COMPENSATED or (s.status is StepStatus.FAILED
+                                                   and not s.in_doubt):
+            # Undone, or refused for good (it did nothing): new work, under a new key, so
+            # that a service that answers a key with its first answer is asked afresh.
             s.work_key = None
+            s.result = None
+            s.undo_key = None
         s.status = StepStatus.NOT_STARTED
         s.complete_by = None
         s.last_error = None

@@ -37,6 +37,7 @@ from shared.domain.messages import (
     StatusEvent,
     new_token,
     new_work_key,
+    undo_key,
 )
 from shared.domain.workflow import Workflow
 
@@ -69,6 +70,8 @@ class StepStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     COMPENSATING = "compensating"
+    # In doubt, being asked again under its key to learn what it did, before it is undone.
+    LEARNING = "learning"
     COMPENSATED = "compensated"
     COMPENSATION_FAILED = "compensation_failed"
 
@@ -110,6 +113,11 @@ class StepState:
     # This attempt's token (messages.new_token), sent in its request; a reply must echo it. None
     # on a step last sent by a release before it: its reply is taken as before.
     token: str | None = None
+    # What its service answered when the work was done (a charge's id, say): handed to the
+    # later steps and to its own undo. None: not done, or done by a release that kept none.
+    result: dict[str, Any] | None = None
+    # The key its undo is done under, chosen once when the undo is first sent.
+    undo_key: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -121,6 +129,8 @@ class StepState:
             "in_doubt": self.in_doubt,
             "work_key": self.work_key,
             "token": self.token,
+            **({"result": self.result} if self.result is not None else {}),
+            **({"undo_key": self.undo_key} if self.undo_key is not None else {}),
         }
 
     @classmethod
@@ -135,6 +145,8 @@ class StepState:
             in_doubt=bool(d.get("in_doubt", False)),
             work_key=d.get("work_key"),
             token=d.get("token"),
+            result=d["result"] if isinstance(d.get("result"), dict) else None,
+            undo_key=d.get("undo_key"),
         )
 
 
@@ -161,9 +173,17 @@ _ALERTS: dict[str, AlertKind] = {
 }
 
 
-# The shape of the record this release writes (shared/domain/legacy.py reads the older ones).
-# 2: steps record their work key; the record names its schema version.
-SCHEMA_VERSION = 2
+# The shapes of the record this release writes (shared/domain/legacy.py reads the older ones).
+# 2: steps record their work key (and, read by this release, their result and undo key); the
+# record names its schema version. 3: a step may be learning (StepStatus.LEARNING), which a
+# release of shape 2 cannot read: it leaves such a record to this one.
+SCHEMA_VERSION = 3
+
+
+def schema_of(state: OrderState) -> int:
+    """The shape ``state`` is written in: the oldest that holds it, so that the release before
+    this one, running beside it, still reads every record it can run."""
+    return 3 if any(s.status is StepStatus.LEARNING for s in state.steps) else 2
 
 
 @dataclass
@@ -219,7 +239,7 @@ class OrderState:
     @property
     def current_step(self) -> StepState | None:
         for s in self.steps:
-            if s.status in (StepStatus.RUNNING, StepStatus.COMPENSATING):
+            if s.status in (StepStatus.RUNNING, StepStatus.COMPENSATING, StepStatus.LEARNING):
                 return s
         return None
 
@@ -345,6 +365,20 @@ def apply_reply(
         step = state.step(reply.step)
     except KeyError:
         raise IllegalTransition(f"order {state.order_id} has no step {reply.step!r}") from None
+    if reply.action is Action.DO and step.status is StepStatus.LEARNING:
+        if (state.compensation is not CompensationState.RUNNING
+                or step.attempt != reply.attempt):
+            raise IllegalTransition(
+                f"stale reply for {state.order_id}/{step.name} attempt {reply.attempt}: "
+                f"compensation {state.compensation}, step learning at attempt {step.attempt}")
+        _check_token(state, step, reply)
+        new = state._copy(now)
+        new.rescues = 0
+        events, note = _after_learning(new, new.step(step.name), reply, scheduler_id, now,
+                                       workflow)
+        emit(new, reply_cause(reply), now, events, proven=reply.outbox_seq == state.outbox_seq,
+             note=note)
+        return Transition(new)
     if reply.action is Action.DO:
         if (state.process_state is not ProcessState.PROCESSING
                 or step.status is not StepStatus.RUNNING or step.attempt != reply.attempt):
@@ -487,10 +521,12 @@ def _after_do(new: OrderState, step: StepState, reply: AgentReply, scheduler_id:
               now: datetime, workflow: Workflow) -> list[Event]:
     step.complete_by = None
     new.locked_by = scheduler_id
-    if reply.outcome is ReplyOutcome.OK:
+    kept, unkept = _kept_result(reply, workflow.result_budget(step.name))
+    if reply.outcome is ReplyOutcome.OK and unkept is None:
         step.status = StepStatus.COMPLETED
         step.last_error = None
         step.in_doubt = False
+        step.result = kept
         events = [Event("step_completed", step.name)]
         nxt = next((s for s in new.steps if s.status is StepStatus.NOT_STARTED), None)
         if nxt is not None:
@@ -500,9 +536,12 @@ def _after_do(new: OrderState, step: StepState, reply: AgentReply, scheduler_id:
         new.locked_by = None
         new.complete_by = None
         return [*events, Event("completed")]
-    # A permanent fault: this attempt was refused. It is undone all the same (see _to_undo).
-    error = budget.clip_error(reply.error)
+    # Refused for good: the service did nothing under this key (it answers a repeat with the
+    # same refusal), so there is nothing to undo, unless its answer was done work that could
+    # not be kept (unkept): then it is in doubt, and undone after it is learned.
+    error = budget.clip_error(unkept or reply.error)
     step.status = StepStatus.FAILED
+    step.in_doubt = unkept is not None or reply.result is not None
     step.last_error = error
     new.process_state = ProcessState.ERROR
     new.failed_step = step.name
@@ -511,16 +550,61 @@ def _after_do(new: OrderState, step: StepState, reply: AgentReply, scheduler_id:
                               [Event("failed", step.name, error)])
 
 
+def _kept_result(reply: AgentReply, limit: int) -> tuple[dict[str, Any] | None, str | None]:
+    """The reply's result as the record keeps it, or why it cannot be kept (never in part)."""
+    if reply.outcome is not ReplyOutcome.OK or reply.result is None:
+        return None, None
+    try:
+        size = budget.json_bytes(reply.result)
+    except (ValueError, RecursionError):
+        return None, "the service's answer holds text a record cannot keep"
+    if size > limit:
+        return None, (f"the service's answer is {size:,} bytes of JSON; the step keeps at most "
+                      f"{limit:,} (Step(result_budget=...)): its work is undone after it is "
+                      "asked again under its key")
+    return reply.result, None
+
+
 def _to_undo(state: OrderState, workflow: Workflow) -> StepState | None:
-    """The latest step whose work may stand. A failed step counts: a refusal does not prove
-    that no other attempt (a timed-out one, a duplicate request) did the work, and its undo
-    is cheap insurance: the service voids the key, so no late copy can do it afterwards."""
+    """The latest step whose work may stand: done, being undone or learned, or in doubt (timed
+    out, or done with an answer that could not be kept). A step refused for good did nothing:
+    a service answers a repeat of its key with its first answer, so no other attempt under the
+    key did the work either."""
     for s in reversed(state.steps):
         if workflow.step(s.name).compensation is None:
             continue
-        if s.status in (StepStatus.COMPLETED, StepStatus.COMPENSATING, StepStatus.FAILED):
+        if s.status in (StepStatus.COMPLETED, StepStatus.COMPENSATING, StepStatus.LEARNING):
+            return s
+        if s.in_doubt and s.status in (StepStatus.FAILED, StepStatus.NOT_STARTED):
             return s
     return None
+
+
+def _after_learning(new: OrderState, step: StepState, reply: AgentReply, scheduler_id: str,
+                    now: datetime, workflow: Workflow) -> tuple[list[Event], str]:
+    """A step in doubt asked again under its key: its answer is what its undo needs; a refusal
+    for good means it did nothing, and there is nothing to undo."""
+    step.complete_by = None
+    new.locked_by = scheduler_id
+    kept, unkept = _kept_result(reply, workflow.result_budget(step.name))
+    if reply.outcome is ReplyOutcome.OK and unkept is None:
+        step.status = StepStatus.COMPLETED
+        step.in_doubt = False
+        step.result = kept
+        note = f"{step.name}: learned what its work did (asked again under its key); undoing it"
+        return _next_compensation(new, scheduler_id, now, workflow, []), note
+    if unkept is not None or reply.result is not None:
+        why = (f"its work stands but its answer cannot be kept ({unkept or reply.error}): "
+               "undo it at the service by hand")
+        step.status = StepStatus.COMPENSATION_FAILED
+        step.last_error = budget.clip(why, budget.ERROR_TEXT)
+        return give_up_compensation(new, step.name, step.last_error), why
+    step.status = StepStatus.FAILED
+    step.in_doubt = False
+    step.last_error = budget.clip(f"asked again under its key, refused: nothing to undo "
+                                  f"({reply.error or 'permanent error'})", budget.ERROR_TEXT)
+    note = f"{step.name}: refused when asked again under its key, so it did nothing to undo"
+    return _next_compensation(new, scheduler_id, now, workflow, []), note
 
 
 UNKNOWN_WORK_KEY = (
@@ -550,7 +634,12 @@ def _next_compensation(new: OrderState, scheduler_id: str, now: datetime, workfl
         new.complete_by = None
         return [*events, Event("compensated", detail=", ".join(
             s.name for s in new.steps if s.status is StepStatus.COMPENSATED) or "nothing to undo")]
-    step.status = StepStatus.COMPENSATING
+    # Undone by the result of its work: one never learned (in doubt, or done by a release that
+    # kept none) is asked for again under its key first, unless its undo is already under way.
+    step.status = (StepStatus.LEARNING if step.result is None
+                   and step.status is not StepStatus.COMPENSATING else StepStatus.COMPENSATING)
+    if step.status is StepStatus.COMPENSATING and step.undo_key is None and step.work_key:
+        step.undo_key = undo_key(step.work_key)
     step.attempt += 1
     step.token = new_token()
     step.complete_by = now + workflow.step(step.name).budget

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from shared.domain import budget as budgets
 from shared.domain.message import (
     WORKFLOW_NAME_PATTERN,
     Envelope,
@@ -23,6 +24,7 @@ from shared.domain.message import (
     WorkflowMessage,
     validate_as,
 )
+from shared.domain.services import CodeService, Input
 
 if TYPE_CHECKING:  # the record's module imports this one
     from shared.domain.state import OrderState
@@ -35,6 +37,12 @@ class Step:
     operation: str
     compensation: str | None
     budget: timedelta
+    # What its service receives: the order's fields named here, or a function of the order
+    # and the earlier steps' results; None, the whole order.
+    input: Input = field(default=None, kw_only=True)
+    # The most its result may take on the record (UTF-8 bytes of its JSON); None, an equal
+    # share of budget.RESULTS among the workflow's steps.
+    result_budget: int | None = field(default=None, kw_only=True)
 
     def operation_for(self, action: str) -> str:
         if action == "undo":
@@ -62,6 +70,9 @@ class Workflow:
     # What its messages hold: a model on WorkflowMessage (its id, workflow and reply queue),
     # adding the workflow's own fields. Intake validates each message with it.
     message: type[WorkflowMessage] = field(kw_only=True)
+    # The services among its steps' that are the user's own code (the rest speak the HTTP
+    # contract: docs/contracts.md).
+    services: tuple[CodeService, ...] = field(default=(), kw_only=True)
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.steps]
@@ -77,6 +88,27 @@ class Workflow:
                              f"{self.name!r}")
         if self.version < 1:
             raise ValueError("a workflow's version starts at 1")
+        for s in self.steps:
+            if s.input is not None and not (callable(s.input) or (
+                    isinstance(s.input, tuple) and all(isinstance(f, str) for f in s.input))):
+                raise ValueError(f"step {s.name!r}: input is a tuple of the order's field "
+                                 "names or a function of the order and the earlier results")
+        if sum(self.result_budget(s.name) for s in self.steps) > budgets.RESULTS:
+            raise ValueError(f"the steps' result budgets add up to more than a record keeps "
+                             f"({budgets.RESULTS:,} bytes)")
+        code = {c.name: c for c in self.services}
+        if len(code) != len(self.services):
+            raise ValueError("a code service is declared twice")
+        unused = sorted(set(code) - self.agents)
+        if unused:
+            raise ValueError(f"code services no step calls: {unused}")
+        for s in self.steps:
+            service = code.get(s.agent)
+            missing = [op for op in (s.operation, s.compensation)
+                       if service is not None and op is not None and op not in service.operations]
+            if missing:
+                raise ValueError(f"step {s.name!r}: the {s.agent} code service has no "
+                                 f"operation {missing[0]!r}")
 
     def step(self, name: str) -> Step:
         for s in self.steps:
@@ -87,6 +119,11 @@ class Workflow:
     @property
     def agents(self) -> frozenset[str]:
         return frozenset(s.agent for s in self.steps)
+
+    def result_budget(self, step: str) -> int:
+        """The most the step's result may take on the record (UTF-8 bytes of its JSON)."""
+        declared = self.step(step).result_budget
+        return declared if declared is not None else budgets.RESULTS // len(self.steps)
 
     @property
     def label(self) -> str:
@@ -124,6 +161,17 @@ class Registry:
             raise ValueError(f"a workflow version is registered twice: {sorted(keys)}")
         if self.default not in {w.name for w in self.workflows}:
             raise ValueError(f"the default workflow {self.default!r} is not registered")
+        code: dict[str, CodeService] = {}
+        for w in self.workflows:
+            for c in w.services:
+                if code.setdefault(c.name, c) is not c:
+                    raise ValueError(f"service {c.name!r} is declared as code twice: declare "
+                                     "it once and name the one declaration in each workflow")
+        for w in self.workflows:
+            plain = sorted(w.agents & set(code) - {c.name for c in w.services})
+            if plain:
+                raise ValueError(f"{w.label} calls {plain} over HTTP, which another workflow "
+                                 "declares as code: name the code service in both")
 
     @classmethod
     def of(cls, workflows: Iterable[Workflow], default: str | None = None) -> Registry:
@@ -192,6 +240,11 @@ class Registry:
     def services(self) -> list[str]:
         """Every service a registered workflow calls, in the order first named."""
         return list(dict.fromkeys(s.agent for w in self.workflows for s in w.steps))
+
+    @property
+    def code_services(self) -> dict[str, CodeService]:
+        """The services that are the user's own code, by name (the rest speak HTTP)."""
+        return {c.name: c for w in self.workflows for c in w.services}
 
     @property
     def operations(self) -> dict[str, dict[str, str]]:

@@ -21,25 +21,20 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry.trace import SpanKind
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
 from shared import tracing
 from shared.adapters.alerts import AlertSink
-from shared.adapters.remote_service import (
-    PermanentServiceError,
-    RemoteServiceClient,
-    TransientServiceError,
-)
-from shared.adapters.state_store import OrderStore
+from shared.adapters.remote_service import PermanentServiceError, TransientServiceError
+from shared.adapters.state_store import OrderStore, StoredOrder
 from shared.circuit_breaker import CircuitBreaker, CircuitOpen
 from shared.clock import Clock
 from shared.domain import budget
@@ -52,7 +47,8 @@ from shared.domain.messages import (
     legacy_compensates,
 )
 from shared.domain.provenance import Verdict, judge
-from shared.domain.workflow import Registry, UnknownWorkflow
+from shared.domain.services import Call, InputFailed, step_input
+from shared.domain.workflow import Registry, UnknownWorkflow, Workflow
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +71,14 @@ class _Expired(Exception):
     pass
 
 
+class ServiceClient(Protocol):
+    """How an Agent reaches its service: over the HTTP contract (RemoteServiceClient) or by
+    running the user's code (CodeServiceClient). Returns the result, or raises
+    TransientServiceError (retried) or PermanentServiceError (refused)."""
+
+    def call(self, call: Call, timeout: float) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class Records:
     """What an Agent checks a request against, and whom it tells of one the app never sent."""
@@ -84,7 +88,7 @@ class Records:
 
 
 class Agent:
-    def __init__(self, *, name: str, client: RemoteServiceClient, policy: AgentRetryPolicy,
+    def __init__(self, *, name: str, client: ServiceClient, policy: AgentRetryPolicy,
                  breaker: CircuitBreaker, clock: Clock, records: Records,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.name = name
@@ -113,17 +117,28 @@ class Agent:
         if self._remaining(req.complete_by) <= 0:
             log.info("agent %s: %s arrived after its complete-by; dropped", self.name, where)
             return None
-        order = self._asked_for(req, where)
-        if order is None:
+        asked = self._asked_for(req, where)
+        if asked is None:
             return None
+        stored, workflow = asked
         started_with = self._remaining(req.complete_by)
+        limit = workflow.result_budget(req.step) if workflow else budget.RESULT_BYTES
         try:
-            result = self._call_with_retries(req, order)
-            reply = _readable(AgentReply(
+            result = self._call_with_retries(req, self._call(req, stored, workflow))
+            reply = AgentReply(
                 order_id=req.order_id, step=req.step, action=req.action, attempt=req.attempt,
-                outcome=ReplyOutcome.OK, result=_within_budget(result, where),
-                outbox_seq=req.outbox_seq, token=req.token,
-                traceparent=tracing.current_traceparent() or req.traceparent), where)
+                outcome=ReplyOutcome.OK, result=result, outbox_seq=req.outbox_seq,
+                token=req.token, traceparent=tracing.current_traceparent() or req.traceparent)
+            unkept = _unkeepable(reply, limit)
+            if unkept is not None and req.action is Action.UNDO:
+                reply = reply.model_copy(update={"result": None})  # an undo's answer is not kept
+            elif unkept is not None:
+                # Done, with an answer the record cannot keep: refused at this step, never kept
+                # in part; the note in place of the answer says the work was done (state.py).
+                log.warning("agent %s: %s: %s", self.name, where, unkept)
+                reply = reply.model_copy(update={
+                    "outcome": ReplyOutcome.PERMANENT_ERROR, "error": unkept,
+                    "result": {"omitted": unkept}})
         except PermanentServiceError as e:
             reply = AgentReply(order_id=req.order_id, step=req.step, action=req.action,
                                attempt=req.attempt, outcome=ReplyOutcome.PERMANENT_ERROR,
@@ -146,8 +161,34 @@ class Agent:
     def _remaining(self, complete_by: datetime) -> float:
         return (complete_by - self._clock()).total_seconds()
 
-    def _asked_for(self, req: AgentRequest, where: str) -> dict[str, Any] | None:
-        """The order as stored, when its record shows this request's work in flight now."""
+    def _call(self, req: AgentRequest, stored: StoredOrder,
+              workflow: Workflow | None) -> Call | PermanentServiceError:
+        """The call, made from the record: the step's input from the order as stored, the
+        earlier steps' results, and for an undo the result of the work it undoes."""
+        state = stored.state
+        step = state.step(req.step)
+        earlier = state.steps[:state.steps.index(step)]
+        results = {s.name: s.result for s in earlier if s.result is not None}
+        compensates = None
+        if req.action is Action.UNDO:
+            compensates = req.compensates or legacy_compensates(req.idempotency_key)
+            if not compensates:
+                return PermanentServiceError("an undo request must name the work it undoes")
+        try:
+            declared = workflow.step(req.step).input if workflow is not None else None
+            made = step_input(declared, stored.order, results)
+        except InputFailed as e:
+            return PermanentServiceError(str(e))
+        return Call(order_id=req.order_id, step=req.step, action=req.action,
+                    operation=req.operation, key=req.idempotency_key, attempt=req.attempt,
+                    complete_by=req.complete_by, input=made, results=results,
+                    result=step.result if req.action is Action.UNDO else None,
+                    compensates=compensates, traceparent=req.traceparent, now=self._clock)
+
+    def _asked_for(self, req: AgentRequest,
+                   where: str) -> tuple[StoredOrder, Workflow | None] | None:
+        """The order as stored and its workflow (None: a newer release's version), when its
+        record shows this request's work in flight now."""
         stored = self._records.store.load(req.order_id)
         workflow = None
         # A newer release's order (no such version here, or a newer record): its record alone
@@ -158,7 +199,7 @@ class Agent:
         verdict = judge(stored.state if stored else None, req, self.name, workflow)
         tracing.annotate(**{"order.request": verdict.verdict.value})
         if verdict.verdict is Verdict.IN_FLIGHT and stored is not None:
-            return stored.order
+            return stored, workflow
         if verdict.verdict is Verdict.STALE:
             log.info("agent %s: %s is stale (%s); dropped", self.name, where, verdict.reason)
             return None
@@ -175,13 +216,10 @@ class Agent:
             key=f"refused.{fingerprint}"))
         return None
 
-    def _call_with_retries(self, req: AgentRequest, order: dict[str, Any]) -> dict[str, Any]:
-        body: dict[str, Any] = {"order_id": req.order_id, "step": req.step, "order": order}
-        if req.action is Action.UNDO:
-            compensates = req.compensates or legacy_compensates(req.idempotency_key)
-            if not compensates:
-                raise PermanentServiceError("an undo request must name the work it undoes")
-            body["compensates"] = compensates
+    def _call_with_retries(self, req: AgentRequest,
+                           call: Call | PermanentServiceError) -> dict[str, Any]:
+        if isinstance(call, PermanentServiceError):
+            raise call
 
         def stop(rs: RetryCallState) -> bool:
             # Stop when the next wait would end past complete-by: a reply then is worthless.
@@ -202,7 +240,7 @@ class Agent:
                                           "order.call_attempt": calls}):
                 try:
                     result = self._breaker.call(
-                        self._client.call, req.operation, req.idempotency_key, body,
+                        self._client.call, replace(call, attempt=req.attempt),
                         min(remaining, self._policy.call_timeout),
                     )
                 except Exception as e:
@@ -229,35 +267,18 @@ class Agent:
         return retrying(attempt)
 
 
-def _readable(reply: AgentReply, where: str) -> AgentReply:
-    """The reply as the Scheduler will read it. The work is done whatever the service said in
-    its answer; one nested deeper than a reply's parser takes (about 200 levels) would fail
-    every delivery of the reply, and the order would fail over an answer nothing reads."""
-    try:
-        AgentReply.model_validate_json(reply.to_json())
-        return reply
-    except (ValueError, RecursionError) as e:
-        log.warning("agent: %s: the service's answer cannot be passed on: %s", where,
-                    str(e)[:200])
-        return reply.model_copy(update={"result": {
-            "omitted": "the service's answer is nested deeper than a reply can carry",
-            "bytes": 0}})
-
-
-def _within_budget(result: dict[str, Any] | None, where: str) -> dict[str, Any] | None:
-    """The service's answer, if it fits a reply; else a note of its size. The work is done
-    either way, and a reply too large for its queue would fail every attempt to send it, so
-    the step would time out and the order fail over an answer nothing in the engine reads."""
-    if result is None:
+def _unkeepable(reply: AgentReply, limit: int) -> str | None:
+    """Why the service's answer cannot go back as the step's result, or None when it can: past
+    the step's share of the record (``limit``), or JSON a reply cannot carry (a lone
+    surrogate; nesting deeper than a reply's parser takes, about 200 levels)."""
+    if reply.result is None:
         return None
     try:
-        size = len(json.dumps(result, ensure_ascii=False).encode())
-    except (ValueError, RecursionError) as e:  # a lone surrogate UTF-8 cannot carry, say
-        log.warning("agent: %s: the service's answer cannot be passed on: %s", where, e)
-        return {"omitted": "the service's answer holds text a reply cannot carry", "bytes": 0}
-    if size <= budget.RESULT_BYTES:
-        return result
-    log.warning("agent: %s: the service answered %d bytes; the reply passes on only its size",
-                where, size)
-    return {"omitted": f"the service's answer was {size:,} bytes of JSON; a reply passes on "
-                       f"at most {budget.RESULT_BYTES:,}", "bytes": size}
+        size = budget.json_bytes(reply.result)
+        AgentReply.model_validate_json(reply.to_json())
+    except (ValueError, RecursionError):
+        return "the service's answer holds JSON a reply cannot carry"
+    if size > limit:
+        return (f"the service's answer is {size:,} bytes of JSON; the step keeps at most "
+                f"{limit:,} (Step(result_budget=...))")
+    return None

@@ -177,7 +177,8 @@ class EffectRelay:
             order_id=state.order_id, step=step.name, action=effect.action,
             operation=definition.operation_for(effect.action), attempt=step.attempt,
             complete_by=step.complete_by,
-            idempotency_key=undo_key(step.work_key) if undo else step.work_key,
+            idempotency_key=(step.undo_key or undo_key(step.work_key)) if undo
+            else step.work_key,
             compensates=step.work_key if undo else None,
             order=order, outbox_seq=state.outbox_seq, traceparent=traceparent,
             token=step.token,

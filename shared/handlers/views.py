@@ -29,6 +29,10 @@ class StepView(_View):
     in_doubt: bool
     work_key: str | None = Field(description="The key the step's work was done under; its "
                                              "undo names it.")
+    result: dict[str, Any] | None = Field(None, description=(
+        "What the step's service answered when its work was done: handed to the later steps "
+        "and to its own undo."))
+    undo_key: str | None = Field(None, description="The key its undo is done under, once sent.")
 
 
 class TimelineEntry(_View):

@@ -15,7 +15,7 @@ from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
 from shared.domain.workflow import Registry
 from shared.handlers.agent import Agent, AgentRetryPolicy, Records
 from tests.conftest import wait_until
-from tests.fakes import FakeAlertSink, FakeOrderStore, in_flight
+from tests.fakes import FakeAlertSink, FakeOrderStore, a_call, in_flight
 from tests.integration.conftest import RunningHost
 from tests.integration.helpers import drain_json, enqueue, entities
 from tests.workflow import FLOW
@@ -207,4 +207,4 @@ def test_http_status_is_sorted_into_transient_and_permanent(status: int, kind: s
     transport = httpx.MockTransport(lambda req: httpx.Response(status, text="x"))
     client = RemoteServiceClient("http://svc", httpx.Client(transport=transport))
     with pytest.raises(getattr(remote_service, f"{kind}ServiceError")):
-        client.call("op", "k", {}, 1)
+        client.call(a_call(), 1)

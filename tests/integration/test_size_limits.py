@@ -36,6 +36,7 @@ from localrun.index import functions_of
 from shared import bootstrap
 from shared.adapters.remote_service import PermanentServiceError, RemoteServiceClient
 from shared.domain import budget
+from shared.domain.services import Call
 from shared.domain.workflow import agent_function
 from shared.handlers.principal import RESUBMIT_ROLE
 from shared.settings import load_settings
@@ -226,8 +227,8 @@ class Service:
         self.refusal = refusal
         self.calls: list[str] = []
 
-    def call(self, operation: str, idempotency_key: str, body: dict[str, Any],
-             timeout: float) -> dict[str, Any]:
+    def call(self, c: Call, timeout: float) -> dict[str, Any]:
+        operation, idempotency_key = c.operation, c.key
         self.calls.append(operation)
         if operation not in DOES:
             raise PermanentServiceError(self.refusal)  # every unit of it at its worst

@@ -48,6 +48,7 @@ from shared.domain.messages import (
     new_work_key,
     undo_key,
 )
+from shared.domain.services import Call
 from shared.domain.state import (
     SCHEMA_VERSION,
     CompensationState,
@@ -99,33 +100,46 @@ FAULTS = st.one_of(st.none(), st.tuples(st.integers(1, 8), st.sampled_from(["cra
 
 
 class ModelServices:
-    """What the remote services did, whatever the app believes: effects by idempotency key."""
+    """What the remote services did, whatever the app believes, as providers' APIs behave: a
+    key's first answer (work done, with the id the provider gave it, or a refusal) is its
+    answer for ever; an undo names the id of the work it undoes; nothing keeps tombstones."""
 
     def __init__(self) -> None:
-        self.status: dict[tuple[str, str], str] = {}  # (service, do-key) -> applied/undone/voided
-        self.owner: dict[tuple[str, str], tuple[str, str]] = {}  # -> (order, step)
+        self.answers: dict[tuple[str, str], dict[str, Any] | str] = {}  # (service, key) ->
+        self.status: dict[str, str] = {}  # work id -> applied / undone
+        self.owner: dict[str, tuple[str, str]] = {}  # work id -> (order, step)
         self.log: list[str] = []  # every call that reached a service, for a failure's message
 
-    def do(self, service: str, key: str, order_id: str, step: str) -> dict[str, Any]:
-        current = self.status.get((service, key))
-        if current is None:
-            self.status[(service, key)] = "applied"
-            self.owner[(service, key)] = (order_id, step)
-            return {"status": "applied", "key": key}
-        if current == "applied":
-            return {"status": "applied", "key": key, "duplicate": True}
-        raise PermanentServiceError(f"HTTP 409 {key} was {current}")
+    def do(self, service: str, key: str, order_id: str, step: str,
+           refuse: bool) -> dict[str, Any]:
+        first = self.answers.get((service, key))
+        if first is None and refuse:
+            first = self.answers[(service, key)] = f"HTTP 422 {key} refused"
+        if first is None:
+            work = f"{service}-{len(self.status) + 1}"
+            self.status[work] = "applied"
+            self.owner[work] = (order_id, step)
+            first = self.answers[(service, key)] = {"id": work}
+        if isinstance(first, str):
+            # A service's error body of any size and content: as stored, each control
+            # character takes six units, so refusals test every budget of the record.
+            raise PermanentServiceError(first + ": " + "\x01" * 5_000)
+        return first
 
-    def undo(self, service: str, target: str, order_id: str, step: str) -> dict[str, Any]:
-        current = self.status.get((service, target))
-        if current is None:
-            self.status[(service, target)] = "voided"
-            self.owner[(service, target)] = (order_id, step)
-            return {"status": "voided", "key": target}
-        if current == "applied":
-            self.status[(service, target)] = "undone"
-            return {"status": "undone", "key": target}
-        return {"status": current, "key": target, "duplicate": True}
+    def undo(self, service: str, key: str, result: Any, refuse: bool) -> dict[str, Any]:
+        """An undo is work under its own key too: its first answer is its answer."""
+        first = self.answers.get((service, key))
+        work = result.get("id") if isinstance(result, dict) else None
+        if first is None and (refuse or work not in self.status
+                              or not str(work).startswith(f"{service}-")):
+            first = self.answers[(service, key)] = (
+                f"HTTP 422 {key} refused" if refuse else f"HTTP 404 no work {work!r} to undo")
+        if first is None:
+            self.status[str(work)] = "undone"
+            first = self.answers[(service, key)] = {"undone": work}
+        if isinstance(first, str):
+            raise PermanentServiceError(first + ": " + "\x01" * 5_000)
+        return first
 
     def standing(self, order_id: str) -> Counter[str]:
         return Counter(step for k, (o, step) in self.owner.items()
@@ -140,25 +154,17 @@ class ModelClient:
         self._model = model
         self._machine = machine
 
-    def call(self, operation: str, idempotency_key: str, body: dict[str, Any],
-             timeout: float) -> dict[str, Any]:
+    def call(self, c: Call, timeout: float) -> dict[str, Any]:
         outcome = self._machine.outcome()
-        target = body.get("compensates") or idempotency_key
-        self._model.log.append(f"{self._service} {operation} {target} for {body['order_id']}:"
-                               f" {outcome}")
+        self._model.log.append(f"{self._service} {c.operation} {c.key} {c.result} for "
+                               f"{c.order_id}: {outcome}")
         if outcome == "transient":
             raise TransientServiceError("HTTP 503")
-        undo = "compensates" in body
-        if outcome == "refuse":
-            # A service's error body of any size and content: as stored, each control character
-            # takes six units, so refusals test every budget of the record (docs/limits.md).
-            raise PermanentServiceError(f"HTTP 422 {operation} refused: " + "\x01" * 5_000)
-        if undo:
-            result = self._model.undo(self._service, body["compensates"], body["order_id"],
-                                      body["step"])
+        if c.action is Action.UNDO:
+            result = self._model.undo(self._service, c.key, c.result, refuse=outcome == "refuse")
         else:
-            result = self._model.do(self._service, idempotency_key, body["order_id"],
-                                    body["step"])
+            result = self._model.do(self._service, c.key, c.order_id, c.step,
+                                    refuse=outcome == "refuse")
         if outcome == "lost":
             raise TransientServiceError("read timeout (the work was done)")
         return result
@@ -532,7 +538,8 @@ class PipelineMachine(RuleBasedStateMachine):
             *(line for line in self.model.log if f" for {oid}:" in line),
             f"history: {state.history}",
             f"steps: {[s.to_dict() for s in state.steps]}",
-            "effects: " + repr([(k, v) for k, v in self.model.status.items()
+            "effects: " + repr([(k, self.model.owner[k][1], v)
+                                for k, v in self.model.status.items()
                                 if self.model.owner[k][0] == oid]),
         ])
 
@@ -550,6 +557,9 @@ class PipelineMachine(RuleBasedStateMachine):
                 continue
             event(f"{state.process_state.value}, compensation {state.compensation}, "
                   f"generation {state.generation}")
+            if any("learned" in str(e.get("detail")) or "nothing to undo" in str(e.get("detail"))
+                   for e in state.timeline):
+                event("a step in doubt was asked again under its key before its undo")
             assert state.is_settled, (
                 f"{oid} is stuck: {state.process_state} compensation {state.compensation}, "
                 f"steps {[(s.name, s.status.value) for s in state.steps]}")

@@ -10,6 +10,7 @@ from typing import Any
 from shared.adapters.remote_service import TransientServiceError
 from shared.circuit_breaker import CircuitBreaker
 from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
+from shared.domain.services import Call
 from shared.domain.workflow import Registry
 from shared.handlers.agent import Agent, AgentRetryPolicy, Records
 from tests.conftest import FakeClock
@@ -26,8 +27,8 @@ class Script:
         self.calls: list[tuple[float, str, dict[str, Any]]] = []
         self.t0 = clock.now
 
-    def call(self, operation: str, key: str, body: dict[str, Any],
-             timeout: float) -> dict[str, Any]:
+    def call(self, c: Call, timeout: float) -> dict[str, Any]:
+        key, body = c.key, c.http_body()
         self.calls.append(((self.clock.now - self.t0).total_seconds(), key, body))
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
@@ -115,16 +116,18 @@ def nested(depth: int) -> dict[str, Any]:
     return answer
 
 
-def test_an_answer_a_reply_cannot_carry_is_passed_on_as_a_note_and_the_step_is_done() -> None:
-    """The red team's R2: the service did the work and said so (2xx, a JSON object), but its
-    answer held a lone surrogate (no UTF-8 for it) or was nested past what a reply's parser
-    takes: the Agent crashed, or the Scheduler could not read its reply, on every delivery,
-    and the order failed with its work done. The engine reads nothing of the answer."""
-    for answer in ({"status": "applied", "note": "\ud800"}, nested(199), nested(300)):
+def test_an_answer_the_record_cannot_keep_is_refused_at_the_step_as_done_work() -> None:
+    """The service did the work and said so (2xx, a JSON object), but its answer holds a lone
+    surrogate (no UTF-8 for it), is nested past what a reply's parser takes, or is past the
+    step's share of the record: never kept in part, it is refused at the step with the reason,
+    and the note in its place says the work was done (the order undoes it: state.py)."""
+    big = {"blob": "x" * FLOW.result_budget("take")}
+    for answer in ({"status": "applied", "note": "\ud800"}, nested(199), nested(300), big):
         clock = FakeClock()
         reply = agent(clock, Script(clock, answer)).handle(request(clock))
-        assert reply is not None and reply.outcome.value == "ok"
+        assert reply is not None and reply.outcome.value == "permanent_error"
         assert reply.result is not None and "omitted" in reply.result
+        assert reply.error and ("cannot carry" in reply.error or "bytes of JSON" in reply.error)
         assert type(reply).model_validate_json(reply.to_json()) == reply  # the Scheduler reads it
     clock = FakeClock()
     plain = agent(clock, Script(clock, nested(50))).handle(request(clock))

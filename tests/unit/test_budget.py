@@ -113,8 +113,14 @@ def _reply(s: OrderState, step: str, action: Action, error: str | None = None,
         order_id=s.order_id, step=step, action=action, attempt=s.step(step).attempt,
         outcome=ReplyOutcome.PERMANENT_ERROR if error else ReplyOutcome.OK,
         error=budget.clip_error(error), outbox_seq=s.outbox_seq if seq is None else seq,
-        token=s.step(step).token),
+        token=s.step(step).token, result=None if error or action is Action.UNDO else _largest(
+            WF.result_budget(step))),
         "s1", T0, WF).state
+
+
+def _largest(limit: int) -> dict[str, str]:
+    """A result at the step's budget, every byte of it a unit in the record."""
+    return {"r": "x" * (limit - len('{"r": ""}'))}
 
 
 def _refused_charge(error: str) -> OrderState:
@@ -143,7 +149,6 @@ def test_a_record_at_every_budget_stays_far_below_the_entity_limit() -> None:
     be, counted Azure's way (2 bytes a unit; 8 bytes, the name and 4 bytes a string property;
     64 bytes for each other property, more than any takes)."""
     s = _refused_charge(ESCAPED * budget.ERROR_TEXT)
-    s = _reply(s, "charge_payment", Action.UNDO)
     s = _reply(s, "reserve_inventory", Action.UNDO, ESCAPED * budget.ERROR_TEXT)
     entity = state_to_entity(s)
     units = {k: budget.utf16_units(v) for k, v in entity.items() if isinstance(v, str)}
@@ -170,7 +175,6 @@ def test_keys_and_the_tick_log_are_small_whatever_they_hold() -> None:
 
 def test_the_newest_resubmit_is_kept_in_the_history_whatever_its_text() -> None:
     s = _refused_charge(ESCAPED * budget.ERROR_TEXT)
-    s = _reply(s, "charge_payment", Action.UNDO)
     s = _reply(s, "reserve_inventory", Action.UNDO, ESCAPED * budget.ERROR_TEXT)
     if s.compensation is not CompensationState.FAILED:
         pytest.fail("the undo was not refused")
@@ -181,11 +185,11 @@ def test_the_newest_resubmit_is_kept_in_the_history_whatever_its_text() -> None:
 
 def test_an_outbox_that_carries_effects_forward_fits_in_one_string_property() -> None:
     s = _refused_charge(ESCAPED * budget.ERROR_TEXT)
-    first = s.outbox_seq  # the undo of the charge is sent under it, not confirmed
+    first = s.outbox_seq  # the undo of the reservation is sent under it, not confirmed
     decision = supervise(s, T0 + timedelta(minutes=1), POLICY, WF)
     if decision is None or decision.kind is not DecisionKind.REDISPATCH:
         pytest.fail(f"the Supervisor did not send the undo again: {decision}")
-    s = _reply(decision.state, "charge_payment", Action.UNDO, ESCAPED * budget.ERROR_TEXT,
+    s = _reply(decision.state, "reserve_inventory", Action.UNDO, ESCAPED * budget.ERROR_TEXT,
                seq=first)
     if s.compensation is not CompensationState.FAILED:
         pytest.fail("the undo was not refused")

@@ -195,7 +195,7 @@ def test_a_deployment_without_simulators_needs_every_services_url() -> None:
     call, so that adding a service breaks no test of the engine)."""
     first, *others = REGISTRY.services
     given = {service_setting_names(s)[0]: f"https://{s}.example" for s in others}
-    with pytest.raises(SettingsError, match=f"{service_setting_names(first)[0]} is not set"):
+    with pytest.raises(SettingsError, match=f"not set: {service_setting_names(first)[0]} "):
         load_settings({**BASE, "SimulatorsEnabled": "false", **given}).registry(REGISTRY)
 
 

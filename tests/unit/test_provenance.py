@@ -13,6 +13,7 @@ from shared.circuit_breaker import CircuitBreaker
 from shared.domain.alerts import AlertKind
 from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
 from shared.domain.provenance import Verdict, judge
+from shared.domain.services import Call
 from shared.domain.state import OrderState
 from shared.domain.workflow import Registry
 from shared.handlers.agent import Agent, AgentRetryPolicy, Records
@@ -138,8 +139,8 @@ class Service:
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
 
-    def call(self, operation: str, key: str, body: dict[str, Any],
-             timeout: float) -> dict[str, Any]:
+    def call(self, c: Call, timeout: float) -> dict[str, Any]:
+        body = c.http_body()
         self.calls.append(body)
         return {"status": "applied"}
 

@@ -18,6 +18,7 @@ from shared.adapters.remote_service import (
     TransientServiceError,
     parse_retry_after,
 )
+from tests.fakes import a_call
 
 
 def client(response: httpx.Response, seen: list[httpx.Request] | None = None
@@ -32,7 +33,7 @@ def client(response: httpx.Response, seen: list[httpx.Request] | None = None
 
 
 def call(c: RemoteServiceClient) -> dict[str, Any]:
-    return c.call("take", "o-1.take.do", {"order_id": "o-1"}, timeout=5)
+    return c.call(a_call(), timeout=5)
 
 
 def test_a_2xx_json_object_is_the_result_and_the_key_is_sent() -> None:
@@ -115,7 +116,7 @@ def test_a_2xx_answer_nested_past_the_parser_is_in_doubt_not_a_crash(
     monkeypatch.setattr(httpx.Response, "json", too_deep)
     with pytest.raises(TransientServiceError, match="without a JSON object"):
         client(httpx.Response(200, text='{"detail": [[[]]]}')).call(
-            "take", "k-1", {}, timeout=5)
+            a_call(key="k-1"), timeout=5)
 
 
 def test_no_answer_is_transient() -> None:
@@ -177,7 +178,7 @@ def test_a_burst_of_calls_keeps_its_connections_for_the_next() -> None:
                                  http_client())
 
     def slow_call(_: int) -> dict[str, Any]:  # longer than the barrier may hold a call
-        return remote.call("take", "o-1.take.do", {"order_id": "o-1"}, timeout=30)
+        return remote.call(a_call(), timeout=30)
 
     try:
         with ThreadPoolExecutor(calls) as pool:

@@ -43,7 +43,9 @@ STEPS = [s.name for s in WF.steps]
 def ok(state: OrderState, step: str, action: Action = Action.DO) -> AgentReply:
     return AgentReply(order_id=state.order_id, step=step, action=action,
                       attempt=state.step(step).attempt, outcome=ReplyOutcome.OK,
-                      outbox_seq=state.outbox_seq, token=state.step(step).token)
+                      outbox_seq=state.outbox_seq, token=state.step(step).token,
+                      # What a provider answers: the id its undo will name.
+                      result={"id": f"{step}-1"} if action is Action.DO else None)
 
 
 def refused(state: OrderState, step: str, action: Action = Action.DO) -> AgentReply:
@@ -198,30 +200,26 @@ def test_permanent_error_fails_the_order_and_starts_undoing_completed_steps() ->
     assert st.process_state is ProcessState.ERROR
     assert st.failed_step == "take"
     assert st.compensation is CompensationState.RUNNING
-    # The refused step is undone first: the service voids its key (see below).
-    assert st.step("take").status is StepStatus.COMPENSATING
-    assert st.step("hold").status is StepStatus.COMPLETED
+    # Refused for good: it did nothing, so the completed step is the one undone, by the
+    # result its service gave.
+    assert (st.step("take").status, st.step("take").in_doubt) == (StepStatus.FAILED, False)
+    assert st.step("hold").status is StepStatus.COMPENSATING
+    assert st.step("hold").undo_key == "o-1.hold.undo"
     assert "refused by the service" in (st.last_error or "")
     assert events(t) == ["failed"] and alerts(t.state) == [AlertKind.ORDER_FAILED]
-    assert t.state.outbox[-1] == Dispatch(step="take", action=Action.UNDO,
-                                          attempt=2)
+    assert t.state.outbox[-1] == Dispatch(step="hold", action=Action.UNDO, attempt=2)
 
 
-def test_permanent_error_on_first_step_undoes_only_that_refused_step() -> None:
+def test_permanent_error_on_first_step_has_nothing_to_undo() -> None:
     s = claimed()
     t = apply_reply(s, refused(s, "hold"), "s1", T0, WF)
-    assert events(t) == ["failed"]
-    s = t.state
-    t = apply_reply(s, ok(s, "hold", Action.UNDO), "s1", T0, WF)
+    assert events(t) == ["failed", "compensated"]
     assert t.state.compensation is CompensationState.DONE and t.state.is_settled
-    assert events(t) == ["step_compensated", "compensated"]
 
 
 def test_compensation_undoes_completed_steps_in_reverse_order() -> None:
     s = after_steps(2)
     s = apply_reply(s, refused(s, "send"), "s1", T0, WF).state
-    assert s.current_step.name == "send"  # type: ignore[union-attr]
-    s = apply_reply(s, ok(s, "send", Action.UNDO), "s1", T0, WF).state
     assert s.current_step.name == "take"  # type: ignore[union-attr]
     s = apply_reply(s, ok(s, "take", Action.UNDO), "s1", T0, WF).state
     assert s.step("take").status is StepStatus.COMPENSATED
@@ -231,7 +229,7 @@ def test_compensation_undoes_completed_steps_in_reverse_order() -> None:
     assert t.state.is_settled and t.state.locked_by is None and t.state.complete_by is None
     last = [e for e in t.state.outbox if isinstance(e, SendStatus)][-1]
     assert (last.event, last.detail) == (
-        "compensated", "hold, take, send")
+        "compensated", "hold, take")
 
 
 def test_a_submitter_hears_a_failures_category_and_the_operator_its_text() -> None:
@@ -256,7 +254,6 @@ def test_undo_reply_when_not_compensating_is_stale() -> None:
 def test_refused_undo_fails_compensation_and_alerts() -> None:
     s = after_steps(1)
     s = apply_reply(s, refused(s, "take"), "s1", T0, WF).state
-    s = apply_reply(s, ok(s, "take", Action.UNDO), "s1", T0, WF).state
     t = apply_reply(s, refused(s, "hold", Action.UNDO), "s1", T0, WF)
     assert t.state.compensation is CompensationState.FAILED
     assert t.state.step("hold").status is StepStatus.COMPENSATION_FAILED
@@ -305,10 +302,13 @@ def test_supervisor_fails_the_order_at_the_threshold_and_undoes_the_step_in_doub
     assert st.step("take").status is StepStatus.FAILED
     assert st.failed_step == "take"
     assert events(st) == ["failed"] and alerts(st) == [AlertKind.ORDER_FAILED]
-    # The take may have gone through before the timeout: it is undone first.
+    # The take may have gone through before the timeout: it is learned (asked again under its
+    # key) before it is undone, since its undo needs the result.
     c = begin_compensation(st, "s1", T0, WF).state
     assert c.current_step.name == "take"  # type: ignore[union-attr]
+    assert c.step("take").status is StepStatus.LEARNING
     assert c.compensation is CompensationState.RUNNING
+    assert c.outbox[-1] == Dispatch(step="take", action=Action.DO, attempt=2)
 
 
 def test_begin_compensation_needs_a_requested_compensation() -> None:
@@ -372,7 +372,6 @@ def test_workflow_is_data_a_user_can_change() -> None:
 def test_resubmit_sends_a_settled_failed_order_round_again_and_keeps_its_history() -> None:
     s = after_steps(1)
     s = apply_reply(s, refused(s, "take"), "s1", T0, WF).state
-    s = apply_reply(s, ok(s, "take", Action.UNDO), "s1", T0, WF).state
     s = apply_reply(s, ok(s, "hold", Action.UNDO), "s1", T0, WF).state
     assert s.is_settled
     later = T0 + timedelta(hours=1)
@@ -494,7 +493,6 @@ def test_progress_resets_the_rescue_count() -> None:
 def _compensation_failed_after_take() -> OrderState:
     s = after_steps(2)
     s = apply_reply(s, refused(s, "send"), "s1", T0, WF).state
-    s = apply_reply(s, ok(s, "send", Action.UNDO), "s1", T0, WF).state
     s = apply_reply(s, refused(s, "take", Action.UNDO), "s1", T0, WF).state
     assert s.compensation is CompensationState.FAILED
     return s
@@ -519,7 +517,8 @@ def test_forced_resubmit_never_redoes_standing_work_under_a_new_key() -> None:
     # work it already has), and in doubt until then.
     assert (taken.status, taken.work_key, taken.in_doubt) == (
         StepStatus.NOT_STARTED, keys["take"], True)
-    # Refused and voided: new work, with a key of the new generation when it runs.
+    # Refused for good (it did nothing): new work, with a key of the new generation when it
+    # runs, so a service that keeps a key's first answer is asked afresh.
     assert sent.work_key is None
     r = start(r)
     assert r.step("take").work_key == "o-1.take.do"
@@ -527,9 +526,89 @@ def test_forced_resubmit_never_redoes_standing_work_under_a_new_key() -> None:
     assert r.step("send").work_key == "o-1.send.g1.do"
 
 
-def test_a_refused_step_is_undone_too_so_no_late_copy_of_it_can_stand() -> None:
+def test_a_refused_step_is_not_undone_and_a_resubmit_gives_it_a_new_key() -> None:
     s = after_steps(1)
     t = apply_reply(s, refused(s, "take"), "s1", T0, WF).state
-    # Undone first (the latest step): its undo voids the key at the service.
-    assert t.current_step is t.step("take")
-    assert t.outbox[-1] == Dispatch(step="take", action=Action.UNDO, attempt=2)
+    assert t.current_step is t.step("hold")
+    t = apply_reply(t, ok(t, "hold", Action.UNDO), "s1", T0, WF).state
+    r = start(resubmit(t, T0, timedelta(seconds=30)).state)
+    assert r.step("hold").work_key == "o-1.hold.g1.do"
+    r = apply_reply(r, ok(r, "hold"), "s1", T0, WF).state
+    assert r.step("take").work_key == "o-1.take.g1.do"
+
+
+def _failed_in_doubt() -> OrderState:
+    """hold done; take timed out at every attempt, so the order failed with take in doubt."""
+    s = after_steps(1)
+    s.failure_count = POLICY.failure_threshold - 1
+    s.outbox = []  # its request was sent
+    d = sup(s, s.complete_by + timedelta(seconds=1))  # type: ignore[operator]
+    assert d is not None and d.kind is DecisionKind.FAIL
+    c = begin_compensation(d.state, "s1", T0, WF).state
+    c.outbox = []
+    return c
+
+
+def test_a_step_in_doubt_is_learned_then_undone_by_the_result_learned() -> None:
+    s = _failed_in_doubt()
+    learning = s.step("take")
+    assert learning.status is StepStatus.LEARNING and learning.result is None
+    t = apply_reply(s, ok(s, "take"), "s1", T0, WF).state
+    take = t.step("take")
+    assert (take.status, take.result, take.undo_key) == (
+        StepStatus.COMPENSATING, {"id": "take-1"}, "o-1.take.undo")
+    assert t.outbox[-1] == Dispatch(step="take", action=Action.UNDO, attempt=3)
+    assert any("learned" in (e.get("detail") or "") for e in t.timeline)
+    t = apply_reply(t, ok(t, "take", Action.UNDO), "s1", T0, WF).state
+    assert t.current_step is t.step("hold")
+
+
+def test_a_step_in_doubt_refused_when_asked_again_did_nothing_to_undo() -> None:
+    s = _failed_in_doubt()
+    t = apply_reply(s, refused(s, "take"), "s1", T0, WF).state
+    take = t.step("take")
+    assert (take.status, take.in_doubt) == (StepStatus.FAILED, False)
+    assert "nothing to undo" in (take.last_error or "")
+    assert t.current_step is t.step("hold") and t.compensation is CompensationState.RUNNING
+
+
+def test_learning_that_times_out_is_asked_again_then_goes_to_an_operator() -> None:
+    s = _failed_in_doubt()
+    for _ in range(POLICY.compensation_threshold - 1):
+        d = sup(s, s.complete_by + timedelta(seconds=1))  # type: ignore[operator]
+        assert d is not None and d.kind is DecisionKind.RETRY
+        s = begin_compensation(d.state, "s1", T0, WF).state
+        s.outbox = []
+        assert s.step("take").status is StepStatus.LEARNING
+    d = sup(s, s.complete_by + timedelta(seconds=1))  # type: ignore[operator]
+    assert d is not None and d.kind is DecisionKind.FAIL
+    assert d.state.compensation is CompensationState.FAILED
+    assert alerts(d.state) == [AlertKind.COMPENSATION_FAILED]
+
+
+def test_an_answer_past_the_steps_result_budget_is_refused_and_undone_by_an_operator() -> None:
+    """Never kept in part: the step fails with the reason, in doubt (its work was done); asked
+    again, the answer is as large, so an operator undoes it, alerted."""
+    s = after_steps(1)
+    big = {"blob": "x" * (WF.result_budget("take") + 1)}
+    reply = ok(s, "take").model_copy(update={"result": big})
+    t = apply_reply(s, reply, "s1", T0, WF).state
+    take = t.step("take")
+    # Failed, in doubt, and so at once asked again under its key (learning) to be undone.
+    assert (take.status, take.in_doubt, take.result) == (StepStatus.LEARNING, True, None)
+    assert "bytes of JSON" in (t.last_error or "")
+    assert t.current_step is take
+    t = apply_reply(t, ok(t, "take").model_copy(update={"result": big}), "s1", T0, WF).state
+    assert t.compensation is CompensationState.FAILED
+    assert t.step("take").status is StepStatus.COMPENSATION_FAILED
+    assert alerts(t) == [AlertKind.COMPENSATION_FAILED]
+
+
+def test_results_are_kept_and_a_record_names_its_shape() -> None:
+    from shared.domain.state import StepState, schema_of
+
+    s = after_steps(2)
+    assert [st.result for st in s.steps] == [{"id": "hold-1"}, {"id": "take-1"}, None]
+    assert StepState.from_dict(s.step("take").to_dict()) == s.step("take")
+    assert schema_of(s) == 2  # the release before reads it (and ignores the results)
+    assert schema_of(_failed_in_doubt()) == 3  # a learning step: that release leaves it

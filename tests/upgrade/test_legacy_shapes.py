@@ -36,6 +36,7 @@ from azure.storage.queue import QueueServiceClient
 
 from shared.adapters.remote_service import PermanentServiceError
 from shared.circuit_breaker import CircuitBreaker
+from shared.domain.services import Call
 from shared.domain.state import ProcessState
 from shared.handlers.agent import Agent, AgentRetryPolicy
 from shared.handlers.intake import IntakeOutcome
@@ -67,8 +68,8 @@ class PlannedService:
         self._model = model
         self._refuse = refuse
 
-    def call(self, operation: str, idempotency_key: str, body: dict[str, Any],
-             timeout: float) -> dict[str, Any]:
+    def call(self, c: Call, timeout: float) -> dict[str, Any]:
+        operation, idempotency_key, body = c.operation, c.key, c.http_body()
         target = body.get("compensates")
         self._model.log.append(f"{self._service} {operation} {target or idempotency_key} for "
                                f"{body['order_id']}")

@@ -1,0 +1,150 @@
+"""What a step's service is handed, and what a service written as Python code declares.
+
+Every call an Agent makes, to an HTTP service or to the user's own code, is a ``Call``: the
+step's input (what the step declares its service receives), the results of the earlier steps,
+the key to hand the provider (the same on every attempt of this work), the attempt, the time
+left before complete-by and the order's trace. An undo also carries the result of the work it
+undoes: providers undo by the id they gave (a refund names its charge), not by our key.
+
+A code service is a set of operations, each a function of a ``Call`` that returns a JSON object
+(the step's result) or raises: ``Retry`` (transient: called again while time remains, after the
+wait it asks for), ``Refuse`` (permanent: the service refused for good, and did nothing), or any
+other exception (transient, unless the service declares its type permanent). Its settings (a
+provider's URL, a key vault reference) are named in the declaration and given by the platform.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from shared.domain.messages import Action
+
+# An app setting a code service reads: the names the Functions host and Bicep take.
+SETTING_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{1,79}$")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of one operation, as the Agent makes it (every attempt, the same but for
+    ``attempt`` and the time left)."""
+
+    order_id: str
+    step: str
+    action: Action
+    operation: str
+    # The Idempotency-Key of this piece of work: the step's work key for a do, its recorded
+    # undo key for an undo. Hand it to the provider: a repeat is answered with the first answer.
+    key: str
+    attempt: int
+    complete_by: datetime
+    # What the step declares its service receives (the whole order unless it says).
+    input: Mapping[str, Any]
+    # The earlier steps' results, by step name (the ones that completed with a result).
+    results: Mapping[str, Mapping[str, Any]]
+    # An undo: the result of the work it undoes (a charge's answer, for its refund); the work
+    # key it was done under (``compensates``). None for a do.
+    result: Mapping[str, Any] | None = None
+    compensates: str | None = None
+    traceparent: str | None = None
+    # A code service's declared settings, as the platform gives them.
+    settings: Mapping[str, str] = field(default_factory=dict)
+    # The Agent's clock, so that time_left is the Agent's view of it.
+    now: Callable[[], datetime] | None = field(default=None, compare=False, repr=False)
+
+    def time_left(self) -> float:
+        """Seconds before complete-by: hand it to the provider's client as its timeout. A
+        result returned after it is thrown away (another attempt may be under way)."""
+        if self.now is None:
+            raise RuntimeError("this call has no clock")
+        return (self.complete_by - self.now()).total_seconds()
+
+    def http_body(self) -> dict[str, Any]:
+        """The body of the HTTP contract's POST (docs/contracts.md)."""
+        body: dict[str, Any] = {"order_id": self.order_id, "step": self.step,
+                                "order": dict(self.input),
+                                "results": {k: dict(v) for k, v in self.results.items()}}
+        if self.action is Action.UNDO:
+            body["compensates"] = self.compensates
+            body["result"] = None if self.result is None else dict(self.result)
+        return body
+
+
+class Retry(Exception):
+    """Transient: call again while time remains, after ``retry_after`` seconds if given."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class Refuse(Exception):
+    """Permanent: the provider refused the work for good and did nothing (the step fails;
+    asked again under the same key, it would refuse again)."""
+
+
+Operation = Callable[[Call], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class CodeService:
+    """A service whose operations are the user's Python functions, run by its Agent."""
+
+    name: str
+    operations: Mapping[str, Operation]
+    # App settings the code reads (Call.settings); the app does not start without them.
+    settings: tuple[str, ...] = ()
+    # Exception types the code raises that mean "refused for good" (a provider SDK's
+    # card-declined error, say); every other exception but Refuse is transient.
+    permanent: tuple[type[BaseException], ...] = ()
+    # Values for settings left unset in a local run (the simulators on): "{simulators}" stands
+    # for where the simulated services are (a simulated provider's URL, say).
+    local: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.operations:
+            raise ValueError(f"code service {self.name!r} declares no operation")
+        bad = [s for s in self.settings if not SETTING_NAME.match(s)]
+        if bad:
+            raise ValueError(f"code service {self.name!r}: setting names must match "
+                             f"{SETTING_NAME.pattern}: {bad}")
+        unknown = sorted(set(self.local) - set(self.settings))
+        if unknown:
+            raise ValueError(f"code service {self.name!r}: local values for settings it does "
+                             f"not declare: {unknown}")
+        for op, fn in self.operations.items():
+            if not callable(fn):
+                raise ValueError(f"code service {self.name!r}: operation {op!r} is not a "
+                                 "function")
+
+
+# A step's declared input: the order's fields to send, or a function of the order and the
+# earlier results.
+InputFields = tuple[str, ...]
+InputFunction = Callable[[Mapping[str, Any], Mapping[str, Mapping[str, Any]]], Mapping[str, Any]]
+Input = InputFields | InputFunction | None
+
+
+class InputFailed(Exception):
+    """A step's declared input could not be made from the order and its results."""
+
+
+def step_input(declared: Input, order: Mapping[str, Any],
+               results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """What a step's service receives: the whole order when the step declares nothing."""
+    if declared is None:
+        return dict(order)
+    if isinstance(declared, tuple):
+        return {name: order[name] for name in declared if name in order}
+    try:
+        made = declared(order, results)
+    except Exception as e:  # the user's function: any failure is a refusal of the step
+        raise InputFailed(f"the step's input could not be made: {type(e).__name__}: {e}"
+                          ) from e
+    if not isinstance(made, Mapping):
+        raise InputFailed(f"the step's input function returned {type(made).__name__}, not a "
+                          "JSON object")
+    return dict(made)
