@@ -33,8 +33,9 @@ def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
     Nothing is applied twice: a step keeps the key its work was done under unless that work was
     undone or refused for good (it did nothing), so work that may still stand at a service (a
     completed step, one whose undo failed, one in doubt) is never redone under a new key; asked
-    again under its own key, the service answers with what it already did. A failed compensation leaves work
-    standing that an operator must look at first, so resubmitting it needs ``force``.
+    again under its own key, the service answers with what it already did. A failed
+    compensation leaves work standing that an operator must look at first, so resubmitting it
+    needs ``force``.
     """
     if state.process_state is not ProcessState.ERROR or not state.is_settled:
         raise IllegalTransition(
