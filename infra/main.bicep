@@ -37,7 +37,7 @@ param operatorAuthClientId string = ''
 @description('The Entra ID tenant of that app registration (default: this subscription\'s).')
 param operatorAuthTenantId string = tenant().tenantId
 
-@description('The URL of each real remote service keyed by its setting name (urlSettings in services.json; remoteServices=real); the app will not start without one for every service.')
+@description('Each real remote service\'s settings by name (remoteServices=real): the URL of each HTTP service (urlSettings in services.json) and the settings each code service declares (codeSettings), a secret as a Key Vault reference (@Microsoft.KeyVault(SecretUri=...)); the app will not start without every one.')
 param serviceUrls object = {}
 
 @description('Whether storage and Service Bus take traffic from the internet (every request still needs Entra ID and an RBAC role). Enabled for the quickstart. Disabled: only through private endpoints, which you add with a virtual network (appSubnetId; docs/deploying.md), and Service Bus is Premium, the only tier with private endpoints.')

@@ -121,6 +121,15 @@ def simulators() -> func.Blueprint:
     """The simulated remote services (SimulatorsEnabled): every service's operations."""
     bp = func.Blueprint()  # type: ignore[no-untyped-call]
 
+    # A provider-shaped API (an API key as a bearer token, which it checks itself, as a
+    # provider does): the example's payment code calls it. Its literal route segment takes
+    # precedence over simulated_service's parameter.
+    @bp.function_name("simulated_provider")
+    @bp.route(route="sim/payprovider/{call}", methods=["POST"],
+              auth_level=func.AuthLevel.ANONYMOUS)
+    def simulated_provider(req: func.HttpRequest) -> func.HttpResponse:
+        return entrypoints.simulated_provider(req)
+
     @bp.function_name("simulated_service")
     @bp.route(route="sim/{service}/{operation}", methods=["POST"],
               auth_level=func.AuthLevel.FUNCTION)

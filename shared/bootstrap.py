@@ -34,6 +34,7 @@ from shared.handlers.intake import IntakeHandler
 from shared.handlers.operator import Operator
 from shared.handlers.relay import EffectRelay
 from shared.handlers.scheduler import Queues, Scheduler
+from shared.handlers.simulated_provider import SimulatedPaymentProvider
 from shared.handlers.simulated_service import Faults, SimulatedService
 from shared.handlers.supervisor import Supervisor
 from shared.settings import Settings, load_settings
@@ -57,6 +58,8 @@ class Container:
     agents: dict[str, Agent]
     operator: Operator
     simulator: SimulatedService
+    # The payment provider the example's payment code calls, simulated (SimulatorsEnabled).
+    provider: SimulatedPaymentProvider
     http: httpx.Client = field(repr=False)
 
     @property
@@ -142,6 +145,8 @@ def build(settings: Settings, *, clock: Clock = utc_now,
         )
         for name, v in services.items()
     }
+    faults = Faults(settings.sim_latency_ms, settings.sim_transient_rate,
+                    settings.sim_permanent_rate, settings.sim_hang_rate, settings.sim_hang_seconds)
     policy = RetryPolicy(
         failure_threshold=settings.failure_threshold,
         backoff=exponential_backoff(timedelta(seconds=settings.retry_backoff),
@@ -178,11 +183,10 @@ def build(settings: Settings, *, clock: Clock = utc_now,
             pending_grace=policy.pending_grace, clock=clock,
             customer_columns=registry.customer_columns),
         simulator=SimulatedService(
-            tables.get_table_client(settings.simulator_table), registry.operations,
-            Faults(settings.sim_latency_ms, settings.sim_transient_rate,
-                   settings.sim_permanent_rate, settings.sim_hang_rate,
-                   settings.sim_hang_seconds),
+            tables.get_table_client(settings.simulator_table), registry.operations, faults,
             clock),
+        provider=SimulatedPaymentProvider(
+            tables.get_table_client(settings.simulator_table), faults, clock),
         http=http,
     )
 

@@ -6,6 +6,7 @@ the poison queue or the dead-letter queue), which is what we want for faults we 
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import os
@@ -330,5 +331,32 @@ def simulated_service(req: func.HttpRequest) -> func.HttpResponse:
                       attributes={"order.work_key": req.headers.get("Idempotency-Key")}):
         r = c.simulator.handle(service, operation, req.headers.get("Idempotency-Key"),
                                body if isinstance(body, dict) else {})
+        tracing.annotate(**{"http.response.status_code": r.status})
+    return func.HttpResponse(json.dumps(r.body), status_code=r.status, mimetype="application/json")
+
+
+def simulated_provider(req: func.HttpRequest) -> func.HttpResponse:
+    c = bootstrap.container()
+    if not c.settings.simulators_enabled:
+        return func.HttpResponse("simulated services are off (SimulatorsEnabled)", status_code=404)
+    # An API key as a provider takes it (a bearer token): RemoteServiceKey, the key the app's
+    # own calls to the simulators carry. None set: no caller is let in.
+    expected = c.settings.remote_service_key
+    given = req.headers.get("Authorization", "").removeprefix("Bearer ")
+    if expected is None or not hmac.compare_digest(
+            given.encode(), expected.get_secret_value().encode()):
+        return func.HttpResponse('{"error": {"type": "authentication_error"}}', status_code=401,
+                                 mimetype="application/json")
+    try:
+        body = req.get_json() if req.get_body() else {}
+    except (ValueError, RecursionError):
+        return func.HttpResponse('{"error": {"message": "body is not JSON"}}', status_code=400,
+                                 mimetype="application/json")
+    call = req.route_params.get("call", "")
+    with tracing.span(f"provider payments {call}", kind=SpanKind.SERVER,
+                      parent=req.headers.get(tracing.TRACEPARENT),
+                      attributes={"order.work_key": req.headers.get("Idempotency-Key")}):
+        r = c.provider.handle(call, req.headers.get("Idempotency-Key"),
+                              body if isinstance(body, dict) else {})
         tracing.annotate(**{"http.response.status_code": r.status})
     return func.HttpResponse(json.dumps(r.body), status_code=r.status, mimetype="application/json")

@@ -188,7 +188,7 @@ class Settings(BaseModel):
         for name in service.settings:
             value = self.environ.get(name)
             if value is None and simulators is not None and name in service.local:
-                value = service.local[name].replace("{simulators}", simulators)
+                value = _local_value(service.local[name], simulators, self.environ)
             if value:
                 out[name] = value
         return out
@@ -240,6 +240,17 @@ class Settings(BaseModel):
             return base.with_budgets(_parse_budgets(self.step_budgets))
         except ValueError as e:
             raise SettingsError(f"StepBudgetSeconds={self.step_budgets!r}: {e}") from None
+
+
+def _local_value(template: str, simulators: str, environ: Mapping[str, str]) -> str | None:
+    """A code service's local value: "{simulators}" is where the simulated services are;
+    "{Name}" the app setting Name (None when it is unset)."""
+    out = template.replace("{simulators}", simulators)
+    for name in re.findall(r"\{([A-Za-z][A-Za-z0-9_]*)\}", out):
+        if name not in environ:
+            return None
+        out = out.replace(f"{{{name}}}", environ[name])
+    return out
 
 
 # The Functions host's own queues (blob triggers' receipts, its diagnostics).

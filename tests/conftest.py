@@ -116,3 +116,5 @@ def wait_until(condition: Callable[[], object], timeout: float = 30.0,
 # the local host's simulated ones).
 os.environ.setdefault("AzureWebJobsStorage", "UseDevelopmentStorage=true")
 os.environ.setdefault("SimulatorsEnabled", "true")
+# The key the app's calls to the simulators carry (the example's payment code's too).
+os.environ.setdefault("RemoteServiceKey", "test-function-key")

@@ -46,11 +46,12 @@ def env_name(setting: str) -> str:
 
 
 def _parameters(doc: dict[str, Any], services: dict[str, Any]) -> dict[str, Any]:
-    """main.parameters.json with each service's URL setting taken from the azd environment
-    variable of its name (a value already there, by hand, is kept)."""
+    """main.parameters.json with each service's URL setting, and each code service's own
+    settings, taken from the azd environment variable of its name (a value already there, by
+    hand, is kept)."""
     params = dict(doc["parameters"])
     urls = dict(params.get("serviceUrls", {}).get("value", {}))
-    for setting in services["urlSettings"]:
+    for setting in [*services["urlSettings"], *services["codeSettings"]]:
         urls.setdefault(setting, f"${{{env_name(setting)}=}}")
     params["serviceUrls"] = {"value": urls}
     return {**doc, "parameters": params}

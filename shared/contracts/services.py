@@ -39,21 +39,33 @@ def services_document(workflows: Registry,
     """The services, and what the Bicep takes from them as it is (it has no loops over them:
     the lambdas they would need are past what the checks' Bicep parsers read)."""
     services = []
+    code = workflows.code_services
+
+    def kind_settings(name: str) -> dict[str, Any]:
+        if name in code:
+            return {"settings": list(code[name].settings)}
+        return {"urlSetting": service_setting_names(name)[0]}
     for name in workflows.services:
-        url_setting, queue_setting = service_setting_names(name)
+        queue_setting = service_setting_names(name)[1]
         services.append({
             "name": name,
+            # http: the Agent calls the service's URL; code: it runs the user's code, which
+            # reads the settings it declares.
+            "kind": "code" if name in code else "http",
             "agentFunction": agent_function(name),
             "queue": default_queue(name),
             "queueSetting": queue_setting,
-            "urlSetting": url_setting,
+            **kind_settings(name),
             "workflows": sorted({w.name for w in workflows.workflows if name in w.agents}),
         })
     return {
         "services": services,
         "queues": [s["queue"] for s in services],
         "queueSettings": {s["queueSetting"]: s["queue"] for s in services},
-        "urlSettings": [s["urlSetting"] for s in services],
+        "urlSettings": [s["urlSetting"] for s in services if "urlSetting" in s],
+        # The code services' own settings (a provider's URL, a Key Vault reference to its key):
+        # given through the same serviceUrls parameter as the URLs.
+        "codeSettings": [x for s in services for x in s.get("settings", [])],
         # A string: the Bicep sets it as an app setting as it is.
         "threadPool": str(thread_pool(
             workflows, host_json if host_json is not None else json.loads(HOST_JSON.read_text()))),

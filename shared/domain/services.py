@@ -101,7 +101,8 @@ class CodeService:
     # card-declined error, say); every other exception but Refuse is transient.
     permanent: tuple[type[BaseException], ...] = ()
     # Values for settings left unset in a local run (the simulators on): "{simulators}" stands
-    # for where the simulated services are (a simulated provider's URL, say).
+    # for where the simulated services are (a simulated provider's URL, say), "{Name}" for the
+    # app setting Name.
     local: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

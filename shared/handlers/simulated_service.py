@@ -52,7 +52,7 @@ class Response:
     body: dict[str, Any]
 
 
-def _permanent_for(key: str, rate: float) -> bool:
+def permanent_for(key: str, rate: float) -> bool:
     # Deterministic per key: a declined card stays declined however often it is retried.
     digest = hashlib.sha256(f"permanent:{key}".encode()).digest()
     return int.from_bytes(digest[:4], "big") / 2**32 < rate
@@ -83,7 +83,7 @@ class SimulatedService:
         if self._rng.random() < f.transient_rate:
             return Response(503, {"error": "simulated transient fault"})
         if kind == "do":
-            if _permanent_for(key, f.permanent_rate):
+            if permanent_for(key, f.permanent_rate):
                 return Response(422, {"error": f"simulated permanent fault: {operation} refused"})
             if self._rng.random() < f.hang_rate or self._hangs_until_landed(service, key, body):
                 self._sleep(f.hang_seconds)  # the caller has long given up; the work happens

@@ -62,7 +62,7 @@ def test_the_simulated_services_are_indexed_only_when_they_are_on() -> None:
         out = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, check=True,
                              capture_output=True, text=True).stdout
         names[on] = set(ast.literal_eval(out.strip().splitlines()[-1]))
-    assert names["true"] - names["false"] == {"simulated_service"}
+    assert names["true"] - names["false"] == {"simulated_service", "simulated_provider"}
 
 
 def test_every_agent_of_the_workflow_has_a_function() -> None:
@@ -77,6 +77,7 @@ def test_the_function_set_is_exactly_the_documented_one() -> None:
 
     assert set(index()) == {
         "intake", "scheduler_commands", "scheduler_replies", "supervisor", "simulated_service",
+        "simulated_provider",
         "get_order", "list_orders", "resubmit_order", "health", "list_rejected", "overview",
         "console", "openapi", "health_details", "list_alerts", "ack_alert",
         "resubmit_orders",

@@ -33,6 +33,6 @@ def test_the_app_indexes_under_the_313_runtime_as_under_the_local_host(
             "scheduler_replies": "queueTrigger", "supervisor": "timerTrigger", **agents,
             "get_order": "httpTrigger", "resubmit_order": "httpTrigger"}
     assert {n: names.get(n) for n in core} == core
-    assert "simulated_service" not in names
+    assert "simulated_service" not in names and "simulated_provider" not in names
     assert set(names.values()) <= {"serviceBusTrigger", "queueTrigger", "timerTrigger",
                                    "httpTrigger"}

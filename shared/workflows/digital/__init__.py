@@ -9,13 +9,15 @@ from datetime import timedelta
 
 from shared.domain.workflow import Step, Workflow
 from shared.workflows.orders.message import Order
+from shared.workflows.orders.payment import PAYMENT, charge_input
 
 DIGITAL_DELIVERY = Workflow(
     name="digital-delivery",
     message=Order,  # the same message as order fulfilment: one orders queue, one shape
+    services=(PAYMENT,),  # the same payment code
     steps=(
         Step("charge_payment", agent="payment", operation="charge",
-             compensation="refund", budget=timedelta(seconds=30)),
+             compensation="refund", budget=timedelta(seconds=30), input=charge_input),
         Step("send_download_link", agent="email", operation="send",
              compensation=None, budget=timedelta(seconds=30)),
     ),

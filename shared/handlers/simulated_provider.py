@@ -1,0 +1,154 @@
+"""A simulated payment provider, shaped as card processors' APIs are, for local runs, demos and
+tests of the example's payment code (``shared/workflows/orders/payment.py``).
+
+- ``POST /charges`` (``Idempotency-Key`` header; body amount, currency, customer): 200 with the
+  charge (its ``id``). A repeated key is answered with its first answer, whatever the body; a
+  declined card (402) is declined again.
+- ``POST /refunds`` (``Idempotency-Key``; body ``charge``: the charge's id): 200 with the
+  refund. An unknown charge is 404; a charge refunded under another key, 400. It keeps no
+  tombstones: a refund names work that exists, and nothing stops a later charge.
+
+It keeps its charges in the simulated services' effects table, one row per charge under the
+payment service's partition and the charge's idempotency key, so that the local checks (the
+chaos run, the rolling rehearsal) read its work as the simulated HTTP services' (Status
+``applied``, then ``undone``). The faults are the simulated services' (``Faults``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.core.exceptions import (
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+)
+from azure.data.tables import TableClient, UpdateMode
+
+from shared.clock import Clock
+from shared.handlers.simulated_service import (
+    APPLIED,
+    HANG_PREFIX,
+    UNDONE,
+    Faults,
+    Response,
+    permanent_for,
+)
+
+# The route the provider is served under, beside the simulated services (sim/<this>/<call>).
+PROVIDER = "payprovider"
+# Whose work it is, in the effects table: the service the example's payment code is.
+SERVICE = "payment"
+
+
+def charge_id(key: str) -> str:
+    """The charge's id: opaque to its caller; the simulator finds the charge's row by it."""
+    return "ch_" + base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+
+
+def _key_of(charge: str) -> str | None:
+    if not charge.startswith("ch_"):
+        return None
+    try:
+        raw = charge[3:]
+        return base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _order_of(body: dict[str, Any]) -> str:
+    """The order a charge is for, from its metadata (what a provider keeps of the caller's)."""
+    metadata = body.get("metadata")
+    return str(metadata.get("order_id", "")) if isinstance(metadata, dict) else ""
+
+
+class SimulatedPaymentProvider:
+    def __init__(self, table: TableClient, faults: Faults, clock: Clock,
+                 sleep: Callable[[float], None] = time.sleep,
+                 rng: random.Random | None = None) -> None:
+        self._table = table
+        self._faults = faults
+        self._clock = clock
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+
+    def handle(self, call: str, key: str | None, body: dict[str, Any]) -> Response:
+        if call not in ("charges", "refunds"):
+            return Response(404, {"error": {"type": "invalid_request_error",
+                                            "message": f"no such resource: {call}"}})
+        if not key:
+            return Response(400, {"error": {"type": "invalid_request_error",
+                                            "message": "an Idempotency-Key header is required"}})
+        f = self._faults
+        if f.latency_ms:
+            self._sleep(f.latency_ms / 1000)
+        if self._rng.random() < f.transient_rate:
+            return Response(503, {"error": {"type": "api_error", "message": "try again"}})
+        if call == "charges":
+            return self._charge(key, body)
+        return self._refund(key, body)
+
+    def _charge(self, key: str, body: dict[str, Any]) -> Response:
+        if permanent_for(key, self._faults.permanent_rate):
+            # The same key is declined every time: its first answer.
+            return Response(402, {"error": {"type": "card_error", "code": "card_declined",
+                                            "message": "your card was declined"}})
+        order = _order_of(body)
+        if self._rng.random() < self._faults.hang_rate or (
+                order.startswith(f"{HANG_PREFIX}{SERVICE}-") and not self._exists(key)):
+            self._sleep(self._faults.hang_seconds)  # the caller gave up; the charge lands
+        answer = {"id": charge_id(key), "object": "charge", "amount": str(body.get("amount")),
+                  "currency": str(body.get("currency", "")), "status": "succeeded"}
+        try:
+            self._table.create_entity({
+                "PartitionKey": SERVICE, "RowKey": key, "Operation": "charge",
+                "OrderID": order, "Status": APPLIED,
+                "AppliedAt": self._clock(), "Answer": json.dumps(answer)})
+            return Response(200, answer)
+        except ResourceExistsError:
+            row = self._table.get_entity(SERVICE, key)
+        first = row.get("Answer")
+        return Response(200, json.loads(first) if first else {**answer, "status": "succeeded"})
+
+    def _exists(self, key: str) -> bool:
+        try:
+            self._table.get_entity(SERVICE, key)
+            return True
+        except ResourceNotFoundError:
+            return False
+
+    def _refund(self, key: str, body: dict[str, Any]) -> Response:
+        charge = str(body.get("charge", ""))
+        target = _key_of(charge)
+        try:
+            row = self._table.get_entity(SERVICE, target) if target else None
+        except ResourceNotFoundError:
+            row = None
+        if row is None:
+            return Response(404, {"error": {"type": "invalid_request_error",
+                                            "message": f"no such charge: {charge!r}"}})
+        refund = {"id": "re_" + charge[3:], "object": "refund", "charge": charge,
+                  "status": "succeeded"}
+        if row.get("Status") == UNDONE:
+            if row.get("RefundKey") == key:
+                return Response(200, refund)  # the same refund asked again: its first answer
+            return Response(400, {"error": {"type": "invalid_request_error",
+                                            "code": "charge_already_refunded",
+                                            "message": f"charge {charge} is already refunded"}})
+        row["Status"] = UNDONE
+        row["UndoneAt"] = self._clock()
+        row["UndoOperation"] = "refund"
+        row["RefundKey"] = key
+        try:
+            self._table.update_entity(row, mode=UpdateMode.REPLACE, etag=row.metadata["etag"],
+                                      match_condition=MatchConditions.IfNotModified)
+        except ResourceModifiedError:  # a concurrent refund: asked again, it gets its answer
+            return Response(409, {"error": {"type": "idempotency_error",
+                                            "message": "a request on this charge is under way"}})
+        return Response(200, refund)
