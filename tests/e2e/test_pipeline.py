@@ -363,6 +363,9 @@ def test_orders_with_faults_all_end_in_a_known_state(env: dict[str, str],
             assert effects.get((oid, step)) in (None, "undone", "voided"), (oid, step)
             if effects.get((oid, step)) == "undone":
                 assert steps[step]["status"] == "compensated", (oid, step, steps[step])
+            if steps[step]["status"] == "failed":
+                # Refused for good, it did nothing, and no undo of it reached its service.
+                assert effects.get((oid, step)) is None, (oid, step, steps[step])
     alerts = {e["OrderID"] for e in tables.get_table_client(
         env["OperatorAlertsTableName"]).list_entities() if e["Kind"] == "OrderFailed"}
     assert alerts == set(failed)

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
-
 from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
 from tests.conftest import wait_until
 from tests.integration.conftest import RunningHost
@@ -37,27 +35,30 @@ def settled(h: RunningHost, order_id: str) -> dict[str, Any] | None:
     return s if done else None
 
 
-def test_a_refused_step_undoes_the_one_before_exactly_once(run_host: Any) -> None:
-    h: RunningHost = run_host(workflows=TEST_FLOW, only=PIPELINE)
+def test_a_refused_step_is_not_undone_and_the_one_before_is_undone_exactly_once(
+        run_host: Any) -> None:
+    # The simulated services refuse a do for good by its key, the same every time (as a card
+    # declined stays declined): at this rate, o-1's "take" is refused and its "hold" is not.
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=PIPELINE, SimPermanentErrorRate="0.4")
     function("intake")(msg=sb_message(order("o-1"), message_id="o-1"))
-    # Refuse step "take" by voiding its key at the service first (an Agent would not: the app
-    # never asked): the service then answers 409 (permanent).
-    work = new_work_key("o-1", "take")
-    voided = httpx.post(f"http://127.0.0.1:{h.port}/api/sim/beta/give_back",
-                        json={"order_id": "o-1", "compensates": work}, timeout=10,
-                        headers={"Idempotency-Key": undo_key(work),
-                                 "x-functions-key": h.host.keys.function})
-    assert voided.json()["status"] == "voided"
     final = wait_until(lambda: settled(h, "o-1"), timeout=30, message="order settled")
     assert isinstance(final, dict)
     assert final["ProcessState"] == "Error" and final["Compensation"] == "Done"
+    assert "simulated permanent fault" in final["LastError"]
     steps = {s["name"]: s for s in json.loads(final["Steps"])}
     assert steps["hold"]["status"] == "compensated"
-    assert steps["take"]["status"] == "compensated"  # its key voided, again
+    # Undone by the answer its work was given, under the undo key recorded when first sent.
+    assert steps["hold"]["result"] == {"status": "applied", "key": "o-1.hold.do"}
+    assert steps["hold"]["undo_key"] == undo_key(new_work_key("o-1", "hold"))
+    # Refused for good, it did nothing: it is not undone, and keeps no result.
+    assert steps["take"]["status"] == "failed"
+    assert "result" not in steps["take"] and "undo_key" not in steps["take"]
     assert steps["send"]["status"] == "not_started"
+    # Its service was asked once (the do), never to undo it: it holds no effect of the order.
+    assert h.host.stats.invocations["beta_agent"] == 1
     effects = {(e["PartitionKey"], e["RowKey"]): e["Status"]
                for e in entities(h.env["SimulatorTableName"])}
-    assert effects == {("alpha", "o-1.hold.do"): "undone", ("beta", "o-1.take.do"): "voided"}
+    assert effects == {("alpha", "o-1.hold.do"): "undone"}
     # A duplicate of the undo request of "hold" is harmless: the Agent sees on the record that
     # the undo is done and drops it, without calling the service or replying.
     duplicate = AgentRequest(

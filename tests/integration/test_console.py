@@ -223,9 +223,11 @@ def resubmit(page: Page, reason: str, force: bool = False) -> None:
 def test_resubmit_from_the_order_page(page: Page, h: RunningHost) -> None:
     page.get_by_test_id("failed").get_by_role("link", name="f-1").click()
     expect(page.get_by_test_id("order")).to_contain_text("f-1")
-    # The refused charge was voided under its key: compensated, not left failed.
-    expect(page.get_by_test_id("steps").locator('tr[data-step="charge_payment"]')).to_contain_text(
-        "compensated")
+    # The refused charge did nothing: left failed, not undone; the reservation before it was.
+    steps = page.get_by_test_id("steps")
+    expect(steps.locator('tr[data-step="charge_payment"]')).to_contain_text("failed")
+    expect(steps.locator('tr[data-step="charge_payment"]')).not_to_contain_text("compensated")
+    expect(steps.locator('tr[data-step="reserve_inventory"]')).to_contain_text("compensated")
     expect(page.locator('dd[data-field="last error"]')).to_contain_text("card declined")
     resubmit(page, "card limit raised")
     expect(page.get_by_test_id("resubmit-result")).to_contain_text("Resubmitted: now Pending")

@@ -63,17 +63,17 @@ def requests_of(h: RunningHost, step: int) -> list[dict[str, Any]]:
 
 
 def failed_and_compensated(h: RunningHost, order_id: str) -> None:
-    """Drive one order to Error, by hand: its first step done, its second refused, the first
-    undone."""
+    """Drive one order to Error, by hand: its first step done, its second refused (it did
+    nothing, so it is not undone), the first undone."""
     s = h.container.scheduler
     s.handle_command(accept(order_id))
     (req,) = requests_of(h, 0)
     s.handle_reply(reply(req))
     (refused,) = requests_of(h, 1)
     s.handle_reply(reply(refused, "permanent_error", "HTTP 422 card declined"))
-    (void,) = requests_of(h, 1)  # the refused step's key, voided
-    s.handle_reply(reply(void))
+    assert requests_of(h, 1) == []  # no undo of the refused step
     (undo,) = requests_of(h, 0)
+    assert (undo["action"], undo["compensates"]) == ("undo", req["idempotency_key"])
     s.handle_reply(reply(undo))
 
 
@@ -110,13 +110,19 @@ def test_an_order_shows_what_happened_to_it_after_its_compensation(run_host: Any
         body = c.get("/orders/t-1").json()
         assert c.get("/orders").json()["orders"][0]["Timeline"] is None  # one order's only
     steps = {s["name"]: s for s in body["Steps"]}
-    assert steps["take"]["status"] == "compensated"
+    # The refused step did nothing: left failed, never undone, no result and no undo key.
+    assert steps["take"]["status"] == "failed"
     assert steps["take"]["last_error"] == "HTTP 422 card declined"
+    assert steps["take"]["result"] is None and steps["take"]["undo_key"] is None
+    # The completed one shows the answer its work was given, and the key it was undone under.
+    assert steps["hold"]["status"] == "compensated"
+    assert steps["hold"]["result"] == {"id": "id-t-1.hold.do"}
+    assert steps["hold"]["undo_key"] == "t-1.hold.undo"
     seen = [(e["event"], e.get("step")) for e in body["Timeline"]]
     assert seen == [
         ("received", None), ("do sent", "hold"), ("step_completed", "hold"), ("do sent", "take"),
-        ("failed", "take"), ("undo sent", "take"), ("step_compensated", "take"),
-        ("undo sent", "hold"), ("step_compensated", "hold"), ("compensated", None)]
+        ("failed", "take"), ("undo sent", "hold"), ("step_compensated", "hold"),
+        ("compensated", None)]
     failed = next(e for e in body["Timeline"] if e["event"] == "failed")
     assert failed["detail"] == "HTTP 422 card declined"
     assert failed["cause"] == "reply:take:do:1"
@@ -181,6 +187,13 @@ def test_resubmit_a_failed_order(run_host: Any) -> None:
         h.container.scheduler.handle_command(json.dumps(cmd))
         (req,) = drain_json(h.env["AlphaRequestsQueueName"])
         assert req["idempotency_key"] == "f-1.hold.g1.do"
+        # The refused step did nothing under its first key: it is asked afresh, under a new
+        # one (a service answers a repeated key with its first answer, the refusal).
+        h.container.scheduler.handle_reply(reply(req))
+        (took,) = drain_json(h.env["BetaRequestsQueueName"])
+        assert (took["action"], took["idempotency_key"]) == ("do", "f-1.take.g1.do")
+        stored = h.container.store.get_state("f-1")
+        assert stored is not None and stored.step("take").result is None
         # Now it is Processing: a second resubmit is refused.
         r = c.post("/orders/f-1/resubmit")
         assert r.status_code == 409 and "Processing" in r.json()["error"]
@@ -219,9 +232,9 @@ def compensation_failed(h: RunningHost, order_id: str) -> None:
         s.handle_reply(reply(req))
     (refused,) = requests_of(h, 2)
     s.handle_reply(reply(refused, "permanent_error", "HTTP 422 no such address"))
-    (void,) = requests_of(h, 2)
-    s.handle_reply(reply(void))
+    assert requests_of(h, 2) == []  # no undo of the refused step
     (undo,) = requests_of(h, 1)
+    assert undo["action"] == "undo"
     s.handle_reply(reply(undo, "permanent_error", "HTTP 422 undo refused"))
 
 

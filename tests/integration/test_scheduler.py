@@ -28,11 +28,21 @@ def accept(p: Pipeline, order_id: str = "o-1", **changes: Any) -> str:
     return pending(order_id, **changes)
 
 
-def reply(request: dict[str, Any], outcome: str = "ok", error: str | None = None) -> str:
+def answer(request: dict[str, Any]) -> dict[str, Any]:
+    """What a service answers a request's work with: its own id for it, which its undo names."""
+    return {"id": f"id-{request['idempotency_key']}"}
+
+
+def reply(request: dict[str, Any], outcome: str = "ok", error: str | None = None,
+          result: dict[str, Any] | None = None) -> str:
+    """The Agent's reply to ``request``. An ok one to a do carries the service's answer
+    (``answer``), as a service that did the work gives one; a refusal carries none."""
+    if result is None and outcome == "ok" and request["action"] == "do":
+        result = answer(request)
     return AgentReply(order_id=request["order_id"], step=request["step"],
                       action=request["action"], attempt=request["attempt"],
                       outcome=outcome, error=error,  # type: ignore[arg-type]
-                      outbox_seq=request.get("outbox_seq"),
+                      result=result, outbox_seq=request.get("outbox_seq"),
                       token=request.get("token")).to_json()
 
 
@@ -200,11 +210,14 @@ def test_an_alert_the_store_failed_to_write_is_raised_by_the_retry(pipeline: Pip
     assert c.scheduler.handle_reply(refusal, redelivered=True).outcome is Outcome.REPLAYED
     (alert,) = entities(env["OperatorAlertsTableName"])
     assert (alert["Kind"], alert["OrderID"]) == ("OrderFailed", "o-1")
-    (undo,) = drain_json(env["BetaRequestsQueueName"])
-    assert (undo["action"], undo["compensates"]) == ("undo", "o-1.take.do")
+    # The refused take did nothing and is not undone: the undo goes to hold, the step before.
+    assert drain_json(env["BetaRequestsQueueName"]) == []
+    (undo,) = drain_json(env["AlphaRequestsQueueName"])
+    assert (undo["action"], undo["compensates"]) == ("undo", "o-1.hold.do")
     # Once more (another retry): still one alert, and the undo is the same request again.
     c.scheduler.handle_reply(refusal, redelivered=True)
     assert len(entities(env["OperatorAlertsTableName"])) == 1
+    assert drain_json(env["BetaRequestsQueueName"]) == []  # still no undo of take
 
 
 def test_permanent_error_fails_alerts_and_starts_compensation(pipeline: Pipeline) -> None:
@@ -219,10 +232,15 @@ def test_permanent_error_fails_alerts_and_starts_compensation(pipeline: Pipeline
     (alert,) = entities(env["OperatorAlertsTableName"])
     assert (alert["Kind"], alert["OrderID"], alert["Step"]) == (
         "OrderFailed", "o-1", "take")
-    # The refused take is undone first: its key is voided, so no late copy can stand.
-    (void,) = drain_json(env["BetaRequestsQueueName"])
-    assert (void["action"], void["compensates"]) == ("undo", "o-1.take.do")
-    s.handle_reply(reply(void))
+    # The refused take did nothing: it is not undone (nothing goes to its service), and no
+    # result is kept for it. The completed hold is undone, by the answer its work was given.
+    assert drain_json(env["BetaRequestsQueueName"]) == []
+    st = state(pipeline)
+    assert st["Steps"]["take"]["status"] == "failed"
+    assert "result" not in st["Steps"]["take"] and "undo_key" not in st["Steps"]["take"]
+    assert st["Steps"]["hold"]["result"] == answer(req)
+    assert st["Steps"]["hold"]["status"] == "compensating"
+    assert st["Steps"]["hold"]["undo_key"] == "o-1.hold.undo"  # recorded when first sent
     (undo,) = drain_json(env["AlphaRequestsQueueName"])
     assert (undo["action"], undo["operation"], undo["idempotency_key"], undo["compensates"]) == (
         "undo", "release", "o-1.hold.undo", "o-1.hold.do")
@@ -230,6 +248,8 @@ def test_permanent_error_fails_alerts_and_starts_compensation(pipeline: Pipeline
     st = state(pipeline)
     assert st["Compensation"] == "Done"
     assert st["Steps"]["hold"]["status"] == "compensated"
+    assert st["Steps"]["take"]["status"] == "failed"
+    assert drain_json(env["BetaRequestsQueueName"]) == []
     assert index_entries(env) == []
 
 
@@ -268,10 +288,12 @@ def test_dying_before_dispatching_the_undo_still_raises_the_alert(pipeline: Pipe
             reply(took, "permanent_error", "HTTP 422 refused"))
     (alert,) = entities(env["OperatorAlertsTableName"])
     assert (alert["Kind"], alert["OrderID"]) == ("OrderFailed", "o-1")
-    # The undo was never sent; the Supervisor finds it overdue and sends it, free.
-    assert drain_json(env["BetaRequestsQueueName"]) == []
+    # The undo (of hold: the refused take did nothing) was never sent; the Supervisor finds
+    # it overdue and sends it, free.
+    assert drain_json(env["AlphaRequestsQueueName"]) == []
     pipeline.clock.advance(seconds=31)
     assert c.supervisor.tick().redispatched == 1
-    (undo,) = drain_json(env["BetaRequestsQueueName"])
-    assert undo["action"] == "undo" and undo["compensates"] == "o-1.take.do"
+    (undo,) = drain_json(env["AlphaRequestsQueueName"])
+    assert undo["action"] == "undo" and undo["compensates"] == "o-1.hold.do"
+    assert drain_json(env["BetaRequestsQueueName"]) == []
     assert state(pipeline)["CompensationFailureCount"] == 0

@@ -67,9 +67,10 @@ CJK = "\U00020000"  # 𠀀: likewise
 # Per unit of a budget, what JSON stores largest: a control character is a six-unit escape.
 ESCAPED = "\x01"
 # The operations the service does; it refuses the rest. The order fails at its second step (a
-# refusal), that step's key is voided, the first step's undo is refused: the undo fails too,
-# and two steps keep an error each (the most a record's Steps can hold).
-DOES = {HOLD.operation, TAKE.compensation}
+# refusal, which did nothing and is not undone), the first step's undo is refused: the undo
+# fails too, and two steps keep an error each (the most a record's Steps can hold), beside the
+# first step's result at its budget.
+DOES = {HOLD.operation}
 
 
 def widest_order(order_id: str, reply_to: str | None = None) -> dict[str, Any]:
@@ -226,13 +227,26 @@ class Service:
     def __init__(self, refusal: str) -> None:
         self.refusal = refusal
         self.calls: list[str] = []
+        self.undone_with: list[Any] = []  # the result each undo was handed
+
+    def answer(self, c: Call) -> dict[str, Any]:
+        """The work's answer, as large as its step keeps, in the refusal's characters."""
+        limit = FLOW.result_budget(c.step)
+        answer = {"status": "done", "key": c.key, "pad": ""}
+        room = limit - budget.json_bytes(answer)
+        unit = self.refusal[0]
+        each = budget.json_bytes(unit * 2) - budget.json_bytes(unit)  # its JSON's bytes
+        answer["pad"] = unit * (room // each)
+        assert limit - each < budget.json_bytes(answer) <= limit
+        return answer
 
     def call(self, c: Call, timeout: float) -> dict[str, Any]:
-        operation, idempotency_key = c.operation, c.key
-        self.calls.append(operation)
-        if operation not in DOES:
+        self.calls.append(c.operation)
+        if c.action.value == "undo":
+            self.undone_with.append(c.result)
+        if c.operation not in DOES:
             raise PermanentServiceError(self.refusal)  # every unit of it at its worst
-        return {"status": "done", "key": idempotency_key}
+        return self.answer(c)
 
 
 class Reply(func.Out[str]):
@@ -417,8 +431,13 @@ def test_everything_written_for_the_widest_order_failing_every_time_fits_its_lim
         assert record is not None and record.generation == generation
         assert (record.process_state.value, record.compensation) == ("Error", "Failed")
     c.supervisor.tick()
-    assert service.calls[:4] == [HOLD.operation, TAKE.operation, TAKE.compensation,
-                                 HOLD.compensation]
+    # The refused take is never undone; the hold's undo is handed the answer its work was
+    # given (as large as its step keeps), and is refused.
+    assert service.calls[:4] == [HOLD.operation, TAKE.operation, HOLD.compensation,
+                                 HOLD.operation]
+    assert TAKE.compensation not in service.calls
+    assert service.undone_with and all(r is not None and r["pad"] and r["key"].endswith(
+        ".hold.do") for r in service.undone_with)
 
     # The worst case was reached: two errors at their budget in the steps, a full timeline,
     # the widest order in each request.
@@ -427,6 +446,8 @@ def test_everything_written_for_the_widest_order_failing_every_time_fits_its_lim
     full = budget.ERROR_TEXT - 5  # a cut never splits a surrogate pair or a 6-unit escape
     errors = [s.last_error for s in record.steps if s.last_error]
     assert len(errors) == 2 and all(budget.text_units(e) >= full for e in errors)
+    kept = record.step(HOLD.name).result
+    assert kept is not None and budget.json_bytes(kept) > FLOW.result_budget(HOLD.name) - 6
     assert record.timeline[0]["event"] != "received"  # full: the oldest went first
     requests = [m for m in app.recorder.messages if kind_of(app, m) == "Agent request"]
     assert all(json.loads(m.body)["order"] == {"schema_version": 1, **order} for m in requests)
@@ -469,11 +490,19 @@ def test_rejected_intake_at_the_largest_message_service_bus_takes_fits_its_limit
     assert {"RejectedOrders row", "OperatorAlerts row"} <= set(report)
 
 
-def test_an_ok_reply_fits_a_queue_message_whatever_the_service_answers(
-        make_app: Callable[[], App]) -> None:
+@pytest.mark.parametrize(("size", "kept"), [(None, True), (50_000, False)],
+                         ids=["at-its-budget", "past-it"])
+def test_the_reply_fits_a_queue_message_whatever_the_service_answers(
+        make_app: Callable[[], App], size: int | None, kept: bool) -> None:
+    """An answer within the step's share of the record goes back whole, in an ok reply; one
+    past it (50,000 bytes of JSON: the service's business) is never kept in part: the step is
+    refused with a note in its place. Either way the reply fits its queue."""
     app = make_app()
     c = app.container
-    receipt = {"receipt": NON_BMP * 12_500}  # 50,000 bytes of JSON: the service's business
+    limit = FLOW.result_budget(HOLD.name)
+    # Four bytes of JSON each, less the object's 16 around them.
+    receipt = {"receipt": NON_BMP * (((size or limit) - 16) // 4)}
+    assert (budget.json_bytes(receipt) <= limit) is kept
     http = httpx.Client(transport=httpx.MockTransport(
         lambda _: httpx.Response(200, json=receipt)))
     c.agents["alpha"]._client = RemoteServiceClient("http://alpha.test", http)
@@ -483,8 +512,14 @@ def test_an_ok_reply_fits_a_queue_message_whatever_the_service_answers(
     reply = Reply()
     function(agent_function("alpha"))(msg=queue_message(request), reply=reply)
     http.close()
-    if reply.value is None or json.loads(reply.value)["outcome"] != "ok":
-        pytest.fail(f"no ok reply: {reply.value!r:.300}")
+    assert reply.value is not None
+    answered = json.loads(reply.value)
+    if kept:
+        assert (answered["outcome"], answered["result"]) == ("ok", receipt)
+    else:
+        assert answered["outcome"] == "permanent_error", f"{reply.value!r:.300}"
+        assert f"{limit:,}" in answered["error"] and "result_budget" in answered["error"]
+        assert set(answered["result"]) == {"omitted"}  # a note, nothing of the answer
     sent = base64.b64encode(reply.value.encode())
     try:
         app.replies.send_message(reply.value)  # as the host's output binding sends it

@@ -84,10 +84,19 @@ def test_at_the_threshold_the_order_fails_with_an_alert_and_compensation(
     assert alert["Kind"] == "OrderFailed" and "gave up after 3 failures" in alert["Reason"]
     (cmd,) = drain_json(env["SchedulerQueueName"])
     assert cmd["kind"] == "compensate"
-    # The Scheduler undoes the step that may have happened (in doubt), exactly once.
+    # The Scheduler undoes the step that may have happened (in doubt), exactly once. Its
+    # answer was never heard, so it is learned first: asked again under its own key.
     c.scheduler.handle_command(json.dumps(cmd))
+    (again,) = drain_json(env["AlphaRequestsQueueName"])
+    assert (again["action"], again["operation"], again["idempotency_key"]) == (
+        "do", "hold", "o-1.hold.do")
+    assert state(pipeline)["Steps"]["hold"]["status"] == "learning"
+    c.scheduler.handle_reply(reply(again, result={"id": "hold-7"}))
+    st = state(pipeline)
+    assert st["Steps"]["hold"]["result"] == {"id": "hold-7"}
     (undo,) = drain_json(env["AlphaRequestsQueueName"])
-    assert (undo["action"], undo["operation"]) == ("undo", "release")
+    assert (undo["action"], undo["operation"], undo["compensates"]) == (
+        "undo", "release", "o-1.hold.do")
     c.scheduler.handle_reply(reply(undo))
     st = state(pipeline)
     assert st["Compensation"] == "Done"

@@ -69,12 +69,13 @@ def test_a_step_inserted_mid_flight_changes_only_the_orders_started_after_it(
         assert set(sends) == {"v1-done", "v2"}
         for r in sends.values():
             new.scheduler.handle_reply(reply(r))
-        # The failed version-1 order is undone on its own path, latest first: the refused
-        # take, then the hold.
-        for service, step in (("beta", "take"), ("alpha", "hold")):
-            (undo,) = drain_json(q[service])
-            assert (undo["order_id"], undo["step"], undo["action"]) == ("v1-undone", step, "undo")
-            new.scheduler.handle_reply(reply(undo))
+        # The failed version-1 order is undone on its own path: the hold (the refused take
+        # did nothing and is not undone), and not a step of version 2.
+        assert drain_json(q["beta"]) == []
+        (undo,) = drain_json(q["alpha"])
+        assert (undo["order_id"], undo["step"], undo["action"]) == ("v1-undone", "hold", "undo")
+        new.scheduler.handle_reply(reply(undo))
+        assert drain_json(q["beta"]) == []
         assert drain_json(q["delta"]) == []  # no version-1 order was ever checked
 
         def seen(oid: str) -> tuple[Any, ...]:
@@ -87,7 +88,7 @@ def test_a_step_inserted_mid_flight_changes_only_the_orders_started_after_it(
                                        ("send", "completed")], "Processed", None)
         assert seen("v2") == (2, [("hold", "completed"), ("check", "completed"),
                                   ("take", "completed"), ("send", "completed")], "Processed", None)
-        assert seen("v1-undone") == (1, [("hold", "compensated"), ("take", "compensated"),
+        assert seen("v1-undone") == (1, [("hold", "compensated"), ("take", "failed"),
                                          ("send", "not_started")], "Error", "Done")
     finally:
         old.close()

@@ -74,14 +74,22 @@ def test_an_order_in_flight_at_the_upgrade_that_fails_has_its_old_work_undone(
     oid = _stored_as_then(pipeline, fixture)
     charge = _charge_sent_again(pipeline)
     pipeline.container.scheduler.handle_reply(reply(charge, "permanent_error", "declined"))
-    (undo_charge,) = drain_json(pipeline.env["PaymentRequestsQueueName"])
-    assert undo_charge["action"] == "undo"
-    pipeline.container.scheduler.handle_reply(reply(undo_charge))
-    (undo_reserve,) = drain_json(pipeline.env["InventoryRequestsQueueName"])
-    # The undo names the work the old release did, by the key its Agent did it under.
+    # The refused charge did nothing: it is not undone.
+    assert drain_json(pipeline.env["PaymentRequestsQueueName"]) == []
     reserved = fixture["work_done_under"]["reserve_inventory"]
+    # The old release kept no answer of the reservation: it is learned first, asked again
+    # under the key the old release's Agent did it under (the service answers with it).
+    (again,) = drain_json(pipeline.env["InventoryRequestsQueueName"])
+    assert (again["action"], again["idempotency_key"]) == ("do", reserved)
+    assert state(pipeline, oid)["Steps"]["reserve_inventory"]["status"] == "learning"
+    pipeline.container.scheduler.handle_reply(reply(again, result={"reservation": "r-1"}))
+    (undo_reserve,) = drain_json(pipeline.env["InventoryRequestsQueueName"])
+    # The undo names the work the old release did, by its key; the record holds its answer.
     assert (undo_reserve["action"], undo_reserve["compensates"]) == ("undo", reserved)
-    assert state(pipeline, oid)["Steps"]["reserve_inventory"]["work_key"] == reserved
+    step = state(pipeline, oid)["Steps"]["reserve_inventory"]
+    assert (step["work_key"], step["result"]) == (reserved, {"reservation": "r-1"})
     pipeline.container.scheduler.handle_reply(reply(undo_reserve))
     s = state(pipeline, oid)
     assert (s["ProcessState"], s["Compensation"]) == ("Error", "Done")
+    assert s["Steps"]["charge_payment"]["status"] == "failed"
+    assert drain_json(pipeline.env["PaymentRequestsQueueName"]) == []

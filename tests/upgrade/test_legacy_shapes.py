@@ -34,8 +34,8 @@ import pytest
 from azure.data.tables import EdmType, EntityProperty
 from azure.storage.queue import QueueServiceClient
 
-from shared.adapters.remote_service import PermanentServiceError
 from shared.circuit_breaker import CircuitBreaker
+from shared.domain.messages import Action
 from shared.domain.services import Call
 from shared.domain.state import ProcessState
 from shared.handlers.agent import Agent, AgentRetryPolicy
@@ -60,8 +60,9 @@ MAX_ROUNDS = 80
 
 
 class PlannedService:
-    """A remote service after the upgrade: effects kept by the shared model, some operations
-    refused as the fixture plans (``<service>/<operation>``)."""
+    """A remote service after the upgrade, as providers behave (tests/model's ModelServices: a
+    key's first answer is its answer, an undo names the id of the work it undoes), some
+    operations refused as the fixture plans (``<service>/<operation>``)."""
 
     def __init__(self, service: str, model: ModelServices, refuse: set[str]) -> None:
         self._service = service
@@ -69,15 +70,39 @@ class PlannedService:
         self._refuse = refuse
 
     def call(self, c: Call, timeout: float) -> dict[str, Any]:
-        operation, idempotency_key, body = c.operation, c.key, c.http_body()
-        target = body.get("compensates")
-        self._model.log.append(f"{self._service} {operation} {target or idempotency_key} for "
-                               f"{body['order_id']}")
-        if f"{self._service}/{operation}" in self._refuse:
-            raise PermanentServiceError(f"HTTP 422 {operation} refused")
-        if target is not None:
-            return self._model.undo(self._service, target, body["order_id"], body["step"])
-        return self._model.do(self._service, idempotency_key, body["order_id"], body["step"])
+        self._model.log.append(f"{self._service} {c.operation} {c.compensates or c.key} "
+                               f"{c.result} for {c.order_id}")
+        refuse = f"{self._service}/{c.operation}" in self._refuse
+        if c.action is Action.UNDO:
+            # These services speak the HTTP contract the earlier releases were made against,
+            # whose undo names the work by its key (compensates): an undo the earlier release
+            # had under way goes on with no result (that release kept none), and finds the work
+            # by its key; for a key never done (the earlier releases voided a refused step's
+            # key) it succeeds with nothing to undo, and late work under the key is refused.
+            target = (self._service, c.compensates or "")
+            result = c.result if c.result is not None else self._model.answers.get(target)
+            if result is None and not refuse:
+                self._model.answers[target] = f"HTTP 409 {c.compensates} was voided"
+                voided = self._model.answers[(self._service, c.key)] = {
+                    "status": "voided", "key": c.compensates}
+                return voided
+            return self._model.undo(self._service, c.key, result, refuse=refuse)
+        return self._model.do(self._service, c.key, c.order_id, c.step, refuse=refuse)
+
+
+def seed(model: ModelServices, work_done: list[dict[str, Any]]) -> None:
+    """The work the earlier release's services hold, as the model keeps it: each key's first
+    answer (an id for work done; a refusal for a key the old simulated services voided, whose
+    late work they refused) and each piece of work's status."""
+    for w in work_done:
+        service, key = w["effect"].split("/", 1)
+        if w["status"] == "voided":
+            model.answers[(service, key)] = f"HTTP 409 {key} was voided"
+            continue
+        work = f"{service}-{len(model.status) + 1}"
+        model.status[work] = w["status"]  # applied, or undone
+        model.owner[work] = (w["order"], w["step"])
+        model.answers[(service, key)] = {"id": work}
 
 
 def from_odata(entity: dict[str, Any]) -> dict[str, Any]:
@@ -194,10 +219,7 @@ def test_an_order_in_flight_at_the_upgrade_settles(path: Path, make_pipeline: An
     c = p.container
     p.clock.now = datetime.fromisoformat(fx["context"]["now"])
     model = ModelServices()
-    for w in fx["work_done"]:
-        service, key = w["effect"].split("/", 1)
-        model.status[(service, key)] = w["status"]
-        model.owner[(service, key)] = (w["order"], w["step"])
+    seed(model, fx["work_done"])
     refuse = set(fx["after_upgrade"].get("refuse", []))
     for name in AGENTS:
         c.agents[name] = Agent(
