@@ -80,6 +80,9 @@ class AgentReply(_Message):
     outbox_seq: int | None = None
     # The request's token, echoed (AgentRequest.token).
     token: str | None = None
+    # Sent by releases 75e3701 to ee77eee on a refusal after an earlier call may have done the
+    # work: read, never written.
+    in_doubt: bool = Field(False, exclude=True)
 
 
 StatusEvent = Literal[

@@ -541,7 +541,7 @@ def _after_do(new: OrderState, step: StepState, reply: AgentReply, scheduler_id:
     # not be kept (unkept): then it is in doubt, and undone after it is learned.
     error = budget.clip_error(unkept or reply.error)
     step.status = StepStatus.FAILED
-    step.in_doubt = unkept is not None or reply.result is not None
+    step.in_doubt = unkept is not None or reply.result is not None or reply.in_doubt
     step.last_error = error
     new.process_state = ProcessState.ERROR
     new.failed_step = step.name

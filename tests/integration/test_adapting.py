@@ -19,6 +19,7 @@ from shared.domain.workflow import Registry, Step, Workflow
 from shared.settings import load_settings
 from shared.workflows import REGISTRY
 from shared.workflows.orders.message import Order
+from shared.workflows.orders.payment import PAYMENT
 from tests.conftest import ROOT
 from tests.infra.drift import bicep_names
 from tests.integration.helpers import drain_json, order
@@ -30,7 +31,7 @@ CHECKED = Workflow(name="checked-sale", steps=(
          budget=timedelta(seconds=20)),
     Step("charge_payment", agent="payment", operation="charge", compensation="refund",
          budget=timedelta(seconds=30)),
-), message=Order)
+), message=Order, services=(PAYMENT,))  # the example's payment code, named as it declares
 EXTENDED = Registry.of([*REGISTRY.workflows, CHECKED], default=REGISTRY.default)
 
 

@@ -125,7 +125,7 @@ def test_watch_follows_orders_until_settled(run_host: Any,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     h: RunningHost = run_host(only={"intake", "scheduler_commands", "scheduler_replies",
                                     "inventory_agent", "payment_agent", "shipping_agent",
-                                    "simulated_service"})
+                                    "simulated_service", "simulated_provider"})
     assert orders("send", "--local", "--count", "3") == 0
     ids = capsys.readouterr().out.split()
     assert orders("watch", *ids, "--timeout", "60", "--interval", "0.2") == 0
@@ -718,7 +718,7 @@ def test_watch_follows_a_corrected_resend_of_an_id_rejected_before(
     corrected, was reported rejected at once, from the earlier message's row, before intake
     had read the new one; exit 1 for an order that was then taken and processed."""
     run_host(only={"intake", "scheduler_commands", "scheduler_replies", "inventory_agent",
-                   "payment_agent", "shipping_agent", "simulated_service"})
+                   "payment_agent", "shipping_agent", "simulated_service", "simulated_provider"})
     intake = function("intake")
     intake(msg=sb_message(b"{oops", message_id="w-1"))
     looked = threading.Event()

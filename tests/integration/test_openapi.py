@@ -28,7 +28,8 @@ OPERATOR = signed_in(READ_ROLE, RESUBMIT_ROLE)["X-MS-CLIENT-PRINCIPAL"]
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
 # Every HTTP route but the simulated services (a stand-in for remote services, not the API).
 ROUTES = {f.name for f in functions_of(function_app.app)
-          if any(b["type"] == "httpTrigger" for b in f.bindings)} - {"simulated_service"}
+          if any(b["type"] == "httpTrigger" for b in f.bindings)} - {"simulated_service",
+                                                                      "simulated_provider"}
 
 
 @pytest.fixture
