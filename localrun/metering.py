@@ -139,7 +139,7 @@ class StorageMeter:
 
 
 # The simulated remote services' own storage: the services' bill, not the app's.
-NOT_THE_APPS = frozenset({"simulated_service"})
+NOT_THE_APPS = frozenset({"simulated_service", "simulated_provider"})
 READS = ("table.read", "table.query")
 
 
@@ -214,7 +214,8 @@ def wait_metered(states: Sequence[Mapping[str, Any]], inflight: TableClient,
 
 
 # The local host's own records, and the simulated remote services' (not the app's bill).
-NOT_THE_APPS_LOGS = ("localrun", "shared.handlers.simulated_service")
+NOT_THE_APPS_LOGS = ("localrun", "shared.handlers.simulated_service",
+                     "shared.handlers.simulated_provider")
 
 
 class LogCounter(logging.Handler):
