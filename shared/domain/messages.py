@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 
 class _Message(BaseModel):
@@ -82,7 +83,7 @@ class AgentReply(_Message):
     token: str | None = None
     # Sent by releases 75e3701 to ee77eee on a refusal after an earlier call may have done the
     # work: read, never written.
-    in_doubt: bool = Field(False, exclude=True)
+    in_doubt: SkipJsonSchema[bool] = Field(False, exclude=True)
 
 
 StatusEvent = Literal[

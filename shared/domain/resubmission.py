@@ -49,6 +49,14 @@ def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
             "stand at the services; check them, then resubmit with force (the standing work "
             "is kept under its key, not redone)"
         )
+    undone_maybe = [s.name for s in state.steps
+                    if s.status is StepStatus.COMPENSATION_FAILED and s.undo_in_doubt]
+    if undone_maybe:
+        raise IllegalTransition(
+            f"order {state.order_id}: the undo of {', '.join(undone_maybe)} was never answered, "
+            "so its work may have been undone; run again, it would be asked for under its key "
+            "and answered with that work. Undo it by hand at the service if it still stands, "
+            "then send the order again under a new id")
     new = state._copy(now)
     # Held to its budget by size, not only by count: an operator's reason can be any length.
     new.history = budget.newest_within([*new.history, {
@@ -81,6 +89,7 @@ def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
             s.result = None
             s.undo_key = None
         s.status = StepStatus.NOT_STARTED
+        s.undo_in_doubt = False
         s.complete_by = None
         s.last_error = None
         # Anything else may still stand under its key: it is asked for again under that key,

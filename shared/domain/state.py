@@ -118,6 +118,8 @@ class StepState:
     result: dict[str, Any] | None = None
     # The key its undo is done under, chosen once when the undo is first sent.
     undo_key: str | None = None
+    # Its undo was given up unanswered (timed out): the work may or may not have been undone.
+    undo_in_doubt: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -131,6 +133,7 @@ class StepState:
             "token": self.token,
             **({"result": self.result} if self.result is not None else {}),
             **({"undo_key": self.undo_key} if self.undo_key is not None else {}),
+            **({"undo_in_doubt": True} if self.undo_in_doubt else {}),
         }
 
     @classmethod
@@ -147,6 +150,7 @@ class StepState:
             token=d.get("token"),
             result=d["result"] if isinstance(d.get("result"), dict) else None,
             undo_key=d.get("undo_key"),
+            undo_in_doubt=bool(d.get("undo_in_doubt", False)),
         )
 
 
@@ -634,10 +638,9 @@ def _next_compensation(new: OrderState, scheduler_id: str, now: datetime, workfl
         new.complete_by = None
         return [*events, Event("compensated", detail=", ".join(
             s.name for s in new.steps if s.status is StepStatus.COMPENSATED) or "nothing to undo")]
-    # Undone by the result of its work: one never learned (in doubt, or done by a release that
-    # kept none) is asked for again under its key first, unless its undo is already under way.
-    step.status = (StepStatus.LEARNING if step.result is None
-                   and step.status is not StepStatus.COMPENSATING else StepStatus.COMPENSATING)
+    # Undone by the result of its work: one never learned (in doubt, or done, or being undone,
+    # by a release that kept none) is asked for again under its key first.
+    step.status = (StepStatus.LEARNING if step.result is None else StepStatus.COMPENSATING)
     if step.status is StepStatus.COMPENSATING and step.undo_key is None and step.work_key:
         step.undo_key = undo_key(step.work_key)
     step.attempt += 1

@@ -131,6 +131,7 @@ def _give_up_waiting(new: OrderState, now: datetime, policy: RetryPolicy) -> Sup
            "the poison queue, or its order row")
     step = new.current_step
     if step is not None:
+        step.undo_in_doubt = step.status is StepStatus.COMPENSATING
         step.status = StepStatus.COMPENSATION_FAILED
         step.complete_by = None
     emit(new, Cause.SUPERVISOR, now,
@@ -177,6 +178,8 @@ def _expire_compensation(new: OrderState, now: datetime, policy: RetryPolicy) ->
             command=CommandKind.COMPENSATE, reason=why, not_before=now + delay), note=why)
         return SupervisorDecision(DecisionKind.RETRY, new, why)
     if step is not None:
+        # An undo never answered may have been done: the work may or may not stand.
+        step.undo_in_doubt = step.status is StepStatus.COMPENSATING
         step.status = StepStatus.COMPENSATION_FAILED
     emit(new, Cause.SUPERVISOR, now,
           give_up_compensation(new, step.name if step else None, why))

@@ -490,24 +490,11 @@ class PipelineMachine(RuleBasedStateMachine):
         if oid not in self.store.states:
             return
 
-        if force and self.undone_where_the_record_shows_it_standing(oid):
-            # The operator checks the services before forcing (docs/operating.md): a step whose
-            # undo timed out but went through has no way back into the order yet (its key's
-            # first answer is the undone work). Left out of the search, and said so.
-            event("a forced resubmit the operator's check holds back")
-            return
-
         def resubmit() -> None:
             with contextlib.suppress(ResubmitRefused):
                 self.operator.resubmit(oid, "cause fixed", force=force)
 
         self.run(fault, resubmit)
-
-    def undone_where_the_record_shows_it_standing(self, oid: str) -> bool:
-        state = self.store.states[oid]
-        failed = {st.name for st in state.steps if st.status.value == "compensation_failed"}
-        return any(self.model.owner[w] == (oid, step) and status == "undone"
-                   for w, status in self.model.status.items() for step in failed)
 
     # --- what must always hold -----------------------------------------------------------------
 

@@ -612,3 +612,28 @@ def test_results_are_kept_and_a_record_names_its_shape() -> None:
     assert StepState.from_dict(s.step("take").to_dict()) == s.step("take")
     assert schema_of(s) == 2  # the release before reads it (and ignores the results)
     assert schema_of(_failed_in_doubt()) == 3  # a learning step: that release leaves it
+
+
+def test_a_forced_resubmit_is_refused_while_an_undo_may_have_been_done() -> None:
+    """An undo given up unanswered may have gone through: run again under its key, the step
+    would be answered with work since undone, and the order end Processed without it."""
+    s = after_steps(2)
+    s = apply_reply(s, refused(s, "send"), "s1", T0, WF).state
+    s.outbox = []  # the undo of take was sent
+    policy = POLICY
+    for _ in range(policy.compensation_threshold - 1):
+        d = sup(s, s.complete_by + timedelta(seconds=1))  # type: ignore[operator]
+        assert d is not None and d.kind is DecisionKind.RETRY
+        s = begin_compensation(d.state, "s1", T0, WF).state
+        s.outbox = []
+    d = sup(s, s.complete_by + timedelta(seconds=1))  # type: ignore[operator]
+    assert d is not None and d.state.compensation is CompensationState.FAILED
+    take = d.state.step("take")
+    assert (take.status, take.undo_in_doubt) == (StepStatus.COMPENSATION_FAILED, True)
+    with pytest.raises(IllegalTransition, match="may have been undone"):
+        resubmit(d.state, T0, timedelta(seconds=30), force=True)
+    # Refused outright (not in doubt), the work stands: forced, it is kept under its key.
+    s = apply_reply(s, refused(s, "take", Action.UNDO), "s1", T0, WF).state
+    assert not s.step("take").undo_in_doubt
+    r = resubmit(s, T0, timedelta(seconds=30), force=True).state
+    assert r.step("take").work_key == "o-1.take.do" and r.step("take").result == {"id": "take-1"}
