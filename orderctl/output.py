@@ -31,11 +31,23 @@ def print_error(message: str) -> None:
 
 
 def step_table(view: dict[str, Any]) -> Table:
-    t = Table("step", "status", "attempt", "complete by", "last error", box=None)
+    t = Table("step", "status", "attempt", "complete by", "last error", "result", box=None)
     for s in view["Steps"]:
         t.add_row(s["name"], s["status"], str(s["attempt"]), s["complete_by"] or "",
-                  s["last_error"] or "")
+                  s["last_error"] or "", result_text(s.get("result")))
     return t
+
+
+# A step's result as a line of the status table: its JSON, cut (the API and --json give it
+# whole).
+RESULT_WIDTH = 120
+
+
+def result_text(result: Any) -> str:
+    if result is None:
+        return ""
+    text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+    return text if len(text) <= RESULT_WIDTH else text[:RESULT_WIDTH - 1] + "…"
 
 
 def print_health(report: dict[str, Any]) -> None:
@@ -84,6 +96,8 @@ def timeline_of(view: dict[str, Any], alerts: list[dict[str, Any]]) -> list[dict
             what += f", last error {s['last_error']}"
         if s["work_key"]:
             what += f", work key {s['work_key']}"
+        if s.get("result") is not None:
+            what += f", result {result_text(s['result'])}"
         rows.append({"at": None, "what": what})
     comp = f", compensation {view['Compensation']}" if view["Compensation"] else ""
     rows.append({"at": view["UpdatedAt"], "what": f"now {view['ProcessState']}{comp}"

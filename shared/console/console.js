@@ -149,9 +149,11 @@ function failedRow(r) {
 
 function renderOrder(o, message) {
   const steps = table("steps", ["step", "status", "attempt", "complete by", "last error",
-                                "work key", "in doubt"], o.Steps, s => el("tr", {"data-step": s.name},
+                                "work key", "in doubt", "result"], o.Steps,
+    s => el("tr", {"data-step": s.name},
     cell(s.name), cell(s.status), cell(s.attempt), cell(when(s.complete_by)),
-    cell(s.last_error), cell(s.work_key, "id"), cell(s.in_doubt ? "yes" : "")));
+    cell(s.last_error), cell(s.work_key, "id"), cell(s.in_doubt ? "yes" : ""),
+    cell(s.result == null ? "" : JSON.stringify(s.result), "result")));
   const history = table("history", ["at", "event", "by", "reason", "forced", "before"], o.History,
     h => el("tr", {}, cell(when(h.at)), cell(h.event), cell(h.by), cell(h.reason),
             cell(h.forced ? "yes" : ""),
