@@ -346,8 +346,10 @@ def cli_commands(env: Mapping[str, str], user_env: Mapping[str, str]) -> list[st
     # Its queues and tables, where unset, are the defaults the demo's template names too.
     names = [k for k in env if k.endswith(("QueueName", "TableName"))
              and seen.get(k, env[k]) != env[k]]
-    # Where the services are: the CLI's settings check asks (though it calls none of them).
-    names += [k for k in ("SimulatorBaseUrl",) if seen.get(k) != env[k]]
+    # Where the services are, and the key the code services' local settings take: the CLI's
+    # settings check asks (though it calls none of them).
+    names += [k for k in ("SimulatorBaseUrl", "RemoteServiceKey")
+              if k in env and seen.get(k) != env[k]]
     lines = [f"export AzureWebJobsStorage={shlex.quote(env['AzureWebJobsStorage'])}"]
     if seen.get("AzureWebJobsStorage__accountName"):
         lines.append("unset AzureWebJobsStorage__accountName")
