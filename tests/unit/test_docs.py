@@ -200,10 +200,11 @@ def localrun_cli() -> Cli:
 
 @cache
 def settings() -> set[str]:
-    """Every app setting: the code's (shared/settings.py and each registered service's), the
-    local template's, and the Bicep's app settings."""
+    """Every app setting: the code's (shared/settings.py, each registered service's and each
+    code service's declared ones), the local template's, and the Bicep's app settings."""
     known = {f.alias for f in Settings.model_fields.values() if f.alias}
     known |= {n for s in REGISTRY.services for n in service_setting_names(s)}
+    known |= {n for c in REGISTRY.code_services.values() for n in c.settings}
     known |= set(json.loads((ROOT / "local.settings.template.json").read_text())["Values"])
     for bicep in (ROOT / "infra").rglob("*.bicep"):
         known |= set(re.findall(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*:", bicep.read_text(), re.M))
