@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from shared import tracing
 from shared.adapters.remote_service import PermanentServiceError, TransientServiceError
 from shared.domain import budget
 from shared.domain.services import Call, CodeService, Refuse, Retry
@@ -34,7 +35,10 @@ class CodeServiceClient:
             raise PermanentServiceError(f"the {self._service.name} service has no operation "
                                         f"{call.operation!r}")
         try:
-            result = operation(replace(call, settings=self._settings))
+            # The trace context of this call's span: what the code hands its provider, so
+            # that the provider's side joins the order's trace.
+            result = operation(replace(call, settings=self._settings, traceparent=(
+                tracing.current_traceparent() or call.traceparent)))
         except Retry as e:
             raise TransientServiceError(f"{call.operation}: {e}", e.retry_after) from e
         except Refuse as e:

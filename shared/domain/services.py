@@ -49,6 +49,7 @@ class Call:
     # key it was done under (``compensates``). None for a do.
     result: Mapping[str, Any] | None = None
     compensates: str | None = None
+    # The W3C trace context of this call's span: send it to the provider as `traceparent`.
     traceparent: str | None = None
     # A code service's declared settings, as the platform gives them.
     settings: Mapping[str, str] = field(default_factory=dict)

@@ -38,7 +38,9 @@ def _post(call: Call, path: str, body: dict[str, Any]) -> dict[str, Any]:
     try:
         r = _http.post(f"{url}/{path}", json=body, headers={
             "Idempotency-Key": call.key,
-            "Authorization": f"Bearer {call.settings['PaymentProviderKey']}"},
+            "Authorization": f"Bearer {call.settings['PaymentProviderKey']}",
+            # The order's trace: a provider that reads W3C trace context joins it.
+            **({"traceparent": call.traceparent} if call.traceparent else {})},
             timeout=max(0.1, min(call.time_left(), 10.0)))
     except httpx.TransportError as e:  # the charge may have landed: asked again, same key
         raise Retry(f"the payment provider did not answer: {type(e).__name__}") from e
