@@ -167,11 +167,17 @@ class Registry:
                 if code.setdefault(c.name, c) is not c:
                     raise ValueError(f"service {c.name!r} is declared as code twice: declare "
                                      "it once and name the one declaration in each workflow")
+        # A service declared as code by one workflow is code for every workflow that calls it
+        # (one Agent a service): each of their steps' operations must be among its own.
         for w in self.workflows:
-            plain = sorted(w.agents & set(code) - {c.name for c in w.services})
-            if plain:
-                raise ValueError(f"{w.label} calls {plain} over HTTP, which another workflow "
-                                 "declares as code: name the code service in both")
+            for st in w.steps:
+                service = code.get(st.agent)
+                missing = [op for op in (st.operation, st.compensation)
+                           if service is not None and op is not None
+                           and op not in service.operations]
+                if missing:
+                    raise ValueError(f"{w.label} step {st.name!r}: the {st.agent} code service "
+                                     f"has no operation {missing[0]!r}")
 
     @classmethod
     def of(cls, workflows: Iterable[Workflow], default: str | None = None) -> Registry:
