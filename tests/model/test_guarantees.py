@@ -238,6 +238,7 @@ class PipelineMachine(RuleBasedStateMachine):
         self.overdue_ticks: dict[str, int] = {}
         self.storage_down = False
         self.outages: list[tuple[datetime, datetime]] = []
+        self.fired = False  # a planned fault went off (since the flag was last cleared)
 
     # --- the machinery the rules share ---------------------------------------------------------
 
@@ -248,6 +249,7 @@ class PipelineMachine(RuleBasedStateMachine):
             return
         self.plan.countdown -= 1
         if self.plan.countdown == 0:
+            self.fired = True
             kind, self.plan = self.plan.kind, None
             if kind == "crash":
                 raise Crash(op)
@@ -338,8 +340,12 @@ class PipelineMachine(RuleBasedStateMachine):
         before = {oid: copy.deepcopy(s) for oid, s in self.store.states.items()
                   if oid not in self.bad}
         started = self.clock.now
+        self.fired = False
         self.supervisor.tick()
-        self.no_readable_order_stays_overdue(before, started)
+        if not self.fired:
+            # A tick whose storage failed under it (and that went on with the other orders)
+            # may leave an order as it was: it says nothing of the tick's budget.
+            self.no_readable_order_stays_overdue(before, started)
         for oid, old in before.items():
             new = self.store.states.get(oid)
             step = old.current_step
@@ -551,7 +557,11 @@ class PipelineMachine(RuleBasedStateMachine):
             assert len(self.alerts.of(oid, AlertKind.RECORD_UNREADABLE)) <= 1, oid
         for oid, version in self.newer.items():  # the next release's: left to it, unreported
             assert self.store.states[oid].version == version, f"{oid} was written here"
-            assert self.alerts.of(oid) == [], (oid, self.alerts.of(oid))
+            # Never reported as broken. Storage failing as its entry is read, tick after tick,
+            # is reported as for any order: nothing yet says whose the record is.
+            assert [a for a in self.alerts.of(oid)
+                    if a.kind is not AlertKind.SUPERVISION_FAILING] == [], (
+                oid, self.alerts.of(oid))
         for oid, state in self.store.states.items():
             if oid in self.bad:
                 continue
