@@ -136,7 +136,7 @@ class SimulatedPaymentProvider:
         refund = {"id": "re_" + charge[3:], "object": "refund", "charge": charge,
                   "status": "succeeded"}
         if row.get("Status") == UNDONE:
-            if row.get("RefundKey") == key:
+            if key in (row.get("RefundKey"), row.get("UndoKey")):
                 return Response(200, refund)  # the same refund asked again: its first answer
             return Response(400, {"error": {"type": "invalid_request_error",
                                             "code": "charge_already_refunded",
@@ -144,7 +144,7 @@ class SimulatedPaymentProvider:
         row["Status"] = UNDONE
         row["UndoneAt"] = self._clock()
         row["UndoOperation"] = "refund"
-        row["RefundKey"] = key
+        row["RefundKey"] = row["UndoKey"] = key
         try:
             self._table.update_entity(row, mode=UpdateMode.REPLACE, etag=row.metadata["etag"],
                                       match_condition=MatchConditions.IfNotModified)

@@ -91,7 +91,7 @@ class SimulatedService:
         target = body.get("compensates")
         if not isinstance(target, str) or not target:
             return Response(400, {"error": "an undo needs 'compensates': the key of the work"})
-        return self._undo(service, operation, target, body)
+        return self._undo(service, operation, target, body, key)
 
     def _hangs_until_landed(self, service: str, key: str, body: dict[str, Any]) -> bool:
         if not str(body.get("order_id", "")).startswith(f"{HANG_PREFIX}{service}-"):
@@ -116,7 +116,8 @@ class SimulatedService:
             return Response(200, {"status": APPLIED, "key": key, "duplicate": True})
         return Response(409, {"error": f"{operation} {key} was {existing['Status']}"})
 
-    def _undo(self, service: str, operation: str, target: str, body: dict[str, Any]) -> Response:
+    def _undo(self, service: str, operation: str, target: str, body: dict[str, Any],
+              key: str) -> Response:
         for _ in range(5):
             try:
                 e = self._table.get_entity(service, target)
@@ -135,6 +136,8 @@ class SimulatedService:
             e["Status"] = UNDONE
             e["UndoneAt"] = self._clock()
             e["UndoOperation"] = operation
+            # The undo's own key: a provider sharing this ledger answers it again the same.
+            e["UndoKey"] = key
             try:
                 self._table.update_entity(e, mode=UpdateMode.REPLACE, etag=e.metadata["etag"],
                                           match_condition=MatchConditions.IfNotModified)

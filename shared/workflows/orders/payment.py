@@ -33,6 +33,10 @@ def charge_input(order: Mapping[str, Any],
     return {"amount": str(total), "currency": "EUR", "customer": order["customer_id"]}
 
 
+class AlreadyRefunded(Exception):
+    """The provider says the charge was refunded before (under another key): it is undone."""
+
+
 def _post(call: Call, path: str, body: dict[str, Any]) -> dict[str, Any]:
     url = call.settings["PaymentProviderUrl"].rstrip("/")
     try:
@@ -49,6 +53,8 @@ def _post(call: Call, path: str, body: dict[str, Any]) -> dict[str, Any]:
     message = str(error.get("message") or r.text[:200])
     if r.status_code == 402:
         raise CardDeclined(message)
+    if error.get("code") == "charge_already_refunded":
+        raise AlreadyRefunded(message)
     if r.status_code in (408, 409, 425, 429) or r.status_code >= 500:
         after = r.headers.get("Retry-After", "")
         raise Retry(f"HTTP {r.status_code} {message}",
@@ -71,7 +77,11 @@ def charge(call: Call) -> dict[str, Any]:
 def refund(call: Call) -> dict[str, Any]:
     if call.result is None or "charge_id" not in call.result:
         raise Refuse("no charge to refund: the charge's result was never kept")
-    answer = _post(call, "refunds", {"charge": call.result["charge_id"]})
+    try:
+        answer = _post(call, "refunds", {"charge": call.result["charge_id"]})
+    except AlreadyRefunded:
+        # Undone already (a refund under another key, or by hand): what the undo is for.
+        return {"refund_id": None, "already_refunded": True}
     return {"refund_id": answer["id"]}
 
 
