@@ -137,7 +137,7 @@ soak: install
 # small one): the previous release (PREVIOUS, a commit of this clone's history, in a temporary
 # git worktree) and this checkout side by side under load on one Azurite, the two hosts rolled
 # over one by one; every order settled, nothing lost or done twice (localrun/rolling.py).
-PREVIOUS ?= ce05056
+PREVIOUS ?= 21d9dac
 ROLLING_ORDERS ?= 300
 .PHONY: rolling
 rolling: $(STAMP) node_modules/.package-lock.json

@@ -59,7 +59,7 @@ from shared.workflows import REGISTRY
 DATA = ROOT / ".azurite" / "rolling"
 # The release this one follows on main (the last that landed): the one a rolling update of
 # this one runs beside. Move it on with each release.
-DEFAULT_PREVIOUS = "ce05056"
+DEFAULT_PREVIOUS = "21d9dac"
 # A killed host's messages come back after this (the host's 10 minutes, and the Service Bus
 # lock's minute, would outlast the run); renewed while a function runs, as the host does.
 LEASE_SECONDS = 15
