@@ -113,7 +113,7 @@ def run_bench(out: Path, scale: Scale, prices: dict[str, Any] | None = None) -> 
     az = Azurite.start(location=data)
     os.environ.setdefault("AzureWebJobsStorage", az.connection_string)
     os.environ.setdefault("SimulatorsEnabled", "true")  # indexed only when on (function_app.py)
-    # The key the app's calls to the simulators carry (the payment code's too), as the local
+    # The key the app's calls to the simulators carry (a code service's local one too), as the local
     # template gives it: function_app checks at import that every code service has its settings.
     os.environ.setdefault("RemoteServiceKey", json.loads(
         (ROOT / "local.settings.template.json").read_text())["Values"]["RemoteServiceKey"])

@@ -122,7 +122,7 @@ def simulators() -> func.Blueprint:
     bp = func.Blueprint()  # type: ignore[no-untyped-call]
 
     # A provider-shaped API (an API key as a bearer token, which it checks itself, as a
-    # provider does): the example's payment code calls it. Its literal route segment takes
+    # provider does), for code services to call locally. Its literal route segment takes
     # precedence over simulated_service's parameter.
     @bp.function_name("simulated_provider")
     @bp.route(route="sim/payprovider/{call}", methods=["POST"],

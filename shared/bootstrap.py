@@ -58,7 +58,7 @@ class Container:
     agents: dict[str, Agent]
     operator: Operator
     simulator: SimulatedService
-    # The payment provider the example's payment code calls, simulated (SimulatorsEnabled).
+    # A provider-shaped API for code services to call locally (SimulatorsEnabled).
     provider: SimulatedPaymentProvider
     http: httpx.Client = field(repr=False)
 
