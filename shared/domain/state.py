@@ -521,16 +521,27 @@ def _finish(new: OrderState, cause: str, effects: list[Effect]) -> None:
     new.outbox_cause = cause
 
 
-def _after_do(new: OrderState, step: StepState, reply: AgentReply, scheduler_id: str,
-              now: datetime, workflow: Workflow) -> list[Event]:
+def _take_answer(new: OrderState, step: StepState, reply: AgentReply, scheduler_id: str,
+                 workflow: Workflow) -> tuple[bool, str | None]:
+    """A do's answer: the step's time stops and this Scheduler holds the order. True when the
+    step completed with a result the record keeps; else False and why its answer cannot be
+    kept (None: it was refused)."""
     step.complete_by = None
     new.locked_by = scheduler_id
     kept, unkept = _kept_result(reply, workflow.result_budget(step.name))
     if reply.outcome is ReplyOutcome.OK and unkept is None:
         step.status = StepStatus.COMPLETED
-        step.last_error = None
         step.in_doubt = False
         step.result = kept
+        return True, None
+    return False, unkept
+
+
+def _after_do(new: OrderState, step: StepState, reply: AgentReply, scheduler_id: str,
+              now: datetime, workflow: Workflow) -> list[Event]:
+    done, unkept = _take_answer(new, step, reply, scheduler_id, workflow)
+    if done:
+        step.last_error = None
         events = [Event("step_completed", step.name)]
         nxt = next((s for s in new.steps if s.status is StepStatus.NOT_STARTED), None)
         if nxt is not None:
@@ -588,13 +599,8 @@ def _after_learning(new: OrderState, step: StepState, reply: AgentReply, schedul
                     now: datetime, workflow: Workflow) -> tuple[list[Event], str]:
     """A step in doubt asked again under its key: its answer is what its undo needs; a refusal
     for good means it did nothing, and there is nothing to undo."""
-    step.complete_by = None
-    new.locked_by = scheduler_id
-    kept, unkept = _kept_result(reply, workflow.result_budget(step.name))
-    if reply.outcome is ReplyOutcome.OK and unkept is None:
-        step.status = StepStatus.COMPLETED
-        step.in_doubt = False
-        step.result = kept
+    done, unkept = _take_answer(new, step, reply, scheduler_id, workflow)
+    if done:
         note = f"{step.name}: learned what its work did (asked again under its key); undoing it"
         return _next_compensation(new, scheduler_id, now, workflow, []), note
     if unkept is not None or reply.result is not None:
