@@ -3,10 +3,13 @@ routes check by auth level, as the Functions host serves and checks them."""
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 import re
 import secrets
+import socket
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -173,10 +176,38 @@ def serve_http(host: LocalFunctionHost, functions: list[_Function],
                 return self._dispatch
             raise AttributeError(name)
 
-    class Server(ThreadingHTTPServer):
-        daemon_threads = True
-        # The default backlog of 5 drops bursts of connections; the client then waits seconds
-        # for a SYN retransmit, which looks like a slow service.
-        request_queue_size = 256
+    return _Server(("127.0.0.1", port), Handler)
 
-    return Server(("127.0.0.1", port), Handler)
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # The default backlog of 5 drops bursts of connections; the client then waits seconds
+    # for a SYN retransmit, which looks like a slow service.
+    request_queue_size = 256
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            self._open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def server_close(self) -> None:
+        """A stopped host closes its kept-alive connections, as a process that exits does:
+        a client's pooled connection then ends (it opens a new one to whoever listens next)
+        rather than reaching a host that answers 503. Reads are shut, not writes, so an
+        invocation still under way sends its answer before its connection closes."""
+        super().server_close()
+        with self._open_lock:
+            held = list(self._open)
+        for conn in held:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RD)

@@ -124,3 +124,27 @@ def test_the_key_is_checked_before_the_body_is_read(h: RunningHost) -> None:
     status, _ = _raw(h, f"POST /api/{SIMULATED} HTTP/1.1\r\nHost: x\r\n"
                         "x-functions-key: fn-key\r\nContent-Length: 1x\r\nConnection: close")
     assert status == 400
+
+
+def test_a_stopped_host_closes_its_kept_alive_connections(app_env: Any) -> None:
+    """A client's pooled connection to a host that stopped reaches the next host on its port
+    (as when a process exits), not the stopped one answering 503 "stopping" to each request."""
+    app = func.FunctionApp()
+
+    @app.function_name("who")
+    @app.route(route="who/any", methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
+    def who(req: func.HttpRequest) -> func.HttpResponse:
+        return func.HttpResponse("any")
+
+    env, port = app_env(), free_port()
+
+    def host() -> LocalFunctionHost:
+        return LocalFunctionHost(app, settings=env, storage_connection=env["AzureWebJobsStorage"],
+                                 host_json={"version": "2.0"}, http_port=port)
+
+    with httpx.Client(timeout=10) as client:
+        with host():
+            assert client.get(f"http://127.0.0.1:{port}/api/who/any").status_code == 200
+        with host():
+            r = client.get(f"http://127.0.0.1:{port}/api/who/any")
+    assert (r.status_code, r.text) == (200, "any")
