@@ -121,11 +121,11 @@ def simulators() -> func.Blueprint:
     """The simulated remote services (SimulatorsEnabled): every service's operations."""
     bp = func.Blueprint()  # type: ignore[no-untyped-call]
 
-    # A provider-shaped API (an API key as a bearer token, which it checks itself, as a
-    # provider does), for code services to call locally. Its literal route segment takes
-    # precedence over simulated_service's parameter.
+    # A provider-shaped API per code service (an API key as a bearer token, which it checks
+    # itself, as a provider does), for code services to call locally. Its literal route
+    # segment takes precedence over simulated_service's parameter.
     @bp.function_name("simulated_provider")
-    @bp.route(route="sim/payprovider/{call}", methods=["POST"],
+    @bp.route(route="sim/provider/{service}/{call}", methods=["POST"],
               auth_level=func.AuthLevel.ANONYMOUS)
     def simulated_provider(req: func.HttpRequest) -> func.HttpResponse:
         return entrypoints.simulated_provider(req)

@@ -34,7 +34,7 @@ from shared.handlers.intake import IntakeHandler
 from shared.handlers.operator import Operator
 from shared.handlers.relay import EffectRelay
 from shared.handlers.scheduler import Queues, Scheduler
-from shared.handlers.simulated_provider import SimulatedPaymentProvider
+from shared.handlers.simulated_provider import SimulatedProvider
 from shared.handlers.simulated_service import Faults, SimulatedService
 from shared.handlers.supervisor import Supervisor
 from shared.settings import Settings, load_settings
@@ -59,7 +59,7 @@ class Container:
     operator: Operator
     simulator: SimulatedService
     # A provider-shaped API for code services to call locally (SimulatorsEnabled).
-    provider: SimulatedPaymentProvider
+    provider: SimulatedProvider
     http: httpx.Client = field(repr=False)
 
     @property
@@ -185,8 +185,9 @@ def build(settings: Settings, *, clock: Clock = utc_now,
         simulator=SimulatedService(
             tables.get_table_client(settings.simulator_table), registry.operations, faults,
             clock),
-        provider=SimulatedPaymentProvider(
-            tables.get_table_client(settings.simulator_table), faults, clock),
+        provider=SimulatedProvider(
+            tables.get_table_client(settings.simulator_table), registry.code_services, faults,
+            clock),
         http=http,
     )
 

@@ -352,11 +352,11 @@ def simulated_provider(req: func.HttpRequest) -> func.HttpResponse:
     except (ValueError, RecursionError):
         return func.HttpResponse('{"error": {"message": "body is not JSON"}}', status_code=400,
                                  mimetype="application/json")
-    call = req.route_params.get("call", "")
-    with tracing.span(f"provider payments {call}", kind=SpanKind.SERVER,
+    service, call = req.route_params.get("service", ""), req.route_params.get("call", "")
+    with tracing.span(f"provider {service} {call}", kind=SpanKind.SERVER,
                       parent=req.headers.get(tracing.TRACEPARENT),
                       attributes={"order.work_key": req.headers.get("Idempotency-Key")}):
-        r = c.provider.handle(call, req.headers.get("Idempotency-Key"),
+        r = c.provider.handle(service, call, req.headers.get("Idempotency-Key"),
                               body if isinstance(body, dict) else {})
         tracing.annotate(**{"http.response.status_code": r.status})
     return func.HttpResponse(json.dumps(r.body), status_code=r.status, mimetype="application/json")

@@ -1,5 +1,6 @@
-"""A simulated payment provider, shaped as card processors' APIs are, for local runs, demos and
-tests of the example's payment code (``shared/workflows/orders/payment.py``).
+"""A simulated provider's API, shaped as card processors' are, for local runs, demos and tests
+of code services (the example's payment, ``shared/workflows/orders/payment.py``). Each code
+service has its own, under ``sim/provider/<service>``.
 
 - ``POST /charges`` (``Idempotency-Key`` header; body amount, currency, customer): 200 with the
   charge (its ``id``). A repeated key is answered with its first answer, whatever the body; a
@@ -9,7 +10,7 @@ tests of the example's payment code (``shared/workflows/orders/payment.py``).
   tombstones: a refund names work that exists, and nothing stops a later charge.
 
 It keeps its charges in the simulated services' effects table, one row per charge under the
-payment service's partition and the charge's idempotency key, so that the local checks (the
+calling service's partition and the charge's idempotency key, so that the local checks (the
 chaos run, the rolling rehearsal) read its work as the simulated HTTP services' (Status
 ``applied``, then ``undone``). The faults are the simulated services' (``Faults``).
 """
@@ -20,7 +21,7 @@ import base64
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from azure.core import MatchConditions
@@ -40,11 +41,6 @@ from shared.handlers.simulated_service import (
     Response,
     permanent_for,
 )
-
-# The route the provider is served under, beside the simulated services (sim/<this>/<call>).
-PROVIDER = "payprovider"
-# Whose work it is, in the effects table: the service the example's payment code is.
-SERVICE = "payment"
 
 
 def charge_id(key: str) -> str:
@@ -68,20 +64,23 @@ def _order_of(body: dict[str, Any]) -> str:
     return str(metadata.get("order_id", "")) if isinstance(metadata, dict) else ""
 
 
-class SimulatedPaymentProvider:
-    def __init__(self, table: TableClient, faults: Faults, clock: Clock,
+class SimulatedProvider:
+    def __init__(self, table: TableClient, services: Iterable[str], faults: Faults, clock: Clock,
                  sleep: Callable[[float], None] = time.sleep,
                  rng: random.Random | None = None) -> None:
         self._table = table
+        self._services = frozenset(services)
         self._faults = faults
         self._clock = clock
         self._sleep = sleep
         self._rng = rng or random.Random()
 
-    def handle(self, call: str, key: str | None, body: dict[str, Any]) -> Response:
-        if call not in ("charges", "refunds"):
+    def handle(self, service: str, call: str, key: str | None,
+               body: dict[str, Any]) -> Response:
+        """``service``: the code service calling, whose work this is (its partition)."""
+        if service not in self._services or call not in ("charges", "refunds"):
             return Response(404, {"error": {"type": "invalid_request_error",
-                                            "message": f"no such resource: {call}"}})
+                                            "message": f"no such resource: {service}/{call}"}})
         if not key:
             return Response(400, {"error": {"type": "invalid_request_error",
                                             "message": "an Idempotency-Key header is required"}})
@@ -91,43 +90,43 @@ class SimulatedPaymentProvider:
         if self._rng.random() < f.transient_rate:
             return Response(503, {"error": {"type": "api_error", "message": "try again"}})
         if call == "charges":
-            return self._charge(key, body)
-        return self._refund(key, body)
+            return self._charge(service, key, body)
+        return self._refund(service, key, body)
 
-    def _charge(self, key: str, body: dict[str, Any]) -> Response:
+    def _charge(self, service: str, key: str, body: dict[str, Any]) -> Response:
         if permanent_for(key, self._faults.permanent_rate):
             # The same key is declined every time: its first answer.
             return Response(402, {"error": {"type": "card_error", "code": "card_declined",
                                             "message": "your card was declined"}})
         order = _order_of(body)
         if self._rng.random() < self._faults.hang_rate or (
-                order.startswith(f"{HANG_PREFIX}{SERVICE}-") and not self._exists(key)):
+                order.startswith(f"{HANG_PREFIX}{service}-") and not self._exists(service, key)):
             self._sleep(self._faults.hang_seconds)  # the caller gave up; the charge lands
         answer = {"id": charge_id(key), "object": "charge", "amount": str(body.get("amount")),
                   "currency": str(body.get("currency", "")), "status": "succeeded"}
         try:
             self._table.create_entity({
-                "PartitionKey": SERVICE, "RowKey": key, "Operation": "charge",
+                "PartitionKey": service, "RowKey": key, "Operation": "charge",
                 "OrderID": order, "Status": APPLIED,
                 "AppliedAt": self._clock(), "Answer": json.dumps(answer)})
             return Response(200, answer)
         except ResourceExistsError:
-            row = self._table.get_entity(SERVICE, key)
+            row = self._table.get_entity(service, key)
         first = row.get("Answer")
         return Response(200, json.loads(first) if first else {**answer, "status": "succeeded"})
 
-    def _exists(self, key: str) -> bool:
+    def _exists(self, service: str, key: str) -> bool:
         try:
-            self._table.get_entity(SERVICE, key)
+            self._table.get_entity(service, key)
             return True
         except ResourceNotFoundError:
             return False
 
-    def _refund(self, key: str, body: dict[str, Any]) -> Response:
+    def _refund(self, service: str, key: str, body: dict[str, Any]) -> Response:
         charge = str(body.get("charge", ""))
         target = _key_of(charge)
         try:
-            row = self._table.get_entity(SERVICE, target) if target else None
+            row = self._table.get_entity(service, target) if target else None
         except ResourceNotFoundError:
             row = None
         if row is None:

@@ -17,8 +17,8 @@ from tests.integration.conftest import RunningHost
 
 
 def post(h: RunningHost, call: str, key: str, body: dict[str, Any],
-         bearer: str = "test-function-key") -> httpx.Response:
-    return httpx.post(f"http://127.0.0.1:{h.port}/api/sim/payprovider/{call}", json=body,
+         bearer: str = "test-function-key", service: str = "payment") -> httpx.Response:
+    return httpx.post(f"http://127.0.0.1:{h.port}/api/sim/provider/{service}/{call}", json=body,
                       headers={"Idempotency-Key": key, "Authorization": f"Bearer {bearer}"},
                       timeout=10)
 
@@ -40,14 +40,18 @@ def test_charges_are_answered_by_key_and_refunded_by_id(run_host: Any) -> None:
     # No tombstones: the key's first answer stands, and a new key is a new charge.
     assert post(h, "charges", "k-1", {}).json() == first.json()
     assert post(h, "charges", "k-2", {}).json()["id"] != charge
-    rows = {e["RowKey"]: e for e in h.container.tables.get_table_client(
+    rows = {(e["PartitionKey"], e["RowKey"]): e for e in h.container.tables.get_table_client(
         h.env["SimulatorTableName"]).list_entities()}
-    assert (rows["k-1"]["Status"], rows["k-1"]["OrderID"]) == ("undone", "o-1")
+    assert (rows["payment", "k-1"]["Status"], rows["payment", "k-1"]["OrderID"]) == \
+        ("undone", "o-1")
+    # Each code service has its own provider; a name that is no code service has none.
+    for service in ("inventory", "no-such", "payment%2Fx"):
+        assert post(h, "charges", "k-3", {}, service=service).status_code == 404, service
 
 
 def test_the_payment_code_refunds_by_the_charges_id_once(run_host: Any) -> None:
     h: RunningHost = run_host(only={"simulated_provider"})
-    settings = {"PaymentProviderUrl": f"http://127.0.0.1:{h.port}/api/sim/payprovider",
+    settings = {"PaymentProviderUrl": f"http://127.0.0.1:{h.port}/api/sim/provider/payment",
                 "PaymentProviderKey": "test-function-key"}
 
     def call(action: Action, key: str, result: dict[str, Any] | None = None) -> Call:

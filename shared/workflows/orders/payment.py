@@ -93,6 +93,6 @@ PAYMENT = CodeService(
     permanent=(CardDeclined,),
     # The simulated provider, in a local run or a demo deployment: where the simulators are,
     # and the key the app's calls to them carry.
-    local={"PaymentProviderUrl": "{simulators}/payprovider",
+    local={"PaymentProviderUrl": "{simulators}/provider/payment",
            "PaymentProviderKey": "{RemoteServiceKey}"},
 )
