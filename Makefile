@@ -136,7 +136,7 @@ soak: install
 # A rolling deployment rehearsed, on demand (not in make test; tests/e2e/test_rolling.py runs a
 # small one): the previous release (PREVIOUS, a commit of this clone's history, in a temporary
 # git worktree) and this checkout side by side under load on one Azurite, the two hosts rolled
-# over one by one; every order settled, nothing lost or done twice (localrun/rolling.py).
+# over one by one; every order settled, nothing lost or done twice (localrun/rolling/).
 PREVIOUS ?= 21d9dac
 ROLLING_ORDERS ?= 300
 .PHONY: rolling

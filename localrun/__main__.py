@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return demo(argv[1:])
     if argv[:1] == ["bench"]:
-        from localrun.bench import main as bench
+        from localrun.bench.bench import main as bench
 
         return bench(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m localrun")
@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     from localrun.appsettings import follow_port
     from localrun.azurite import free_port
-    from localrun.host import LocalFunctionHost, exit_abandoning
-    from localrun.host_config import HostConfigError, init_worker_telemetry
+    from localrun.host.config import HostConfigError, init_worker_telemetry
+    from localrun.host.host import LocalFunctionHost, exit_abandoning
     from shared.settings import SettingsError
 
     # Set here, not inherited: a shell that starts a job in the background ignores SIGINT for

@@ -140,7 +140,7 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
     """Run the demo; returns its exit code (130 after Ctrl-C). Ends the process itself when
     Ctrl-C left invocations running (exit_abandoning): it does not wait for them."""
     from localrun.azurite import Azurite, AzuriteError
-    from localrun.host import exit_abandoning
+    from localrun.host.host import exit_abandoning
 
     log_file = data.parent / "demo.log"
 
@@ -175,7 +175,7 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
         from azure.storage.queue import QueueServiceClient
 
         from localrun.appsettings import follow_port, local_app_settings
-        from localrun.host import LocalFunctionHost
+        from localrun.host.host import LocalFunctionHost
         from localrun.metering import StorageMeter, per_order_counts, wait_metered
         from orderctl.samples import sample_orders
         from orderctl.senders import LocalSender

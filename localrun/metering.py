@@ -15,17 +15,16 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from azure.core.pipeline import PipelineResponse
 
+from localrun.host.state import current_function
 from localrun.servicebus import is_local_service_bus
 from shared.domain.due_index import IndexKey
 
 if TYPE_CHECKING:
     from azure.data.tables import TableClient
-
-    from localrun.host import LocalFunctionHost
 
 # The prefix of the stand-in's requests in the counts: "local_service_bus.delete", ...
 SERVICE_BUS_STAND_IN = "local_service_bus"
@@ -96,8 +95,6 @@ class StorageMeter:
         self.queue_options: dict[str, Any] = {"raw_response_hook": _ServiceHook(self, "queue")}
 
     def record(self, service: str, operation: str, entities: int) -> None:
-        from localrun.host import current_function
-
         fn = current_function() or "-"
         with self._lock:
             self.requests[(service, operation)] += 1
@@ -105,7 +102,7 @@ class StorageMeter:
             self.entities_read += entities
 
     def absorb(self, per_function: dict[str, dict[str, int]], entities_read: int) -> None:
-        """Add what another meter counted (a worker process's, worker.py), as its
+        """Add what another meter counted (a worker process's, host/worker.py), as its
         per_function() and snapshot() gave them."""
         with self._lock:
             for fn, ops in per_function.items():
@@ -187,8 +184,15 @@ def per_order_counts(orders: int, per_function: dict[str, dict[str, int]]) -> di
     }
 
 
+class MeteredHost(Protocol):
+    """What the meter asks of the local host (localrun/host/host.py's LocalFunctionHost)."""
+
+    @property
+    def idle(self) -> bool: ...
+
+
 def all_metered(states: Iterable[Mapping[str, Any]], inflight: TableClient,
-                host: LocalFunctionHost) -> bool:
+                host: MeteredHost) -> bool:
     """Whether the meter has counted all the work of these settled orders (state records as
     read from the table, ``IndexKey`` among their columns).
 
@@ -204,7 +208,7 @@ def all_metered(states: Iterable[Mapping[str, Any]], inflight: TableClient,
 
 
 def wait_metered(states: Sequence[Mapping[str, Any]], inflight: TableClient,
-                 host: LocalFunctionHost, deadline: float) -> bool:
+                 host: MeteredHost, deadline: float) -> bool:
     """Wait until all_metered, or the ``time.monotonic()`` deadline: whether it came."""
     while not all_metered(states, inflight, host):
         if time.monotonic() > deadline:
@@ -247,7 +251,7 @@ class LogCounter(logging.Handler):
             self.by_logger = {}
 
     def absorb(self, records: int, size: int, by_logger: Mapping[str, int]) -> None:
-        """Add what another process counted (a worker process's, worker.py)."""
+        """Add what another process counted (a worker process's, host/worker.py)."""
         with self._lock_:
             self.records += records
             self.bytes += size

@@ -16,7 +16,7 @@ from rich.text import Text
 from orderctl.connection import call_api, opts
 from orderctl.errors import CliError
 from orderctl.identity import cli_operator
-from orderctl.output import err, id_column, out, step_table, timeline_of
+from orderctl.output import api_shape, err, id_column, out, step_table, timeline_of
 from shared.handlers.operator_requests import (
     MAX_BULK,
     BulkResubmitRequest,
@@ -29,7 +29,7 @@ def status(order_id: str,
            as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Show an order's state record, each step with its attempts and last error."""
     try:
-        view = opts.container().operator.get(order_id)
+        view = api_shape(opts.container().operator.get(order_id))
     except OrderNotFound:
         raise CliError(f"no order {order_id!r}") from None
     except ValueError as e:  # not an order id
@@ -62,23 +62,24 @@ def list_(
 ) -> None:
     """List orders, optionally of one state, a page at a time."""
     try:
-        page = opts.container().operator.list(state, limit, continuation)
+        page = api_shape(opts.container().operator.orders(state, limit, continuation))
     except ValueError as e:
         raise CliError(str(e), 2) from None
     if as_json:
-        print(json.dumps({"orders": page.items, "continuation": page.continuation}, default=str))
+        print(json.dumps({"orders": page["orders"], "continuation": page["continuation"]},
+                         default=str))
         return
     # The workflow and its version: which orders a version still has (docs/adapting.md).
-    t = Table(id_column("order", [o["OrderID"] for o in page.items]), "workflow", "state",
+    t = Table(id_column("order", [o["OrderID"] for o in page["orders"]]), "workflow", "state",
               "failures", "current step", "last error", "updated")
-    for o in page.items:
+    for o in page["orders"]:
         t.add_row(o["OrderID"], f"{o['Workflow'] or 'default'} v{o['WorkflowVersion'] or 1}",
                   o["ProcessState"] + (f"/{o['Compensation']}" if o["Compensation"] else ""),
                   str(o["FailureCount"]), o["CurrentStep"] or "", o["LastError"] or "",
                   o["UpdatedAt"])
     out().print(t)
-    if page.continuation:
-        err().print(f"more: --continuation {page.continuation}")
+    if page["continuation"]:
+        err().print(f"more: --continuation {page['continuation']}")
 
 
 def resubmit(order_id: Annotated[str | None, typer.Argument(
@@ -121,8 +122,8 @@ def resubmit(order_id: Annotated[str | None, typer.Argument(
     else:
         try:
             # Straight to storage: whoever holds the storage role (cli_operator says who).
-            view = opts.container().operator.resubmit(order_id, reason, force,
-                                                      by=cli_operator())
+            view = api_shape(opts.container().operator.resubmit(order_id, reason, force,
+                                                                by=cli_operator()))
         except OrderNotFound:
             raise CliError(f"no order {order_id!r}") from None
         except ValueError as e:  # not an order id, or a reason too long to keep
@@ -164,7 +165,7 @@ def _resubmit_many(state: str, since: str | None, until: str | None, failed_step
             ask = BulkResubmitRequest.from_body(json.dumps(body).encode())
         except ValueError as e:
             raise CliError(str(e), 2) from None
-        result = opts.container().operator.resubmit_many(ask, by=cli_operator())
+        result = api_shape(opts.container().operator.resubmit_many(ask, by=cli_operator()))
     if as_json:
         print(json.dumps(result))
     else:
@@ -199,8 +200,8 @@ def trace(order_id: str,
     and its trace id for a tracing backend."""
     c = opts.container()
     try:
-        view = c.operator.get(order_id)
-        alerts = c.operator.alerts_for(order_id)
+        view = api_shape(c.operator.get(order_id))
+        alerts = [api_shape(a) for a in c.operator.alerts_for(order_id)]
     except ValueError as e:
         raise CliError(str(e), 2) from None
     except OrderNotFound:

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Column, Table
 from rich.text import Text
@@ -14,6 +15,11 @@ from rich.text import Text
 # markup=False: what the CLI prints comes from outside (message ids, a service's error text, an
 # operator's reason, a made-up request's step); read as Rich markup, "[fraud]" vanished and
 # "[/]" raised. The CLI's own emphasis is given as styles instead.
+
+
+def api_shape(view: BaseModel) -> dict[str, Any]:
+    """A view of the app's as its API answers it: the CLI prints the one shape either way."""
+    return view.model_dump(mode="json")
 
 
 def out() -> Console:

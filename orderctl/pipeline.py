@@ -12,9 +12,8 @@ import typer
 from orderctl.connection import call_api, opts
 from orderctl.errors import CliError
 from orderctl.identity import cli_operator
-from orderctl.output import err, out, print_health, print_rows
-from shared.handlers.operator import ALERT_SCAN
-from shared.handlers.operator_requests import AckRefused, AlertNotFound
+from orderctl.output import api_shape, err, out, print_health, print_rows
+from shared.adapters.alerts import ALERT_SCAN, AckRefused, AlertNotFound
 
 
 def health(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
@@ -24,7 +23,7 @@ def health(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
     if opts.api:
         report = call_api("GET", "/health/details", ok=(200, 503))
     else:
-        report = opts.container().operator.health(detailed=True)
+        report = api_shape(opts.container().operator.health(detailed=True))
         # This process's breakers are not the app's: only the app can say (--api).
         report["breakers"] = None
     if as_json:
@@ -54,7 +53,7 @@ def alerts(ctx: typer.Context,
     if ctx.invoked_subcommand is not None:
         return
     page = opts.container().operator.alerts(limit, acknowledged=acknowledged)
-    rows = page.items
+    rows = [api_shape(a) for a in page.alerts]
     if page.truncated:  # on stderr, so that --json stays the list it was
         err().print(f"read the newest {ALERT_SCAN:,} alerts of the last 7 days and stopped: "
                     "older ones are not shown")
@@ -80,8 +79,8 @@ def alerts_ack(alert_id: Annotated[str, typer.Argument(
         view = call_api("POST", f"/alerts/{quote(alert_id, safe='')}/ack", {"note": note})
     else:
         try:
-            view = opts.container().operator.acknowledge(
-                alert_id, cli_operator(), note)
+            view = api_shape(opts.container().operator.acknowledge(alert_id, cli_operator(),
+                                                                   note))
         except AlertNotFound:
             raise CliError(f"no alert {alert_id!r}") from None
         except ValueError as e:  # not an alert id, or a note too long to keep
@@ -102,13 +101,12 @@ def rejected(limit: Annotated[int, typer.Option(min=1, max=1000, help="Rows per 
     """Invalid or conflicting orders that intake recorded, with the reason, newest first, a page
     at a time."""
     try:
-        page = opts.container().operator.rejected(limit, continuation)
+        page = api_shape(opts.container().operator.rejected(limit, continuation))
     except ValueError as e:
         raise CliError(str(e), 2) from None
     if as_json:
-        print(json.dumps({"rejected": page.items, "continuation": page.continuation},
-                         default=str))
+        print(json.dumps(page, default=str))
         return
-    print_rows(page.items, ("RejectedAt", "Kind", "MessageId", "Reason"), False)
-    if page.continuation:
-        err().print(f"more: --continuation {page.continuation}")
+    print_rows(page["rejected"], ("RejectedAt", "Kind", "MessageId", "Reason"), False)
+    if page["continuation"]:
+        err().print(f"more: --continuation {page['continuation']}")

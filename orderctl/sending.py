@@ -18,11 +18,12 @@ from rich.table import Table
 
 from orderctl.connection import opts
 from orderctl.errors import CliError, first_line
-from orderctl.output import err, id_column, out, print_error
+from orderctl.output import api_shape, err, id_column, out, print_error
 from orderctl.samples import NoSamples, orders_from_file, sample_orders
 from orderctl.senders import LocalSender, OrderSender, ServiceBusSender
 from shared.domain.state import OrderState
 from shared.handlers.failures import describe, plain
+from shared.handlers.operator import Operator
 from shared.workflows import REGISTRY
 
 
@@ -188,7 +189,7 @@ def watch(
         first = oid not in states
         s = states[oid] = store.get_state(oid)
         if s is None:
-            if (r := operator.rejection(oid)) is not None:
+            if (r := _rejection(operator, oid)) is not None:
                 if first:
                     rejected_at_first_look.add(oid)
                 if oid not in rejected_at_first_look or time.monotonic() >= resend_deadline:
@@ -198,7 +199,7 @@ def watch(
             return
         if first:
             settled_at_first_look.add(oid)
-        r = operator.rejection(oid)
+        r = _rejection(operator, oid)
         if r is not None and r["Kind"] == "conflict":
             rejected[oid] = r
         elif oid not in settled_at_first_look or time.monotonic() >= resend_deadline:
@@ -226,7 +227,7 @@ def watch(
     # not in time), so the rejection is what there is to say of it.
     for oid in rejected_at_first_look:
         if (states.get(oid) is None and oid not in rejected
-                and (r := operator.rejection(oid)) is not None):
+                and (r := _rejection(operator, oid)) is not None):
             rejected[oid] = r
     done = len(finished) + len(rejected)
     if as_json:
@@ -258,6 +259,11 @@ def watch(
     if problems:
         raise CliError("; ".join(problems) + (
             " (see the table, or `orders rejected`)" if rejected else ""))
+
+
+def _rejection(operator: Operator, oid: str) -> dict[str, Any] | None:
+    r = operator.rejection(oid)
+    return None if r is None else api_shape(r)
 
 
 def _watch_state(s: OrderState | None, rejection: dict[str, Any] | None) -> str:

@@ -16,7 +16,7 @@ from azure.data.tables import TableServiceClient
 from azure.storage.queue import QueueServiceClient
 
 from shared import bindings_compat
-from shared.adapters.alerts import TableAlertSink
+from shared.adapters.alerts import TableAlertStore
 from shared.adapters.code_service import CodeServiceClient
 from shared.adapters.queues import StorageQueueSender
 from shared.adapters.rejections import TableRejectionStore
@@ -122,8 +122,10 @@ def build(settings: Settings, *, clock: Clock = utc_now,
                             tables.get_table_client(settings.inflight_table), grace,
                             horizon=min([grace, *registry.budgets]))
     sender = StorageQueueSender(queues)
-    alerts = TableAlertSink(tables.get_table_client(settings.alerts_table),
-                            timedelta(days=settings.alert_retention_days))
+    alerts = TableAlertStore(tables.get_table_client(settings.alerts_table),
+                             timedelta(days=settings.alert_retention_days))
+    rejections = TableRejectionStore(tables.get_table_client(settings.rejected_table),
+                                     timedelta(days=settings.rejected_retention_days))
     relay = EffectRelay(store=store, sender=sender, alerts=alerts, workflows=registry,
                         agent_queues={name: v.queue for name, v in services.items()},
                         scheduler_queue=settings.scheduler_queue, clock=clock)
@@ -166,10 +168,8 @@ def build(settings: Settings, *, clock: Clock = utc_now,
         # Intake's start command goes to the Scheduler in the same invocation: the Service Bus
         # message, redelivered until intake returns, is what makes it durable (relay.py).
         intake=IntakeHandler(
-            store=store, rejections=TableRejectionStore(
-                tables.get_table_client(settings.rejected_table),
-                timedelta(days=settings.rejected_retention_days)),
-            alerts=alerts, relay=relay.handing_commands_to(scheduler), workflows=registry,
+            store=store, rejections=rejections, alerts=alerts,
+            relay=relay, scheduler=scheduler, workflows=registry,
             reply_allowed=settings.reply_check(registry.services), clock=clock),
         scheduler=scheduler,
         supervisor=Supervisor(
@@ -177,8 +177,7 @@ def build(settings: Settings, *, clock: Clock = utc_now,
             relay=relay, alerts=alerts, policy=policy, workflows=registry, clock=clock),
         agents=agents,
         operator=Operator(
-            store=store, relay=relay, alerts=tables.get_table_client(settings.alerts_table),
-            rejected=tables.get_table_client(settings.rejected_table),
+            store=store, relay=relay, alerts=alerts, rejections=rejections,
             health=health_probe(settings, registry.services, breakers, clock),
             pending_grace=policy.pending_grace, clock=clock,
             customer_columns=registry.customer_columns),

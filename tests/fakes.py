@@ -10,14 +10,30 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from shared.adapters.rejections import Rejection
+from shared.adapters import alerts as alerts_adapter
+from shared.adapters.alerts import (
+    AckRefused,
+    AlertNotFound,
+    AlertScan,
+    StoredAlert,
+    alert_partition,
+    alert_row_key,
+    days_back,
+)
+from shared.adapters.rejections import (
+    BODY_KEPT,
+    Rejection,
+    StoredRejection,
+    rejection_row_key,
+)
 from shared.adapters.state_store import (
     ConcurrencyConflict,
     CorruptRecord,
@@ -262,18 +278,68 @@ class FakeQueues:
 
 
 @dataclass
-class FakeAlertSink:
+class FakeAlertStore:
+    """As the table store: one alert per key (a keyless one is its own, by what it says), kept
+    under the table's id (day and row key), listed newest first."""
     fault: Fault = no_fault
     alerts: dict[str, OperatorAlert] = field(default_factory=dict)
+    rows: dict[str, StoredAlert] = field(default_factory=dict)
 
     def raise_alert(self, alert: OperatorAlert) -> None:
         self.fault("alerts.raise")
-        # As the table sink: one alert per key; a keyless one is its own (by what it says).
-        self.alerts.setdefault(alert.key or repr(alert), alert)
+        if (alert.key or repr(alert)) in self.alerts:
+            return
+        self.alerts[alert.key or repr(alert)] = alert
+        alert_id = f"{alert_partition(alert.at)}.{alert_row_key(alert)}"
+        self.rows[alert_id] = StoredAlert(alert_id, alert.at, alert.kind.value, alert.order_id,
+                                          alert.step or "", alert.reason[:4000])
 
     def of(self, order_id: str, kind: str | None = None) -> list[OperatorAlert]:
         return [a for a in self.alerts.values()
                 if a.order_id == order_id and (kind is None or a.kind == kind)]
+
+    def recent(self, today: datetime, days: int) -> AlertScan:
+        self.fault("alerts.recent")
+        return _FakeScan(self, days_back(today, days))
+
+    def of_order(self, order_id: str, today: datetime, days: int) -> list[StoredAlert]:
+        self.fault("alerts.of_order")
+        return [a for day in reversed(days_back(today, days))
+                for a in sorted(self._of_day(day), key=lambda a: a.raised_at.isoformat()
+                                if a.raised_at else "")
+                if a.order_id == order_id]
+
+    def _of_day(self, day: str) -> list[StoredAlert]:
+        return [self.rows[i] for i in sorted(self.rows) if i.startswith(day + ".")]
+
+    def acknowledge(self, day: str, row: str, by: str, note: str | None,
+                    at: datetime) -> StoredAlert:
+        self.fault("alerts.acknowledge")
+        alert_id = f"{day}.{row}"
+        if (a := self.rows.get(alert_id)) is None:
+            raise AlertNotFound(alert_id)
+        if a.acknowledged_at is not None:
+            raise AckRefused(f"alert {alert_id} was acknowledged by {a.acknowledged_by} "
+                             f"at {a.acknowledged_at.isoformat()}")
+        a = self.rows[alert_id] = replace(a, acknowledged_by=by, acknowledged_at=at,
+                                          ack_note=note)
+        return a
+
+
+class _FakeScan:
+    def __init__(self, store: FakeAlertStore, days: list[str]) -> None:
+        self._store, self._days = store, days
+        self.cut = False
+
+    def __iter__(self) -> Iterator[StoredAlert]:
+        read = 0
+        for day in self._days:
+            for a in self._store._of_day(day):
+                if read == alerts_adapter.ALERT_SCAN:
+                    self.cut = True
+                    return
+                read += 1
+                yield a
 
 
 @dataclass
@@ -283,7 +349,29 @@ class FakeRejections:
 
     def record(self, r: Rejection) -> None:
         self.fault("rejections.record")
+        # As the table: one row per message (its id and body), a redelivery updates it.
+        self.rows = [x for x in self.rows if rejection_row_key(x) != rejection_row_key(r)]
         self.rows.append(r)
+
+    def _stored(self) -> list[StoredRejection]:
+        return [StoredRejection(
+            rejected_at=r.at, kind=r.kind, message_id=r.message_id,
+            reason=budget.clip(r.reason, budget.ERROR_TEXT), delivery_count=r.delivery_count,
+            body=budget.clip(r.body.decode("utf-8", errors="replace"), BODY_KEPT),
+            body_bytes=len(r.body), body_sha256=hashlib.sha256(r.body).hexdigest())
+            for r in sorted(self.rows, key=rejection_row_key)]
+
+    def page(self, limit: int, continuation: str | None
+             ) -> tuple[list[StoredRejection], str | None]:
+        self.fault("rejections.page")
+        start = int(continuation or 0)
+        rows = self._stored()
+        more = start + limit < len(rows)
+        return rows[start:start + limit], str(start + limit) if more else None
+
+    def of_message(self, message_id: str) -> StoredRejection | None:
+        self.fault("rejections.of_message")
+        return next((r for r in self._stored() if r.message_id == message_id), None)
 
 
 def accepted(store: Any, order_id: str, at: datetime,
@@ -300,14 +388,14 @@ def accepted(store: Any, order_id: str, at: datetime,
 
 def supervisor_over_fakes(store: FakeOrderStore, clock: Any, policy: Any, *,
                           ticks: FakeTickLog | None = None,
-                          alerts: FakeAlertSink | None = None) -> Any:
+                          alerts: FakeAlertStore | None = None) -> Any:
     """A Supervisor wired to the fakes as bootstrap wires it to the adapters."""
     from shared.domain.workflow import Registry
     from shared.handlers.relay import EffectRelay
     from shared.handlers.supervisor import Supervisor
     from tests.workflow import FLOW
 
-    alerts = alerts or FakeAlertSink()
+    alerts = alerts or FakeAlertStore()
     relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=alerts,
                         workflows=Registry.of([FLOW]),
                         agent_queues={"alpha": "a", "beta": "b", "gamma": "c"},

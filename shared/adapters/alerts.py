@@ -1,5 +1,5 @@
 """Operator alerts: a structured log event and a row in the alerts table, so an operator can
-search them and the CLI can list them. Raising the same alert (same key) twice adds no row.
+list them and acknowledge each. Raising the same alert (same key) twice adds no row.
 
 Rows are kept for a retention (AlertRetentionDays): an alert can be raised from outside (a
 request nobody sent is refused with one), so the table would otherwise grow for as long as
@@ -13,12 +13,19 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
-from azure.data.tables import TableClient
+from azure.core import MatchConditions
+from azure.core.exceptions import (
+    AzureError,
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+)
+from azure.data.tables import TableClient, UpdateMode
 
 from shared.domain.alerts import OperatorAlert
 
@@ -29,6 +36,64 @@ class AlertSink(Protocol):
     def raise_alert(self, alert: OperatorAlert) -> None:
         """Record the alert once per key; raise when it could not be recorded."""
         ...
+
+
+class AlertNotFound(LookupError):
+    pass
+
+
+class AckRefused(Exception):
+    """Already acknowledged, or acknowledged by someone else meanwhile: the message says."""
+
+
+@dataclass(frozen=True)
+class StoredAlert:
+    """An alert as kept: ``alert_id`` is its day's partition and its row key, joined by a dot."""
+    alert_id: str
+    raised_at: datetime | None
+    kind: str
+    order_id: str | None
+    step: str | None
+    reason: str | None
+    acknowledged_by: str | None = None
+    acknowledged_at: datetime | None = None
+    ack_note: str | None = None
+
+
+# How many alert rows one listing reads at most, filtered or not: a bound on a listing's cost
+# when nearly every alert is of the kind not asked for.
+ALERT_SCAN = 2000
+
+
+class AlertScan(Protocol):
+    """The alerts of the last days, newest first, ALERT_SCAN of them at most: ``cut``, once
+    iterated, says rows were left unread (a flood of alerts, refused requests say, would
+    otherwise hide the older open ones without a word)."""
+    cut: bool
+
+    def __iter__(self) -> Iterator[StoredAlert]: ...
+
+
+class AlertStore(AlertSink, Protocol):
+    """The alerts an operator reads and acknowledges; ``today`` and ``days``: the UTC days
+    read, today's and those before it."""
+
+    def recent(self, today: datetime, days: int) -> AlertScan: ...
+
+    def of_order(self, order_id: str, today: datetime, days: int) -> list[StoredAlert]:
+        """The order's alerts, oldest first."""
+        ...
+
+    def acknowledge(self, day: str, row: str, by: str, note: str | None,
+                    at: datetime) -> StoredAlert:
+        """Mark it seen, once: AlertNotFound, or AckRefused naming the first acknowledgement
+        (or the one that came meanwhile)."""
+        ...
+
+
+def days_back(today: datetime, days: int) -> list[str]:
+    """The partitions of ``days`` UTC days up to ``today``'s, newest first."""
+    return [alert_partition(today - timedelta(days=back)) for back in range(days)]
 
 
 def alert_row_key(alert: OperatorAlert) -> str:
@@ -48,7 +113,36 @@ def alert_partition(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y%m%d")
 
 
-class TableAlertSink:
+def _stored(e: Any) -> StoredAlert:
+    return StoredAlert(
+        alert_id=f"{e['PartitionKey']}.{e['RowKey']}", raised_at=e.get("RaisedAt"),
+        kind=str(e.get("Kind", "")), order_id=e.get("OrderID"), step=e.get("Step"),
+        reason=e.get("Reason"), acknowledged_by=e.get("AcknowledgedBy"),
+        acknowledged_at=e.get("AcknowledgedAt"), ack_note=e.get("AckNote"))
+
+
+def _iso(value: Any) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
+class _TableScan:
+    def __init__(self, table: TableClient, partitions: list[str]) -> None:
+        self._table, self._partitions = table, partitions
+        self.cut = False
+
+    def __iter__(self) -> Iterator[StoredAlert]:
+        read = 0
+        for day in self._partitions:
+            for e in self._table.query_entities("PartitionKey eq @d", parameters={"d": day},
+                                                results_per_page=200):
+                if read == ALERT_SCAN:
+                    self.cut = True
+                    return
+                read += 1
+                yield _stored(e)
+
+
+class TableAlertStore:
     def __init__(self, table: TableClient, retention: timedelta = timedelta(days=90)) -> None:
         self._table = table
         self._retention = retention
@@ -127,3 +221,35 @@ class TableAlertSink:
                 self._clean_before = cut_off
         except AzureError as e:  # the alert itself is recorded; the next one tries again
             log.warning("expiring operator alerts: %s", e)
+
+    def recent(self, today: datetime, days: int) -> AlertScan:
+        return _TableScan(self._table, days_back(today, days))
+
+    def of_order(self, order_id: str, today: datetime, days: int) -> list[StoredAlert]:
+        out: list[StoredAlert] = []
+        for day in reversed(days_back(today, days)):  # one query per day's partition
+            rows = [_stored(e) for e in self._table.query_entities(
+                "PartitionKey eq @d and OrderID eq @o", parameters={"d": day, "o": order_id})]
+            out += sorted(rows, key=lambda a: _iso(a.raised_at or ""))
+        return out
+
+    def acknowledge(self, day: str, row: str, by: str, note: str | None,
+                    at: datetime) -> StoredAlert:
+        alert_id = f"{day}.{row}"
+        try:
+            e = self._table.get_entity(day, row)
+        except ResourceNotFoundError:
+            raise AlertNotFound(alert_id) from None
+        if e.get("AcknowledgedAt") is not None:
+            raise AckRefused(f"alert {alert_id} was acknowledged by {e.get('AcknowledgedBy')} "
+                             f"at {_iso(e.get('AcknowledgedAt'))}")
+        ack = {"PartitionKey": day, "RowKey": row, "AcknowledgedBy": by,
+               "AcknowledgedAt": at, "AckNote": note}
+        try:
+            # Only the row as read: two operators at once, one wins and the other is told.
+            self._table.update_entity(ack, mode=UpdateMode.MERGE, etag=e.metadata["etag"],
+                                      match_condition=MatchConditions.IfNotModified)
+        except ResourceModifiedError:
+            raise AckRefused(f"alert {alert_id} changed meanwhile (acknowledged by someone "
+                             "else?); look again") from None
+        return _stored({**e, **ack})

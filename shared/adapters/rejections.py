@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from azure.core.exceptions import AzureError, ResourceNotFoundError
 from azure.data.tables import TableClient, UpdateMode
 
+from shared.adapters.paging import decode_token, encode_token
 from shared.domain import budget
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,42 @@ class Rejection:
     sent_at: datetime | None = None
 
 
+@dataclass(frozen=True)
+class StoredRejection:
+    """A rejection as kept: the body's start (BODY_KEPT), its whole size and digest."""
+    rejected_at: datetime | None
+    kind: RejectionKind
+    message_id: str | None
+    reason: str | None
+    delivery_count: int | None = None
+    body: str | None = None
+    body_bytes: int | None = None
+    body_sha256: str | None = None
+
+
 class RejectionStore(Protocol):
     def record(self, r: Rejection) -> None: ...
+
+    def page(self, limit: int, continuation: str | None
+             ) -> tuple[list[StoredRejection], str | None]:
+        """Newest sent first, and the token of the next page (None: the last)."""
+        ...
+
+    def of_message(self, message_id: str) -> StoredRejection | None:
+        """Why the message with this id was rejected, if it was."""
+        ...
+
+
+_COLUMNS = ["RejectedAt", "Kind", "MessageId", "Reason", "DeliveryCount", "Body", "BodyBytes",
+            "BodySha256"]
+
+
+def _stored(e: Any) -> StoredRejection:
+    return StoredRejection(
+        rejected_at=e.get("RejectedAt"), kind=RejectionKind(e.get("Kind")),
+        message_id=e.get("MessageId"), reason=e.get("Reason"),
+        delivery_count=e.get("DeliveryCount"), body=e.get("Body"),
+        body_bytes=e.get("BodyBytes"), body_sha256=e.get("BodySha256"))
 
 
 def _countdown(at: datetime) -> str:
@@ -88,13 +123,29 @@ class TableRejectionStore:
         }, mode=UpdateMode.REPLACE)
         self._expire(r.at - self._retention, r.at)
 
+    def page(self, limit: int, continuation: str | None
+             ) -> tuple[list[StoredRejection], str | None]:
+        pages = self._table.query_entities(
+            "PartitionKey eq @p", parameters={"p": REJECTED_PARTITION}, results_per_page=limit,
+            select=_COLUMNS).by_page(continuation_token=decode_token(continuation))
+        rows = [_stored(e) for e in next(pages, [])]
+        token = pages.continuation_token  # type: ignore[attr-defined]
+        return rows, encode_token(token) if token else None
+
+    def of_message(self, message_id: str) -> StoredRejection | None:
+        for e in self._table.query_entities(
+                "PartitionKey eq @p and MessageId eq @m",
+                parameters={"p": REJECTED_PARTITION, "m": message_id}, select=_COLUMNS):
+            return _stored(e)
+        return None
+
     def _expire(self, before: datetime, now: datetime) -> None:
         # Rows sent before ``before`` count down past its key ("." sorts after "-", so one sent
         # in the same millisecond is kept): a range from the partition's old end. Of those, only
         # rows also recorded before it go (a message may be rejected long after it was sent).
-        # Then the rows d227dda wrote, keyed by a digest (f037ed7 on count down): those that
-        # sort past the countdown fall in the first range, the others below any countdown a
-        # message sent by now (give or take a day of clock skew) can have.
+        # Then rows keyed by a 40-character digest alone (docs/upgrades.md, RejectedOrders):
+        # those that sort past the countdown fall in the first range, the others below any
+        # countdown a message sent by now (give or take a day of clock skew) can have.
         ranges = [f"RowKey gt '{_countdown(before)}.'",
                   f"RowKey lt '{_countdown(now + timedelta(days=1))}'"]
         budget_left = EXPIRE_PER_RECORD

@@ -23,8 +23,8 @@ _RAN_THIS_GENERATION = frozenset({
 
 
 def adopt_work_keys(state: OrderState, unkeyed: set[str]) -> None:
-    """Give the steps of a record written before work keys (commit 75e3701) the keys their work
-    was done under.
+    """Give the steps of a record without work keys (docs/upgrades.md, the first state record)
+    the keys their work was done under.
 
     Those releases did a step's work under ``new_work_key(order, step, generation)`` of the
     generation the step ran in, and a resubmission ran every step that was not completed again

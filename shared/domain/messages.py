@@ -33,6 +33,13 @@ class CommandKind(StrEnum):
     COMPENSATE = "compensate"
 
 
+class Arrival(StrEnum):
+    """How a message reached its handler."""
+    QUEUED = "queued"  # its first delivery from a queue
+    REDELIVERED = "redelivered"  # again: an earlier delivery failed or died
+    HANDED_OVER = "handed_over"  # in this process, by the relay that carried out its outbox
+
+
 class SchedulerCommand(_Message):
     kind: CommandKind
     order_id: str
@@ -81,8 +88,8 @@ class AgentReply(_Message):
     outbox_seq: int | None = None
     # The request's token, echoed (AgentRequest.token).
     token: str | None = None
-    # Sent by releases 75e3701 to ee77eee on a refusal after an earlier call may have done the
-    # work: read, never written.
+    # Sent by earlier releases on a refusal after an earlier call may have done the work
+    # (docs/upgrades.md, Agent reply): read, never written.
     in_doubt: SkipJsonSchema[bool] = Field(False, exclude=True)
 
 
@@ -126,9 +133,9 @@ def undo_key(work_key: str) -> str:
 
 
 def legacy_compensates(undo_idempotency_key: str) -> str | None:
-    """The work an undo request names when it does not say (``compensates`` came with commit
-    75e3701; a request sent by an earlier release reads its work off its own key), or None
-    when the key is not an undo key of that shape."""
+    """The work an undo request without ``compensates`` names, read off its own key
+    (``<work>.undo`` names ``<work>.do``: docs/upgrades.md, Agent request), or None when the
+    key is not an undo key of that shape."""
     if not undo_idempotency_key.endswith(".undo"):
         return None
     return f"{undo_idempotency_key.removesuffix('.undo')}.do"

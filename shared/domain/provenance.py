@@ -110,9 +110,9 @@ def judge(state: OrderState | None, req: AgentRequest, service: str,
 
 
 def _undo_keys(work_key: str, recorded: str | None = None) -> set[str]:
-    # The recorded undo key, and the keys undos were derived as before it was recorded:
-    # releases 75e3701 up to before ea50bdd keyed an undo "<work key>.undo"; such a request
-    # may still be queued when this release takes over (tests/upgrade/fixtures).
+    # The recorded undo key, and the keys an undo is derived as when none is recorded,
+    # "<work key>.undo" among them (docs/upgrades.md, Agent request): such a request may still
+    # be queued when this release takes over (tests/upgrade/fixtures).
     return {undo_key(work_key), f"{work_key}.undo", *([recorded] if recorded else [])}
 
 

@@ -330,13 +330,28 @@ def receive(order_id: str, workflow: Workflow, now: datetime,
     return state
 
 
-def claim(state: OrderState, scheduler_id: str, now: datetime, workflow: Workflow,
-          seq: int | None = None, *, handed_over: bool = False) -> Transition:
-    """A Scheduler takes a free Pending order and starts its next step.
+@dataclass(frozen=True)
+class Delivery:
+    """How the message a transition follows came, which says how much of the outbox it replaces
+    was carried out (``emit``). ``outbox_seq``: the outbox that sent it, when it says;
+    ``vouched``: its word is taken for the alerts too (the relay that carried that outbox out
+    handed it over in this process, or a reply held to its request's token first)."""
+    outbox_seq: int | None = None
+    vouched: bool = False
 
-    ``seq``: the outbox sequence number the start command came from, when it says;
-    ``handed_over``: by the relay that carried that outbox out, in the same process (``emit``).
-    """
+    def carried(self, state: OrderState) -> bool:
+        """Whether it came from ``state``'s outbox, carried out before it was sent."""
+        return self.outbox_seq is not None and self.outbox_seq == state.outbox_seq
+
+
+# A transition no message of the outbox it replaces caused (the Supervisor's, an operator's).
+UNPROVEN = Delivery()
+
+
+def claim(state: OrderState, scheduler_id: str, now: datetime, workflow: Workflow,
+          delivery: Delivery = UNPROVEN) -> Transition:
+    """A Scheduler takes a free Pending order and starts its next step; ``delivery``: how its
+    start command came."""
     if state.process_state is not ProcessState.PENDING or state.locked_by is not None:
         raise IllegalTransition(
             f"order {state.order_id} is {state.process_state}, locked by {state.locked_by}"
@@ -349,7 +364,7 @@ def claim(state: OrderState, scheduler_id: str, now: datetime, workflow: Workflo
     if nxt is None:  # cannot happen for a Pending order, but never leave one running with no step
         raise IllegalTransition(f"order {state.order_id} has no step left to run")
     _run(new, nxt, now, workflow)
-    emit(new, Cause.START, now, [], proven=seq == state.outbox_seq, alerts_proven=handed_over)
+    emit(new, Cause.START, now, [], delivery=delivery)
     return Transition(new)
 
 
@@ -380,8 +395,7 @@ def apply_reply(
         new.rescues = 0
         events, note = _after_learning(new, new.step(step.name), reply, scheduler_id, now,
                                        workflow)
-        emit(new, reply_cause(reply), now, events, proven=reply.outbox_seq == state.outbox_seq,
-             note=note)
+        emit(new, reply_cause(reply), now, events, delivery=_replied(reply), note=note)
         return Transition(new)
     if reply.action is Action.DO:
         if (state.process_state is not ProcessState.PROCESSING
@@ -394,8 +408,7 @@ def apply_reply(
         new = state._copy(now)
         new.rescues = 0
         events = _after_do(new, new.step(step.name), reply, scheduler_id, now, workflow)
-        emit(new, reply_cause(reply), now, events,
-              proven=reply.outbox_seq == state.outbox_seq)
+        emit(new, reply_cause(reply), now, events, delivery=_replied(reply))
         return Transition(new)
     if (state.process_state is not ProcessState.ERROR
             or state.compensation is not CompensationState.RUNNING
@@ -418,15 +431,19 @@ def apply_reply(
         step.status = StepStatus.COMPENSATION_FAILED
         step.last_error = error
         events = give_up_compensation(new, step.name, error)
-    emit(new, reply_cause(reply), now, events, proven=reply.outbox_seq == state.outbox_seq)
+    emit(new, reply_cause(reply), now, events, delivery=_replied(reply))
     return Transition(new)
 
 
-def begin_compensation(
-    state: OrderState, scheduler_id: str, now: datetime, workflow: Workflow,
-    seq: int | None = None, *, handed_over: bool = False,
-) -> Transition:
-    """A Scheduler takes a requested compensation and undoes the latest step still to undo."""
+def _replied(reply: AgentReply) -> Delivery:
+    # Held to its attempt's token before any transition (_check_token): its word is taken.
+    return Delivery(reply.outbox_seq, vouched=True)
+
+
+def begin_compensation(state: OrderState, scheduler_id: str, now: datetime, workflow: Workflow,
+                       delivery: Delivery = UNPROVEN) -> Transition:
+    """A Scheduler takes a requested compensation and undoes the latest step still to undo;
+    ``delivery``: how its command came."""
     if (state.process_state is not ProcessState.ERROR
             or state.compensation is not CompensationState.PENDING):
         raise IllegalTransition(
@@ -435,7 +452,7 @@ def begin_compensation(
     new = state._copy(now)
     new.rescues = 0
     emit(new, Cause.COMPENSATE, now, _next_compensation(new, scheduler_id, now, workflow, []),
-          proven=seq == state.outbox_seq, alerts_proven=handed_over)
+         delivery=delivery)
     return Transition(new)
 
 
@@ -456,20 +473,20 @@ def _run(state: OrderState, step: StepState, now: datetime, workflow: Workflow) 
 
 
 def emit(new: OrderState, cause: str, now: datetime, events: list[Event],
-          command: SendCommand | None = None, *, proven: bool = False,
-          alerts_proven: bool = True, note: str | None = None, by: str | None = None) -> None:
+         command: SendCommand | None = None, *, delivery: Delivery = UNPROVEN,
+         note: str | None = None, by: str | None = None) -> None:
     """Write the transition's outbox: alerts, status, command, dispatch, forget, in that order.
 
-    The outbox it replaces may not have been carried out. Only a message that outbox sent
-    (``proven``: a command or a reply carrying its sequence number) shows that its alerts and
+    The outbox it replaces may not have been carried out. Only a message that outbox sent (a
+    command or a reply carrying its sequence number: ``delivery``) shows that its alerts and
     status went, since they go first; otherwise they are carried forward, under their own keys.
-    A command from a queue (``alerts_proven`` False) is taken at its word for the statuses but
-    not the alerts: its number is a small count anyone who can write to the queue could guess,
-    and an alert dropped on a made-up command's word would never reach an operator (a reply is
-    held to its attempt's token first). Carried again, an alert is one row all the same.
+    A command from a queue (not ``vouched``) is taken at its word for the statuses but not the
+    alerts: its number is a small count anyone who can write to the queue could guess, and an
+    alert dropped on a made-up command's word would never reach an operator. Carried again, an
+    alert is one row all the same.
     """
     kept: list[Effect] = [e for e in new.outbox if isinstance(e, RaiseAlert | SendStatus)]
-    carried: list[Effect] = (kept if not proven else [] if alerts_proven
+    carried: list[Effect] = (kept if not delivery.carried(new) else [] if delivery.vouched
                              else [e for e in kept if isinstance(e, RaiseAlert)])
     new.outbox_seq += 1
     prefix = f"{new.order_id}.{new.outbox_seq}"
@@ -628,8 +645,8 @@ def _next_compensation(new: OrderState, scheduler_id: str, now: datetime, workfl
     step = _to_undo(new, workflow)
     for other in new.steps:
         if other is not step and other.status is StepStatus.COMPENSATING:
-            # One undo in flight at a time. A record of a release before ee77eee can hold an
-            # earlier step whose undo timed out beside a later failed one: the later goes
+            # One undo in flight at a time. A record may hold an earlier step whose undo timed
+            # out beside a later failed one (docs/upgrades.md, a refused step): the later goes
             # first, and the earlier waits its turn with its work still to undo.
             other.status = StepStatus.COMPLETED
             other.complete_by = None

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from shared.domain import budget as budgets
 from shared.domain.message import (
@@ -26,8 +26,20 @@ from shared.domain.message import (
 )
 from shared.domain.services import CodeService, Input
 
-if TYPE_CHECKING:  # the record's module imports this one
-    from shared.domain.state import OrderState
+
+class Record(Protocol):
+    """What of an order's state record says which workflow it follows (OrderState)."""
+
+    @property
+    def order_id(self) -> str: ...
+    @property
+    def workflow(self) -> str | None: ...
+    @property
+    def workflow_version(self) -> int: ...
+    @property
+    def schema_version(self) -> int | None: ...
+    @property
+    def from_newer_release(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -199,7 +211,7 @@ class Registry:
         raise UnknownWorkflow(f"workflow {name!r} has no version {version} here (it has "
                               f"{known})", newer=version > known[-1])
 
-    def of_record(self, state: OrderState) -> Workflow:
+    def of_record(self, state: Record) -> Workflow:
         """The workflow an order's record follows, at the version it started with. A record a
         newer release wrote (a newer schema) is that release's to run, as is a version of a
         workflow this release does not have: UnknownWorkflow, ``newer``."""

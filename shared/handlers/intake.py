@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
+from typing import Any, Protocol
 
 from shared import tracing
 from shared.adapters.alerts import AlertSink
@@ -15,9 +16,10 @@ from shared.adapters.state_store import OrderAlreadyExists, OrderNotStorable, Or
 from shared.clock import Clock
 from shared.domain.alerts import AlertKind, OperatorAlert
 from shared.domain.message import InvalidOrder, WorkflowMessage
-from shared.domain.state import Cause, receive
+from shared.domain.messages import Arrival, SchedulerCommand
+from shared.domain.state import Cause, OrderState, receive
 from shared.domain.workflow import Registry
-from shared.handlers.relay import EffectRelay
+from shared.handlers.relay import EffectRelay, Known
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +39,25 @@ class IntakeResult:
     reason: str = ""
 
 
+class CommandTaker(Protocol):
+    """The Scheduler, as intake hands it the start command in this process."""
+
+    def take(self, cmd: SchedulerCommand, known: Known | None = None, *,
+             arrival: Arrival = Arrival.QUEUED) -> object: ...
+
+
 class IntakeHandler:
+    """``scheduler``: takes the start command in this invocation (EffectRelay.carry_out's
+    ``hold_command``): the Service Bus message, redelivered until intake returns, keeps it."""
+
     def __init__(self, *, store: OrderStore, rejections: RejectionStore, alerts: AlertSink,
-                 relay: EffectRelay, workflows: Registry,
+                 relay: EffectRelay, scheduler: CommandTaker, workflows: Registry,
                  reply_allowed: Callable[[str], bool], clock: Clock) -> None:
         self._store = store
         self._rejections = rejections
         self._alerts = alerts
         self._relay = relay
+        self._scheduler = scheduler
         self._workflows = workflows
         self._reply_allowed = reply_allowed
         self._clock = clock
@@ -99,7 +112,7 @@ class IntakeHandler:
                 key=f"{order.order_id}.unstorable.{order.fingerprint()[:16]}"))
             log.error("order message %s not storable: %s", message_id, reason)
             return IntakeResult(IntakeOutcome.UNSTORABLE, order.order_id, reason)
-        self._relay.carry_out(saved, order.document())
+        self._hand_on(saved, order.document())
         log.info("order %s accepted", order.order_id)
         return IntakeResult(IntakeOutcome.ACCEPTED, order.order_id)
 
@@ -124,5 +137,10 @@ class IntakeHandler:
         if current is not None and current.outbox and (
                 current.outbox_cause == Cause.INTAKE
                 or (current.outbox_cause == Cause.START and current.dispatch_unconfirmed)):
-            self._relay.carry_out(current, order.document())
+            self._hand_on(current, order.document())
         return IntakeResult(IntakeOutcome.DUPLICATE, order.order_id)
+
+    def _hand_on(self, state: OrderState, order: dict[str, Any]) -> None:
+        carried = self._relay.carry_out(state, order, hold_command=True)
+        if carried.held is not None:
+            self._scheduler.take(carried.held, Known(state, order), arrival=Arrival.HANDED_OVER)

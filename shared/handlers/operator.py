@@ -3,23 +3,17 @@ alerts and rejected intake, check health. Used by the HTTP API and the orders CL
 
 from __future__ import annotations
 
-import builtins
 import logging
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from azure.core import MatchConditions
-from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
-from azure.data.tables import TableClient, UpdateMode
 from opentelemetry.trace import SpanKind
-from pydantic import BaseModel
 
 from shared import tracing
-from shared.adapters.paging import decode_token, encode_token
-from shared.adapters.rejections import REJECTED_PARTITION
+from shared.adapters.alerts import AlertStore
+from shared.adapters.rejections import RejectionStore
 from shared.adapters.state_store import ConcurrencyConflict, CorruptRecord, OrderStore
 from shared.clock import Clock
 from shared.domain.resubmission import resubmit
@@ -38,8 +32,6 @@ from shared.handlers.operator_requests import (
     MAX_NOTE,
     MAX_PAGE,
     MAX_REASON,
-    AckRefused,
-    AlertNotFound,
     BulkResubmitRequest,
     OrderNotFound,
     ResubmitRefused,
@@ -49,6 +41,7 @@ from shared.handlers.operator_requests import (
 )
 from shared.handlers.relay import EffectRelay
 from shared.handlers.views import (
+    AlertPage,
     AlertView,
     BulkItem,
     BulkResult,
@@ -56,7 +49,10 @@ from shared.handlers.views import (
     HealthDetails,
     HealthReport,
     InFlightView,
+    OrderPage,
+    OrderView,
     Overview,
+    RejectedPage,
     RejectionView,
     state_view,
 )
@@ -96,56 +92,6 @@ def _runnable(state: OrderState, workflows: Registry) -> str | None:
     return None
 
 
-# How many alert rows one listing reads at most, filtered or not: a bound on a listing's cost
-# when nearly every alert is of the kind not asked for.
-ALERT_SCAN = 2000
-
-
-def _alert_view(e: Any) -> AlertView:
-    fields = {f: e.get(f) for f in AlertView.model_fields if f != "AlertId"}
-    return AlertView.model_validate(
-        {**fields, "AlertId": f"{e['PartitionKey']}.{e['RowKey']}"})
-
-
-class _AlertScan:
-    """The alert rows of the last ``days`` days, newest first, ALERT_SCAN of them at most:
-    ``cut``, once iterated, says rows were left unread (a flood of alerts, refused requests
-    say, would otherwise hide the older open ones without a word)."""
-
-    def __init__(self, table: TableClient, today: datetime, days: int) -> None:
-        self._table, self._today, self._days = table, today, days
-        self.cut = False
-
-    def __iter__(self) -> Iterator[AlertView]:
-        read = 0
-        for back in range(self._days):
-            day = (self._today - timedelta(days=back)).strftime("%Y%m%d")
-            for e in self._table.query_entities("PartitionKey eq @d", parameters={"d": day},
-                                                results_per_page=200):
-                if read == ALERT_SCAN:
-                    self.cut = True
-                    return
-                read += 1
-                yield _alert_view(e)
-
-
-@dataclass(frozen=True)
-class Page:
-    items: list[dict[str, Any]]
-    continuation: str | None
-    # A search by customer, which has one page, found more than it shows, or stopped scanning
-    # before the table's end: more may exist. Alerts: the scan stopped at its cap.
-    truncated: bool = False
-
-
-def _iso(value: Any) -> str:
-    return value.isoformat() if isinstance(value, datetime) else str(value)
-
-
-def _entity_view(e: Any, view: type[BaseModel]) -> dict[str, Any]:
-    return view.model_validate({f: e.get(f) for f in view.model_fields}).model_dump(mode="json")
-
-
 def _in_flight_view(s: OrderState, now: datetime, pending_grace: timedelta) -> InFlightView:
     due = due_at(s, pending_grace)
     overdue = (now - due).total_seconds()
@@ -162,8 +108,8 @@ def _failed_view(s: OrderState) -> FailedView:
 
 
 class Operator:
-    def __init__(self, *, store: OrderStore, relay: EffectRelay, alerts: TableClient,
-                 rejected: TableClient, health: HealthProbe, pending_grace: timedelta,
+    def __init__(self, *, store: OrderStore, relay: EffectRelay, alerts: AlertStore,
+                 rejections: RejectionStore, health: HealthProbe, pending_grace: timedelta,
                  clock: Clock, customer_columns: Sequence[str] = ()) -> None:
         """``customer_columns``: the stored order columns a search by customer reads (the
         workflows' message models name them: Registry.customer_columns)."""
@@ -171,20 +117,20 @@ class Operator:
         self._customer_columns = tuple(customer_columns)
         self._relay = relay
         self._alerts = alerts
-        self._rejected = rejected
+        self._rejections = rejections
         self._health = health
         self._pending_grace = pending_grace
         self._clock = clock
 
-    def get(self, order_id: str) -> dict[str, Any]:
+    def get(self, order_id: str) -> OrderView:
         check_order_id(order_id)
         stored = self._store.load(order_id)
         if stored is None:
             raise OrderNotFound(order_id)
-        return state_view(stored.state, stored.order).model_dump(mode="json")
+        return state_view(stored.state, stored.order)
 
-    def list(self, process_state: str | None, limit: int, continuation: str | None,
-             prefix: str | None = None, customer: str | None = None) -> Page:
+    def orders(self, process_state: str | None, limit: int, continuation: str | None,
+               prefix: str | None = None, customer: str | None = None) -> OrderPage:
         """A page of orders, optionally of one state, whose id starts with ``prefix``, of one
         customer (the stored order's customer column; one page only, no continuation)."""
         check_state(process_state)
@@ -210,11 +156,11 @@ class Operator:
             states = [s for s in map(self._readable_state, ids[:cap]) if s is not None
                       and (process_state is None or s.process_state.value == process_state)
                       and (prefix is None or s.order_id.startswith(prefix))]
-            return Page([state_view(s).model_dump(mode="json") for s in states], None,
-                        truncated=not every or len(ids) > cap)
+            return OrderPage(orders=[state_view(s) for s in states], continuation=None,
+                             truncated=not every or len(ids) > cap)
         states, token = self._store.list_states(process_state, limit, continuation,
                                                 prefix=prefix or None)
-        return Page([state_view(s).model_dump(mode="json") for s in states], token)
+        return OrderPage(orders=[state_view(s) for s in states], continuation=token)
 
     def _readable_state(self, order_id: str) -> OrderState | None:
         """As a listing reads: an unreadable record is left out (the Supervisor reports it)."""
@@ -225,7 +171,7 @@ class Operator:
             return None
 
     def resubmit(self, order_id: str, reason: str = "", force: bool = False,
-                 by: str | None = None) -> dict[str, Any]:
+                 by: str | None = None) -> OrderView:
         """``by``: who asks, as the platform authenticated them; kept in the order's history
         and timeline."""
         check_order_id(order_id)
@@ -243,7 +189,7 @@ class Operator:
             return self._resubmit(state, reason, force, by)
 
     def _resubmit(self, state: OrderState, reason: str, force: bool,
-                  by: str | None) -> dict[str, Any]:
+                  by: str | None) -> OrderView:
         order_id = state.order_id
         if state.from_newer_release:
             # Rewritten by this release, it would lose what the newer one records: that
@@ -263,17 +209,17 @@ class Operator:
             saved = self._store.save(t.state)
         except ConcurrencyConflict:
             raise ResubmitRefused(f"order {order_id} changed meanwhile; look again") from None
-        saved = self._relay.carry_out(saved)
+        saved = self._relay.carry_out(saved).state
         log.warning("order %s resubmitted%s (%s)", order_id, " with force" if force else "",
                     reason or "no reason given")
-        return state_view(saved).model_dump(mode="json")
+        return state_view(saved)
 
-    def resubmit_many(self, ask: BulkResubmitRequest, by: str | None) -> dict[str, Any]:
+    def resubmit_many(self, ask: BulkResubmitRequest, by: str | None) -> BulkResult:
         """Resubmit the failed orders ``ask`` picks, newest first, at most ``ask.limit`` (or,
         with ``dry_run``, say what each would come to): each as a single resubmit is, its
         history naming ``by``. Reads at most OVERVIEW_SCAN failed records."""
         now = self._clock()
-        picked: builtins.list[OrderState] = []
+        picked: list[OrderState] = []
         scanned, skipped, token = 0, 0, None
         while len(picked) < ask.limit + 1:  # one more: is there more than this batch?
             states, token = self._store.list_states(ProcessState.ERROR.value, MAX_PAGE, token)
@@ -294,7 +240,7 @@ class Operator:
         more = len(picked) > ask.limit or bool(token)
         items = []
         for s in picked[:ask.limit]:
-            item = {"OrderID": s.order_id, "FailedStep": s.failed_step,
+            item: dict[str, Any] = {"OrderID": s.order_id, "FailedStep": s.failed_step,
                     "LastError": s.last_error, "Compensation": s.compensation,
                     "UpdatedAt": s.updated_at, "Outcome": "", "Why": None}
             try:
@@ -312,82 +258,52 @@ class Operator:
                 item["Outcome"], item["Why"] = "refused", plain(e.reason)
             items.append(BulkItem.model_validate(item))
         return BulkResult(DryRun=ask.dry_run, Items=items, Scanned=scanned, More=more,
-                          Skipped=skipped).model_dump(mode="json")
+                          Skipped=skipped)
 
     def alerts(self, limit: int = 50, days: int = 7,
-               acknowledged: bool | None = None) -> Page:
+               acknowledged: bool | None = None) -> AlertPage:
         """The newest alerts first (one partition a day, newest row first within it);
         ``acknowledged``: only those (True) or only those not yet (False). ``truncated``:
-        fewer than ``limit`` were found in the ALERT_SCAN rows read, and rows were left."""
+        fewer than ``limit`` were found in the rows one scan reads, and rows were left."""
         if not 1 <= limit <= MAX_PAGE:
             raise ValueError(f"limit must be between 1 and {MAX_PAGE}")
-        out: builtins.list[dict[str, Any]] = []
-        scan = _AlertScan(self._alerts, self._clock(), days)
+        out: list[AlertView] = []
+        scan = self._alerts.recent(self._clock(), days)
         for a in scan:
-            if acknowledged is None or (a.AcknowledgedAt is not None) == acknowledged:
-                out.append(a.model_dump(mode="json"))
+            if acknowledged is None or (a.acknowledged_at is not None) == acknowledged:
+                out.append(AlertView.of(a))
                 if len(out) >= limit:
                     break
-        return Page(out, None, truncated=scan.cut)
+        return AlertPage(alerts=out, truncated=scan.cut)
 
-    def acknowledge(self, alert_id: str, by: str, note: str = "") -> dict[str, Any]:
+    def acknowledge(self, alert_id: str, by: str, note: str = "") -> AlertView:
         """Mark the alert seen by ``by`` (as signed in) now; once: a second acknowledgement
         is refused, naming the first."""
         day, row = check_alert_id(alert_id)
         if len(note) > MAX_NOTE:
             raise ValueError(f"the note is {len(note)} characters; at most {MAX_NOTE}")
-        try:
-            e = self._alerts.get_entity(day, row)
-        except ResourceNotFoundError:
-            raise AlertNotFound(alert_id) from None
-        if e.get("AcknowledgedAt") is not None:
-            raise AckRefused(f"alert {alert_id} was acknowledged by {e.get('AcknowledgedBy')} "
-                             f"at {_iso(e.get('AcknowledgedAt'))}")
-        ack = {"PartitionKey": day, "RowKey": row, "AcknowledgedBy": by,
-               "AcknowledgedAt": self._clock(), "AckNote": note or None}
-        try:
-            # Only the row as read: two operators at once, one wins and the other is told.
-            self._alerts.update_entity(ack, mode=UpdateMode.MERGE, etag=e.metadata["etag"],
-                                       match_condition=MatchConditions.IfNotModified)
-        except ResourceModifiedError:
-            raise AckRefused(f"alert {alert_id} changed meanwhile (acknowledged by someone "
-                             "else?); look again") from None
+        acked = self._alerts.acknowledge(day, row, by, note or None, self._clock())
         log.warning("alert %s acknowledged by %s", alert_id, by)
-        return _alert_view({**e, **ack}).model_dump(mode="json")
+        return AlertView.of(acked)
 
-    def alerts_for(self, order_id: str, days: int = 7) -> builtins.list[dict[str, Any]]:
-        """This order's alerts, oldest first (one query per day's partition)."""
+    def alerts_for(self, order_id: str, days: int = 7) -> list[AlertView]:
+        """This order's alerts, oldest first."""
         check_order_id(order_id)
-        out: builtins.list[dict[str, Any]] = []
-        today = self._clock()
-        for back in reversed(range(days)):
-            day = (today - timedelta(days=back)).strftime("%Y%m%d")
-            rows = [_alert_view(e).model_dump(mode="json") for e in self._alerts.query_entities(
-                "PartitionKey eq @d and OrderID eq @o", parameters={"d": day, "o": order_id})]
-            out += sorted(rows, key=lambda r: r["RaisedAt"] or "")
-        return out
+        return [AlertView.of(a) for a in self._alerts.of_order(order_id, self._clock(), days)]
 
-    def rejection(self, message_id: str) -> dict[str, Any] | None:
+    def rejection(self, message_id: str) -> RejectionView | None:
         """Why intake rejected the message with this id, if it did."""
-        for e in self._rejected.query_entities(
-                "PartitionKey eq @p and MessageId eq @m",
-                parameters={"p": REJECTED_PARTITION, "m": message_id},
-                select=list(RejectionView.model_fields)):
-            return _entity_view(e, RejectionView)
-        return None
+        r = self._rejections.of_message(message_id)
+        return None if r is None else RejectionView.of(r)
 
-    def rejected(self, limit: int = 50, continuation: str | None = None) -> Page:
-        """One page of rejected intake, newest sent first (the row key counts down)."""
+    def rejected(self, limit: int = 50, continuation: str | None = None) -> RejectedPage:
+        """One page of rejected intake, newest sent first."""
         if not 1 <= limit <= MAX_PAGE:
             raise ValueError(f"limit must be between 1 and {MAX_PAGE}")
-        pages = self._rejected.query_entities(
-            "PartitionKey eq @p", parameters={"p": REJECTED_PARTITION}, results_per_page=limit,
-            select=list(RejectionView.model_fields)).by_page(continuation_token=decode_token(continuation))
-        rows = [_entity_view(e, RejectionView) for e in next(pages, [])]
-        token = pages.continuation_token  # type: ignore[attr-defined]
-        return Page(rows, encode_token(token) if token else None)
+        rows, token = self._rejections.page(limit, continuation)
+        return RejectedPage(rejected=[RejectionView.of(r) for r in rows], continuation=token)
 
-    def overview(self, rows: int = OVERVIEW_ROWS) -> dict[str, Any]:
+    def overview(self, rows: int = OVERVIEW_ROWS) -> Overview:
         """What an operator looks at first: counts by state, what is in flight (the most overdue
         first), what failed, what needs a hand, recent alerts and rejected intake.
 
@@ -418,11 +334,11 @@ class Operator:
         in_flight.sort(key=lambda v: (-(v.OverdueSeconds or 0), v.CompleteBy or now))
         open_alerts: list[AlertView] = []
         acknowledged: list[AlertView] = []
-        scan = _AlertScan(self._alerts, now, 7)
+        scan = self._alerts.recent(now, 7)
         for a in scan:  # one pass for both lists
-            kept = acknowledged if a.AcknowledgedAt is not None else open_alerts
+            kept = acknowledged if a.acknowledged_at is not None else open_alerts
             if len(kept) < rows:
-                kept.append(a)
+                kept.append(AlertView.of(a))
             if len(open_alerts) >= rows and len(acknowledged) >= rows:
                 break
         failed.sort(key=lambda v: v.UpdatedAt, reverse=True)
@@ -433,12 +349,10 @@ class Operator:
             ByCompensation={c: by_comp[c] for c in CompensationState},
             InFlight=in_flight[:rows], Failed=failed[:rows], CompensationFailed=stuck[:rows],
             Alerts=open_alerts, Acknowledged=acknowledged, AlertsComplete=not scan.cut,
-            Rejected=[RejectionView.model_validate(r) for r in self.rejected(rows).items],
-        ).model_dump(mode="json")
+            Rejected=self.rejected(rows).rejected)
 
-    def health(self, detailed: bool = False) -> dict[str, Any]:
+    def health(self, detailed: bool = False) -> HealthReport | HealthDetails:
         """Whether storage answers; ``detailed`` (an operator's): why not, the breakers, the
         last Supervisor tick and the backlog per queue (shared/handlers/health.py)."""
         report = self._health.run(detailed)
-        return (HealthDetails if detailed else HealthReport).model_validate(report).model_dump(
-            mode="json")
+        return (HealthDetails if detailed else HealthReport).model_validate(report)

@@ -112,16 +112,9 @@ class BulkResubmitRequest(BaseModel):
             raise ValueError(f"{where}: {err['msg']}") from None
 
 
-class AlertNotFound(LookupError):
-    pass
-
-
-class AckRefused(Exception):
-    """Already acknowledged, or acknowledged by someone else meanwhile: the message says."""
-
-
 # An alert's id: its day's partition and its row key (alert_row_key), joined by a dot.
-# d227dda's rows end in 8 hex digits, later ones in 12: both are listed, both acknowledged.
+# The earliest rows end in 8 hex digits (docs/upgrades.md), later ones in 12: both are listed,
+# both acknowledged.
 ALERT_ID = re.compile(r"^(\d{8})\.(\d{13}-(?:[0-9a-f]{12}|[0-9a-f]{8}))$")
 # An acknowledgement's note is kept on the alert row: a sentence.
 MAX_NOTE = 500

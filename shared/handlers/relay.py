@@ -14,10 +14,9 @@ transition, or leaving the due-time index, shows they were carried out.
 
 from __future__ import annotations
 
-import copy
 import logging
 from datetime import timedelta
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from shared import tracing
 from shared.adapters.alerts import AlertSink
@@ -57,11 +56,12 @@ class Known(NamedTuple):
     order: dict[str, Any]
 
 
-class CommandTaker(Protocol):
-    """The Scheduler, as a relay that hands it commands in this process sees it."""
+class Carried(NamedTuple):
+    """The record as it now stands in the store, and the command it held back (hold_command):
+    the caller hands it to the Scheduler in this process."""
 
-    def take(self, cmd: SchedulerCommand, known: Known | None = None, *,
-             redelivered: bool = False, handed_over: bool = False) -> object: ...
+    state: OrderState
+    held: SchedulerCommand | None = None
 
 
 class EffectRelay:
@@ -75,7 +75,6 @@ class EffectRelay:
         self._agent_queues = agent_queues
         self._scheduler_queue = scheduler_queue
         self._clock = clock
-        self._scheduler: CommandTaker | None = None  # see handing_commands_to
 
     @property
     def workflows(self) -> Registry:
@@ -85,20 +84,17 @@ class EffectRelay:
         """An alert no transition records (a message refused before any transition)."""
         self._alerts.raise_alert(alert)
 
-    def handing_commands_to(self, scheduler: CommandTaker) -> EffectRelay:
-        """This relay, but a command due now is carried out by ``scheduler`` in this process.
+    def carry_out(self, state: OrderState, order: dict[str, Any] | None = None, *,
+                  hold_command: bool = False) -> Carried:
+        """Carry out the record's outbox.
 
-        For a writer whose own trigger is redelivered until it returns (intake: the Service Bus
-        message), so the command needs no message of its own to survive a crash: the queue hop,
-        its three transactions and the Scheduler's first read are saved. A command that must
-        wait (a backoff) still goes through the queue.
+        ``hold_command``: a command due now is not sent but handed back, for the caller to give
+        the Scheduler in this process. For a writer whose own trigger is redelivered until it
+        returns (intake: the Service Bus message), so the command needs no message of its own
+        to survive a crash: the queue hop, its three transactions and the Scheduler's first read
+        are saved. A command that must wait (a backoff) still goes through the queue.
         """
-        relay = copy.copy(self)
-        relay._scheduler = scheduler
-        return relay
-
-    def carry_out(self, state: OrderState, order: dict[str, Any] | None = None) -> OrderState:
-        """Carry out the record's outbox; returns the record as it now stands in the store."""
+        held: SchedulerCommand | None = None
         # Every message continues the order's trace: from the span at work, or else (nothing
         # traced here) from the context the order recorded at intake.
         traceparent = tracing.current_traceparent() or state.trace
@@ -125,9 +121,8 @@ class EffectRelay:
                                        reason=effect.reason, outbox_seq=state.outbox_seq,
                                        traceparent=traceparent)
                 delay = delay_until(effect.not_before, self._clock())
-                if self._scheduler is not None and delay == 0:
-                    self._scheduler.take(cmd, None if order is None else Known(state, order),
-                                         handed_over=True)
+                if hold_command and delay == 0:
+                    held = cmd
                 else:
                     self._sender.send(self._scheduler_queue, cmd.to_json(),
                                       timedelta(seconds=delay))
@@ -136,11 +131,12 @@ class EffectRelay:
             elif isinstance(effect, Forget) and state.index_key:
                 self._store.drop(state.index_key)
         if not state.dispatch_unconfirmed:
-            return state
+            return Carried(state, held)
         try:
-            return self._store.confirm_outbox(state)
+            return Carried(self._store.confirm_outbox(state), held)
         except ConcurrencyConflict:
-            return state  # the record moved on (the reply came first): nothing to confirm
+            # The record moved on (the reply came first): nothing to confirm.
+            return Carried(state, held)
 
     def _status(self, state: OrderState, effect: SendStatus, traceparent: str | None) -> None:
         if not state.reply_to:

@@ -20,9 +20,10 @@ from shared.adapters.state_store import ConcurrencyConflict, OrderStore
 from shared.clock import Clock
 from shared.domain import budget
 from shared.domain.alerts import AlertKind, OperatorAlert
-from shared.domain.messages import AgentReply, CommandKind, SchedulerCommand
+from shared.domain.messages import AgentReply, Arrival, CommandKind, SchedulerCommand
 from shared.domain.state import (
     Cause,
+    Delivery,
     ForgedReply,
     IllegalTransition,
     OrderState,
@@ -103,33 +104,30 @@ class Scheduler:
     def handle_command(self, body: str, redelivered: bool = False) -> SchedulerResult:
         """``redelivered``: an earlier delivery of this message failed or died."""
         try:
-            return self.take(SchedulerCommand.model_validate_json(body), redelivered=redelivered)
+            return self.take(SchedulerCommand.model_validate_json(body),
+                             arrival=Arrival.REDELIVERED if redelivered else Arrival.QUEUED)
         except UnknownWorkflow as e:
             return self._defer_if_newer(e, self._queues.commands if self._queues else "", body)
 
     def take(self, cmd: SchedulerCommand, known: Known | None = None, *,
-             redelivered: bool = False, handed_over: bool = False) -> SchedulerResult:
+             arrival: Arrival = Arrival.QUEUED) -> SchedulerResult:
         """Carry out a command, from the queue or handed over in this process (intake's start).
 
         ``known``: the record and order as their writer just saved them, which spares the first
-        read; a lost race reads them again like any other. ``handed_over``: by the relay that
-        carried out the outbox it came from, in this process.
+        read; a lost race reads them again like any other.
         """
-        # A command from the queue is not taken at its word for the outbox's alerts (state.emit;
-        # the red team's R4); one handed over by the relay that carried them out is.
-        seq = cmd.outbox_seq
+        # A command from the queue is not taken at its word for the outbox's alerts (state.emit):
+        # anyone who may send to the queue could have written it. One handed over by the relay
+        # that carried them out is.
+        delivery = Delivery(cmd.outbox_seq, vouched=arrival is Arrival.HANDED_OVER)
+        redelivered = arrival is Arrival.REDELIVERED
         with tracing.span(f"scheduler {cmd.kind.value}", parent=cmd.traceparent,
                           attributes=tracing.order_attributes(cmd.order_id,
                                                               redelivered=redelivered)):
-            if cmd.kind is CommandKind.START:
-                return self._transact(cmd.order_id, Cause.START, redelivered, lambda s: claim(
-                    s, self.instance_id, self._clock(), self._of(s), seq,
-                    handed_over=handed_over), known)
-            return self._transact(cmd.order_id, Cause.COMPENSATE, redelivered,
-                                  lambda s: begin_compensation(s, self.instance_id, self._clock(),
-                                                               self._of(s), seq,
-                                                               handed_over=handed_over),
-                                  known)
+            begin = claim if cmd.kind is CommandKind.START else begin_compensation
+            cause = Cause.START if cmd.kind is CommandKind.START else Cause.COMPENSATE
+            return self._transact(cmd.order_id, cause, redelivered, lambda s: begin(
+                s, self.instance_id, self._clock(), self._of(s), delivery), known)
 
     def handle_reply(self, body: str, redelivered: bool = False) -> SchedulerResult:
         try:

@@ -10,7 +10,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared import tracing
-from shared.adapters.rejections import RejectionKind
+from shared.adapters.alerts import StoredAlert
+from shared.adapters.rejections import RejectionKind, StoredRejection
 
 # Modules, not names: the fields are named like the types (ProcessState: ProcessState).
 from shared.domain import state as domain
@@ -123,6 +124,12 @@ class AlertView(_View):
     AcknowledgedAt: datetime | None = None
     AckNote: str | None = Field(None, description="What they said, if anything.")
 
+    @classmethod
+    def of(cls, a: StoredAlert) -> AlertView:
+        return cls(AlertId=a.alert_id, RaisedAt=a.raised_at, Kind=a.kind, OrderID=a.order_id,
+                   Step=a.step, Reason=a.reason, AcknowledgedBy=a.acknowledged_by,
+                   AcknowledgedAt=a.acknowledged_at, AckNote=a.ack_note)
+
 
 class AlertPage(_View):
     alerts: list[AlertView] = Field(description="Newest first, of the last 7 days.")
@@ -142,6 +149,12 @@ class RejectionView(_View):
     BodyBytes: int | None = Field(None, description="The whole body's size in bytes (rows "
                                                     "before this field have none).")
     BodySha256: str | None = Field(None, description="The whole body's SHA-256, hex.")
+
+    @classmethod
+    def of(cls, r: StoredRejection) -> RejectionView:
+        return cls(RejectedAt=r.rejected_at, Kind=r.kind, MessageId=r.message_id,
+                   Reason=r.reason, DeliveryCount=r.delivery_count, Body=r.body,
+                   BodyBytes=r.body_bytes, BodySha256=r.body_sha256)
 
 
 class InFlightView(_View):

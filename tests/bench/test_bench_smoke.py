@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from localrun.azurite import Azurite
-from localrun.bench import Bench, Scale, per_order, run_bench
-from localrun.bench import main as bench_main
+from localrun.bench.bench import Bench, Scale, per_order, run_bench
+from localrun.bench.bench import main as bench_main
 from shared.adapters.state_store import TableOrderStore
 from tests.conftest import ROOT
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localrun.bench import BATCH, best_rates, every_request_seconds, ratio_by_side
+from localrun.bench.bench import BATCH, best_rates, every_request_seconds, ratio_by_side
 
 CEILING = {"conditional_writes_per_s": 500.0, "point_reads_per_s": 1000.0,
            "transactions_per_s": 250.0,
@@ -45,7 +45,7 @@ def test_the_ceiling_asks_through_the_app_s_transport(monkeypatch: pytest.Monkey
     """A client on the SDK's default transport spends CPU per request that the app's does not
     (~/.netrc, proxy variables), and on this machine the ceiling is CPU-bound: it must ask as
     the app does, or the bound is low."""
-    from localrun.bench import Bench, Scale
+    from localrun.bench.bench import Bench, Scale
     from shared.adapters.storage import POOL_SIZE
     from shared.settings import AZURITE_CONNECTION
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from localrun import cost
-from localrun.bench import instance_memory_mb
-from localrun.bench import main as bench_main
+from localrun.bench import cost
+from localrun.bench.bench import instance_memory_mb
+from localrun.bench.bench import main as bench_main
 from tests.bench.test_bench_smoke import SAMPLE_PRICES
 from tests.conftest import ROOT
 

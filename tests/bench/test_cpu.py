@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from localrun.bench import cpu_limit, thread_role
-from localrun.cpu import OTHER, CpuUse
+from localrun.bench.bench import cpu_limit, thread_role
+from localrun.bench.cpu import OTHER, CpuUse
 
 
 def test_each_process_is_charged_its_own_cpu() -> None:

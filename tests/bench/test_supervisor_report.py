@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from localrun.bench import _azurite_slowed
+from localrun.bench.bench import _azurite_slowed
 
 
 def _tick(seconds: float, reads: float, queries: float, control: float | None) -> dict[str, Any]:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from localrun.rolling import DEFAULT_PREVIOUS
-from localrun.rolling_hosts import has_commit
+from localrun.rolling.hosts import has_commit
+from localrun.rolling.rolling import DEFAULT_PREVIOUS
 from tests.conftest import ROOT
 from tests.e2e.test_demo import servers_on
 

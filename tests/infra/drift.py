@@ -15,7 +15,7 @@ from typing import Any
 from pycep import BicepParser
 
 import function_app
-from localrun.index import functions_of
+from localrun.host.index import functions_of
 from shared.settings import Settings, service_setting_names
 from shared.workflows import REGISTRY
 

@@ -33,7 +33,7 @@ def package(root: Path) -> set[str]:
 def test_the_package_holds_the_app_and_nothing_else() -> None:
     files = package(ROOT)
     assert {"function_app.py", "host.json", "requirements.txt",
-            "shared/entrypoints.py", "shared/domain/state.py"} <= files
+            "shared/functions/web.py", "shared/domain/state.py"} <= files
     top = {f.split("/")[0] for f in files}
     assert top <= SHIPS, f"would ship: {sorted(top - SHIPS)}"
     assert not [f for f in files if "__pycache__" in f or f.endswith(".pyc")]

@@ -13,8 +13,8 @@ import json
 from typing import Any
 
 import function_app
-from localrun.host_config import QueueOptions, ServiceBusOptions
-from localrun.index import functions_of
+from localrun.host.config import QueueOptions, ServiceBusOptions
+from localrun.host.index import functions_of
 from shared.workflows import REGISTRY
 from tests.conftest import ROOT
 from tests.infra.drift import bicep_names, parse

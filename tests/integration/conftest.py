@@ -79,11 +79,11 @@ def app_of(workflows: Registry) -> Any:
     """The app function_app.py makes, for these workflows, with the simulated services."""
     import azure.functions as func
 
-    from shared import blueprints
+    from shared.functions import agents, operator_api, pipeline, simulators
 
     app = func.FunctionApp()
-    for bp in (blueprints.pipeline(), blueprints.agents(workflows.services),
-               blueprints.operator_api(), blueprints.simulators()):
+    for bp in (pipeline.pipeline(), agents.agents(workflows.services),
+               operator_api.operator_api(), simulators.simulators()):
         app.register_functions(bp)
     return app
 
@@ -101,7 +101,7 @@ def run_host(app_env: Callable[..., dict[str, str]]) -> Iterator[Callable[..., R
     """Start the local Functions host in this process, on this test's queues and tables."""
     import function_app
     from localrun.azurite import free_port
-    from localrun.host import LocalFunctionHost
+    from localrun.host.host import LocalFunctionHost
     from tests.conftest import ROOT
 
     hosts: list[Any] = []

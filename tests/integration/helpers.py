@@ -12,8 +12,10 @@ from azure.functions.servicebus import ServiceBusMessage
 from azure.storage.queue import QueueClient, QueueServiceClient, TextBase64EncodePolicy
 
 import function_app
-from localrun.index import functions_of
+from localrun.host.index import functions_of
 from shared import bootstrap
+from shared.adapters.queues import StorageQueueSender
+from shared.domain.messages import SchedulerCommand
 
 
 def function(name: str) -> Any:
@@ -103,11 +105,16 @@ def pending(order_id: str = "o-1", **changes: Any) -> str:
     (Intake itself hands its start to the Scheduler in the same invocation.)
     """
     c = bootstrap.container()
-    handing_over = c.intake._relay
-    c.intake._relay = c.scheduler._relay  # the relay that sends commands
+
+    class Enqueue:  # a Scheduler that leaves the command on its queue
+        def take(self, cmd: SchedulerCommand, *_: Any, **__: Any) -> None:
+            StorageQueueSender(c.queues).send(c.settings.scheduler_queue, cmd.to_json())
+
+    taking = c.intake._scheduler
+    c.intake._scheduler = Enqueue()
     try:
         function("intake")(msg=sb_message(order(order_id, **changes), message_id=order_id))
     finally:
-        c.intake._relay = handing_over
+        c.intake._scheduler = taking
     (cmd,) = [m for m in drain_json(c.settings.scheduler_queue) if m["order_id"] == order_id]
     return json.dumps(cmd)

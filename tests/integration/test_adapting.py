@@ -12,10 +12,11 @@ from typing import Any
 
 import azure.functions as func
 
-from localrun.index import functions_of
-from shared import blueprints, bootstrap
+from localrun.host.index import functions_of
+from shared import bootstrap
 from shared.contracts.services import services_document
 from shared.domain.workflow import Registry, Step, Workflow
+from shared.functions import agents
 from shared.settings import load_settings
 from shared.workflows import REGISTRY
 from shared.workflows.orders.message import Order
@@ -37,7 +38,7 @@ EXTENDED = Registry.of([*REGISTRY.workflows, CHECKED], default=REGISTRY.default)
 
 def test_a_new_service_gets_its_agent_function_on_its_queue_setting() -> None:
     app = func.FunctionApp()
-    app.register_functions(blueprints.agents(EXTENDED.services))
+    app.register_functions(agents.agents(EXTENDED.services))
     (agent,) = [f for f in functions_of(app) if f.name == "fraud_agent"]
     assert agent.trigger["type"] == "queueTrigger"
     assert agent.trigger["queueName"] == "%FraudRequestsQueueName%"

@@ -1,5 +1,6 @@
-"""One contract, two alert sinks: the fake the service-layer tests use and the table sink
-against Azurite record the same alerts, or the fast tests prove nothing of alerts."""
+"""One contract, two alert stores and two rejection stores: the fakes the service-layer tests
+use and the table stores against Azurite record, list and acknowledge alike, or the fast tests
+prove nothing of alerts and rejections."""
 
 from __future__ import annotations
 
@@ -8,38 +9,126 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.adapters.alerts import AlertSink, TableAlertSink
+from shared.adapters import alerts as alerts_adapter
+from shared.adapters.alerts import (
+    AckRefused,
+    AlertNotFound,
+    AlertStore,
+    TableAlertStore,
+)
+from shared.adapters.rejections import (
+    Rejection,
+    RejectionKind,
+    RejectionStore,
+    TableRejectionStore,
+)
 from shared.domain.alerts import AlertKind, OperatorAlert
-from tests.fakes import FakeAlertSink
+from tests.fakes import FakeAlertStore, FakeRejections
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
 
 @pytest.fixture(params=["fake", "table"])
-def sink(request: pytest.FixtureRequest, app_env: Callable[..., dict[str, str]]
-         ) -> tuple[AlertSink, Callable[[], list[tuple[str, str]]]]:
-    """A sink, and what it recorded: (order, reason) of each alert kept."""
+def alerts(request: pytest.FixtureRequest, app_env: Callable[..., dict[str, str]]
+           ) -> AlertStore:
     if request.param == "fake":
-        fake = FakeAlertSink()
-        return fake, lambda: sorted((a.order_id, a.reason) for a in fake.alerts.values())
+        return FakeAlertStore()
     from shared import bootstrap
 
     env = app_env()
-    c = bootstrap.container()
-    table = c.tables.get_table_client(env["OperatorAlertsTableName"])
-    return TableAlertSink(table), lambda: sorted(
-        (e["OrderID"], e["Reason"]) for e in table.list_entities())
+    return TableAlertStore(bootstrap.container().tables.get_table_client(
+        env["OperatorAlertsTableName"]))
 
 
-def test_an_alert_raised_again_is_kept_once_and_keyless_ones_apart(
-        sink: tuple[AlertSink, Callable[[], list[tuple[str, str]]]]) -> None:
-    s, recorded = sink
+@pytest.fixture(params=["fake", "table"])
+def rejections(request: pytest.FixtureRequest, app_env: Callable[..., dict[str, str]]
+               ) -> RejectionStore:
+    if request.param == "fake":
+        return FakeRejections()
+    from shared import bootstrap
+
+    env = app_env()
+    return TableRejectionStore(bootstrap.container().tables.get_table_client(
+        env["RejectedOrdersTableName"]))
+
+
+def _listed(store: AlertStore, today: datetime = T0) -> list[tuple[str | None, str | None]]:
+    return [(a.order_id, a.reason) for a in store.recent(today, 7)]
+
+
+def test_an_alert_raised_again_is_kept_once_and_keyless_ones_apart(alerts: AlertStore) -> None:
     first = OperatorAlert(AlertKind.ORDER_FAILED, "o-1", "card declined", T0, key="o-1.3.0")
-    s.raise_alert(first)
-    s.raise_alert(first)  # a replay
-    s.raise_alert(OperatorAlert(first.kind, "o-1", "card declined", T0 + timedelta(hours=3),
-                                key="o-1.3.0"))  # raised again later the same day
-    s.raise_alert(OperatorAlert(AlertKind.ORDER_CONFLICT, "o-2", "another body", T0))
-    s.raise_alert(OperatorAlert(AlertKind.ORDER_CONFLICT, "o-2", "a third body", T0))
-    assert recorded() == [("o-1", "card declined"), ("o-2", "a third body"),
-                          ("o-2", "another body")]
+    alerts.raise_alert(first)
+    alerts.raise_alert(first)  # a replay
+    alerts.raise_alert(OperatorAlert(first.kind, "o-1", "card declined", T0 + timedelta(hours=3),
+                                     key="o-1.3.0"))  # raised again later the same day
+    alerts.raise_alert(OperatorAlert(AlertKind.ORDER_CONFLICT, "o-2", "another body", T0))
+    alerts.raise_alert(OperatorAlert(AlertKind.ORDER_CONFLICT, "o-2", "a third body", T0))
+    assert sorted(_listed(alerts, T0 + timedelta(hours=4))) == [
+        ("o-1", "card declined"), ("o-2", "a third body"), ("o-2", "another body")]
+
+
+def test_alerts_are_listed_newest_first_by_day_and_an_order_s_oldest_first(
+        alerts: AlertStore) -> None:
+    for n, at in enumerate([T0 - timedelta(days=1), T0, T0 + timedelta(minutes=5),
+                            T0 - timedelta(days=9)]):  # the last: before the days read
+        alerts.raise_alert(OperatorAlert(AlertKind.ORDER_FAILED, f"o-{n % 2}", f"r{n}", at,
+                                         step="charge", key=f"k{n}"))
+    assert _listed(alerts) == [("o-0", "r2"), ("o-1", "r1"), ("o-0", "r0")]
+    assert [a.reason for a in alerts.of_order("o-0", T0, 7)] == ["r0", "r2"]
+    (newest, *_) = alerts.recent(T0, 7)
+    assert (newest.kind, newest.step, newest.raised_at) == (
+        "OrderFailed", "charge", T0 + timedelta(minutes=5))
+    assert newest.alert_id.startswith("20260101.")
+
+
+def test_a_scan_stops_at_its_cap_and_says_so(alerts: AlertStore,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    for n in range(3):
+        alerts.raise_alert(OperatorAlert(AlertKind.REQUEST_REFUSED, f"o-{n}", "made up",
+                                         T0 + timedelta(seconds=n), key=f"r{n}"))
+    monkeypatch.setattr(alerts_adapter, "ALERT_SCAN", 2)
+    scan = alerts.recent(T0, 7)
+    assert [a.order_id for a in scan] == ["o-2", "o-1"] and scan.cut
+    whole = alerts.recent(T0, 1)
+    monkeypatch.setattr(alerts_adapter, "ALERT_SCAN", 3)
+    assert len(list(whole)) == 3 and not whole.cut
+
+
+def test_an_alert_is_acknowledged_once(alerts: AlertStore) -> None:
+    alerts.raise_alert(OperatorAlert(AlertKind.ORDER_FAILED, "o-1", "declined", T0, key="k"))
+    (a,) = alerts.recent(T0, 1)
+    day, row = a.alert_id.split(".")
+    acked = alerts.acknowledge(day, row, "ops", "seen", T0 + timedelta(minutes=1))
+    assert (acked.alert_id, acked.acknowledged_by, acked.ack_note, acked.acknowledged_at) == (
+        a.alert_id, "ops", "seen", T0 + timedelta(minutes=1))
+    (listed,) = alerts.recent(T0, 1)
+    assert listed == acked
+    with pytest.raises(AckRefused, match="acknowledged by ops"):
+        alerts.acknowledge(day, row, "someone else", None, T0 + timedelta(minutes=2))
+    with pytest.raises(AlertNotFound):
+        alerts.acknowledge(day, "0000000000000-000000000000", "ops", None, T0)
+
+
+def _rejection(n: int, body: bytes = b"{}", kind: RejectionKind = RejectionKind.INVALID
+               ) -> Rejection:
+    return Rejection(kind, f"reason {n}", f"m-{n}", body, 1, T0 + timedelta(seconds=n),
+                     sent_at=T0 + timedelta(seconds=n))
+
+
+def test_rejections_page_newest_first_and_are_found_by_message(
+        rejections: RejectionStore) -> None:
+    for n in range(3):
+        rejections.record(_rejection(n, b'{"n": %d}' % n))
+    # A redelivery of the same message is its row again, not a second one.
+    rejections.record(_rejection(1, b'{"n": 1}'))
+    first, token = rejections.page(2, None)
+    assert [r.message_id for r in first] == ["m-2", "m-1"] and token is not None
+    rest, end = rejections.page(2, token)
+    assert [r.message_id for r in rest] == ["m-0"] and end is None
+    found = rejections.of_message("m-1")
+    assert found is not None
+    assert (found.kind, found.reason, found.body, found.body_bytes, found.delivery_count) == (
+        RejectionKind.INVALID, "reason 1", '{"n": 1}', 8, 1)
+    assert found.rejected_at == T0 + timedelta(seconds=1)
+    assert rejections.of_message("m-9") is None

@@ -8,17 +8,17 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.adapters.alerts import TableAlertSink
+from shared.adapters import alerts as alerts_adapter
+from shared.adapters.alerts import TableAlertStore
 from shared.domain.alerts import AlertKind, OperatorAlert
 from shared.domain.messages import Action, AgentRequest
-from shared.handlers import operator
 from tests.integration.conftest import Pipeline
 from tests.workflow import HOLD
 
 
 def test_a_listing_cut_short_by_its_scan_says_so(pipeline: Pipeline,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    sink = TableAlertSink(pipeline.container.tables.get_table_client(
+    sink = TableAlertStore(pipeline.container.tables.get_table_client(
         pipeline.env["OperatorAlertsTableName"]))
     start = pipeline.clock.now
     # The open one first, then a flood newer than it, all acknowledged
@@ -29,39 +29,39 @@ def test_a_listing_cut_short_by_its_scan_says_so(pipeline: Pipeline,
         pipeline.clock.now = start + timedelta(minutes=n + 1)
         sink.raise_alert(OperatorAlert(AlertKind.REQUEST_REFUSED, f"o-{n}", "made up",
                                        pipeline.clock.now, key=f"refused.{n}"))
-    for a in op.alerts(50, acknowledged=False).items:
-        if a["OrderID"] != "o-open":
-            op.acknowledge(a["AlertId"], "ops@example.com")
+    for a in op.alerts(50, acknowledged=False).alerts:
+        if a.OrderID != "o-open":
+            op.acknowledge(a.AlertId, "ops@example.com")
 
-    monkeypatch.setattr(operator, "ALERT_SCAN", 5)
+    monkeypatch.setattr(alerts_adapter, "ALERT_SCAN", 5)
     hidden = op.alerts(50, acknowledged=False)
-    assert hidden.items == [] and hidden.truncated  # the 5 newest read, the open one not
-    assert op.overview()["AlertsComplete"] is False
+    assert hidden.alerts == [] and hidden.truncated  # the 5 newest read, the open one not
+    assert op.overview().AlertsComplete is False
     # Asked for no more than the rows read hold, nothing is claimed of the rest
     assert not op.alerts(3).truncated
-    monkeypatch.setattr(operator, "ALERT_SCAN", 2000)
+    monkeypatch.setattr(alerts_adapter, "ALERT_SCAN", 2000)
     found = op.alerts(50, acknowledged=False)
-    assert [a["OrderID"] for a in found.items] == ["o-open"] and not found.truncated
-    assert op.overview()["AlertsComplete"] is True
+    assert [a.OrderID for a in found.alerts] == ["o-open"] and not found.truncated
+    assert op.overview().AlertsComplete is True
 
 
 def test_an_alert_raised_again_later_is_the_same_row(pipeline: Pipeline) -> None:
     """A redelivered message (an intake conflict) or a restarted Supervisor raises its alert
     again at another time: one row, still acknowledged, not a second open one."""
-    sink = TableAlertSink(pipeline.container.tables.get_table_client(
+    sink = TableAlertStore(pipeline.container.tables.get_table_client(
         pipeline.env["OperatorAlertsTableName"]))
     first = OperatorAlert(AlertKind.ORDER_CONFLICT, "o-1", "another body", pipeline.clock.now,
                           key="o-1.conflict.c5db7ea7")
     sink.raise_alert(first)
     op = pipeline.container.operator
-    (listed,) = op.alerts(50).items
-    op.acknowledge(listed["AlertId"], "ops@example.com")
+    (listed,) = op.alerts(50).alerts
+    op.acknowledge(listed.AlertId, "ops@example.com")
     for later in (timedelta(minutes=5), timedelta(hours=23)):
         sink.raise_alert(OperatorAlert(first.kind, first.order_id, first.reason,
                                        first.at + later, key=first.key))
-    (again,) = op.alerts(50).items
-    assert again["AlertId"] == listed["AlertId"] and again["AcknowledgedBy"] == "ops@example.com"
-    assert op.alerts(50, acknowledged=False).items == []
+    (again,) = op.alerts(50).alerts
+    assert again.AlertId == listed.AlertId and again.AcknowledgedBy == "ops@example.com"
+    assert op.alerts(50, acknowledged=False).alerts == []
 
 
 def test_a_made_up_request_from_the_far_future_is_filed_today_and_expires_nothing(
@@ -69,7 +69,7 @@ def test_a_made_up_request_from_the_far_future_is_filed_today_and_expires_nothin
     """The red team's R1: the refused request's alert took the request's complete-by for its
     time, which the sender chooses: year 9999 filed it where no listing looks, and its expiry
     deleted every real alert as older than 90 days before it."""
-    sink = TableAlertSink(pipeline.container.tables.get_table_client(
+    sink = TableAlertStore(pipeline.container.tables.get_table_client(
         pipeline.env["OperatorAlertsTableName"]))
     now = pipeline.clock.now
     for i in range(12):
@@ -83,13 +83,13 @@ def test_a_made_up_request_from_the_far_future_is_filed_today_and_expires_nothin
         assert pipeline.container.agents[HOLD.agent].handle(forged.to_json()) is None
         # ... and a copy of the same request is the same alert
         pipeline.container.agents[HOLD.agent].handle(forged.to_json())
-    listed = pipeline.container.operator.alerts(100).items
-    assert sorted(a["OrderID"] for a in listed) == sorted(
+    listed = pipeline.container.operator.alerts(100).alerts
+    assert sorted(a.OrderID or "" for a in listed) == sorted(
         [f"real-{i}" for i in range(12)] + ["x-1", "x-2"])
-    refused = [a for a in listed if a["Kind"] == AlertKind.REQUEST_REFUSED.value]
-    assert {datetime.fromisoformat(a["RaisedAt"]) for a in refused} == {now}
+    refused = [a for a in listed if a.Kind == AlertKind.REQUEST_REFUSED.value]
+    assert {a.RaisedAt for a in refused} == {now}
     for a in refused:  # acknowledged by the id it is listed with
-        pipeline.container.operator.acknowledge(a["AlertId"], "ops@example.com")
+        pipeline.container.operator.acknowledge(a.AlertId, "ops@example.com")
 
 
 def test_an_alert_is_recorded_though_the_look_for_it_fails(
@@ -100,7 +100,7 @@ def test_an_alert_is_recorded_though_the_look_for_it_fails(
     from azure.core.exceptions import HttpResponseError
 
     table = pipeline.container.tables.get_table_client(pipeline.env["OperatorAlertsTableName"])
-    sink = TableAlertSink(table)
+    sink = TableAlertStore(table)
 
     def throttled(*_: object, **__: object) -> None:
         raise HttpResponseError("503 Server Busy")
@@ -109,5 +109,5 @@ def test_an_alert_is_recorded_though_the_look_for_it_fails(
     sink.raise_alert(OperatorAlert(AlertKind.ORDER_FAILED, "o-9", "card declined",
                                    pipeline.clock.now, key="o-9.3.0"))
     monkeypatch.undo()
-    (row,) = pipeline.container.operator.alerts(10).items
-    assert row["OrderID"] == "o-9"
+    (row,) = pipeline.container.operator.alerts(10).alerts
+    assert row.OrderID == "o-9"

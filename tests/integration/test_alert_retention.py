@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from shared import bootstrap
-from shared.adapters.alerts import EXPIRE_PER_ALERT, TableAlertSink
+from shared.adapters.alerts import EXPIRE_PER_ALERT, TableAlertStore
 from shared.domain.alerts import AlertKind, OperatorAlert
 from tests.integration.helpers import entities
 
@@ -23,7 +23,7 @@ def alert(order_id: str, at: datetime) -> OperatorAlert:
 def test_alerts_past_their_retention_go_as_new_ones_come_in_bounded_per_alert(
         app_env: Callable[..., dict[str, str]]) -> None:
     env = app_env()
-    sink = TableAlertSink(bootstrap.container().tables.get_table_client(
+    sink = TableAlertStore(bootstrap.container().tables.get_table_client(
         env["OperatorAlertsTableName"]), timedelta(days=90))
     for i in range(EXPIRE_PER_ALERT + 2):  # a flood of 100 days ago
         sink.raise_alert(alert(f"old-{i}", T0 - timedelta(days=100, minutes=i)))

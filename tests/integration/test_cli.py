@@ -17,7 +17,7 @@ from localrun.servicebus import LocalServiceBusChannel
 from orderctl import connection, sending
 from orderctl import main as cli_main
 from orderctl.main import run
-from shared.handlers import operator
+from shared.adapters import alerts as alerts_adapter
 from shared.handlers.operator import Operator
 from shared.handlers.principal import READ_ROLE, RESUBMIT_ROLE
 from tests.integration.conftest import RunningHost
@@ -178,7 +178,7 @@ def test_alerts_and_rejected(run_host: Any, capsys: pytest.CaptureFixture[str],
     (rej,) = json.loads(capsys.readouterr().out)["rejected"]
     assert rej["MessageId"] == "bad-1" and "JSON" in rej["Reason"]
     assert orders("alerts") == 0 and "OrderFailed" in capsys.readouterr().out
-    monkeypatch.setattr(operator, "ALERT_SCAN", 0)  # the listing's scan stops at once
+    monkeypatch.setattr(alerts_adapter, "ALERT_SCAN", 0)  # the listing's scan stops at once
     assert orders("alerts", "--open", "--json") == 0
     said = capsys.readouterr()
     assert json.loads(said.out) == []  # still the list a script reads; the warning beside it

@@ -144,7 +144,7 @@ def test_the_console_runs_no_inline_script(h: RunningHost) -> None:
         assert r.headers["x-content-type-options"] == "nosniff"
         assert r.headers["content-security-policy"] == page.headers["content-security-policy"]
     # Only the console's own files: nothing else of the package is served by name.
-    for other in ("console.html", "../entrypoints.py", "console.js/", "x"):
+    for other in ("console.html", "../functions/web.py", "console.js/", "x"):
         assert httpx.get(base, params={"asset": other}, timeout=10).status_code == 404
 
 
@@ -271,8 +271,8 @@ def test_an_alert_is_acknowledged_from_the_console(page: Page, h: RunningHost) -
     acked = page.get_by_test_id("acknowledged").locator(f'tr[data-alert="{alert_id}"]')
     expect(acked).to_contain_text("local developer (oid development)")
     expect(page.get_by_test_id("alerts").locator(f'tr[data-alert="{alert_id}"]')).to_have_count(0)
-    views = h.container.operator.alerts(50, acknowledged=True).items
-    assert [v["AlertId"] for v in views] == [alert_id]
+    views = h.container.operator.alerts(50, acknowledged=True).alerts
+    assert [v.AlertId for v in views] == [alert_id]
 
 
 def test_a_reader_is_told_why_they_cannot_acknowledge(browser: Browser, h: RunningHost) -> None:
@@ -280,7 +280,7 @@ def test_a_reader_is_told_why_they_cannot_acknowledge(browser: Browser, h: Runni
     pg.get_by_test_id("alerts").get_by_role("button", name="Acknowledge").first.click()
     expect(pg.get_by_test_id("ack-result")).to_contain_text(
         "lacks the app role 'Orders.Resubmit'")
-    assert h.container.operator.alerts(50, acknowledged=True).items == []
+    assert h.container.operator.alerts(50, acknowledged=True).alerts == []
     pg.context.close()
     assert foreign == []
 

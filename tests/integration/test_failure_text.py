@@ -154,7 +154,8 @@ def test_storage_failing_under_the_api_is_a_503_in_words(run_host: Any, failure:
     store = h.container.store
     for name in ("load", "get_state", "list_states", "order_ids_where"):
         monkeypatch.setattr(store, name, down)
-    monkeypatch.setattr(h.container.operator._alerts, "query_entities", down)
+    for name in ("recent", "of_order", "acknowledge"):
+        monkeypatch.setattr(h.container.operator._alerts, name, down)
     with httpx.Client(base_url=f"http://127.0.0.1:{h.port}/api", timeout=10,
                       headers=BOTH) as c:
         for method, path in [("GET", "/orders/f-1"), ("GET", "/orders"),
@@ -194,7 +195,7 @@ def test_every_failure_of_the_cli_is_one_line_in_words(
     accept("o-1")
     accept("bad-1")
     corrupt(h, "bad-1")
-    (alert,) = h.container.operator.alerts(5).items
+    (alert,) = h.container.operator.alerts(5).alerts
     api = f"http://127.0.0.1:{h.port}/api"
     as_reader = f"http://127.0.0.1:{reader.port}/api"
     nowhere = f"http://127.0.0.1:{free_port()}/api"
@@ -206,27 +207,27 @@ def test_every_failure_of_the_cli_is_one_line_in_words(
         ["status", "a/b"], ["list", "--state", "Lost"], ["list", "--continuation", "garbage"],
         ["rejected", "--continuation", "garbage"], ["resubmit", "f-1", "--reason", "x" * 2000],
         ["resubmit", "--state", "Pending"], ["resubmit", "--state", "Error", "--since", "soon"],
-        ["alerts", "ack", "nope"], ["alerts", "ack", alert["AlertId"], "--note", "x" * 600],
+        ["alerts", "ack", "nope"], ["alerts", "ack", alert.AlertId, "--note", "x" * 600],
         ["send"], ["send", "--connection-string", "garbage"], ["watch"],
         # conflict
         ["resubmit", "o-1"],
         # a record this version cannot read
         ["status", "bad-1"], ["trace", "bad-1"], ["resubmit", "bad-1"],
         # the API: signed out, without the role, refusing, unreachable
-        ["--api", api, "resubmit", "f-1"], ["--api", api, "alerts", "ack", alert["AlertId"]],
+        ["--api", api, "resubmit", "f-1"], ["--api", api, "alerts", "ack", alert.AlertId],
         ["--api", api, "resubmit", "--state", "Error"], ["--api", api, "health"],
         ["--api", as_reader, "resubmit", "f-1"],
-        ["--api", as_reader, "alerts", "ack", alert["AlertId"]],
+        ["--api", as_reader, "alerts", "ack", alert.AlertId],
         ["--api", as_reader, "resubmit", "--state", "Error", "--dry-run"],
         ["--api", nowhere, "resubmit", "f-1"], ["--api", nowhere, "health"],
         ["--api", "not a url", "resubmit", "f-1"],
     ]:
         _said(capsys, lambda args=args: orders(*args), " ".join(args)[:120])  # type: ignore[misc]
     # Acknowledged twice: the second is refused, naming the first.
-    assert orders("alerts", "ack", alert["AlertId"]) == 0
+    assert orders("alerts", "ack", alert.AlertId) == 0
     capsys.readouterr()
     assert "was acknowledged by" in _said(
-        capsys, lambda: orders("alerts", "ack", alert["AlertId"]), "ack twice", 1)
+        capsys, lambda: orders("alerts", "ack", alert.AlertId), "ack twice", 1)
 
 
 @pytest.mark.parametrize("args", [

@@ -19,8 +19,8 @@ import requests
 from azure.storage.queue import QueueServiceClient, TextBase64EncodePolicy
 
 from localrun.azurite import free_port
-from localrun.host import LocalFunctionHost
-from localrun.host_config import HOST_DEFAULT_THREAD_COUNT, HostConfigError
+from localrun.host.config import HOST_DEFAULT_THREAD_COUNT, HostConfigError
+from localrun.host.host import LocalFunctionHost
 from localrun.servicebus import LocalServiceBusChannel
 from tests.conftest import wait_until
 
@@ -237,11 +237,11 @@ def test_the_service_bus_stand_in_polls_as_often_as_a_push_would_deliver(
         app_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The Service Bus trigger is pushed each message over AMQP: its stand-in asks every 50 ms,
     idle or not, while a Storage queue's listener backs off up to maxPollingInterval (2 s)."""
-    import localrun.host_listeners
-    import localrun.host_polling
+    import localrun.host.listeners
+    import localrun.host.polling
 
     seen: list[float] = []
-    monkeypatch.setattr(localrun.host_listeners, "poll_loop",
+    monkeypatch.setattr(localrun.host.listeners, "poll_loop",
                         lambda *args, max_delay, **kw: seen.append(max_delay))
     app = func.FunctionApp()
 
@@ -263,4 +263,4 @@ def test_the_service_bus_stand_in_polls_as_often_as_a_push_would_deliver(
                    "maxPollingInterval": "00:00:02"}}}
     with _host(app, app_env(), host_json=host_json):
         wait_until(lambda: len(seen) == 2, timeout=10, message="both listeners polling")
-    assert sorted(seen) == [localrun.host_polling.SERVICE_BUS_POLL_SECONDS, 2.0] == [0.05, 2.0]
+    assert sorted(seen) == [localrun.host.polling.SERVICE_BUS_POLL_SECONDS, 2.0] == [0.05, 2.0]

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from localrun.azurite import free_port
-from localrun.host import LocalFunctionHost
-from localrun.host_http import HostKeys
+from localrun.host.host import LocalFunctionHost
+from localrun.host.http import HostKeys
 from tests.integration.conftest import RunningHost
 from tests.workflow import REGISTRY as TEST_FLOW
 

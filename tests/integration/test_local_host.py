@@ -18,11 +18,11 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import TableServiceClient
 from azure.storage.queue import QueueServiceClient, TextBase64EncodePolicy
 
-from localrun import host_polling
 from localrun.azurite import free_port
-from localrun.host import LocalFunctionHost
-from localrun.host_config import HostConfigError, QueueOptions
-from localrun.host_polling import receiver
+from localrun.host import polling
+from localrun.host.config import HostConfigError, QueueOptions
+from localrun.host.host import LocalFunctionHost
+from localrun.host.polling import receiver
 from localrun.metering import StorageMeter, all_metered, per_order_counts
 from localrun.servicebus import LocalServiceBusChannel
 from shared.domain.due_index import key_for
@@ -245,7 +245,7 @@ def test_an_output_binding_wakes_the_listener_on_its_queue_as_the_shared_watcher
         app_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # Every wait after an empty poll 30 s long: a message taken within seconds of the send was
     # taken because the output binding's send woke the listener on its queue.
-    monkeypatch.setattr(host_polling, "MIN_POLLING_INTERVAL", 30.0)
+    monkeypatch.setattr(polling, "MIN_POLLING_INTERVAL", 30.0)
     env = app_env()
     app = func.FunctionApp()
     taken = threading.Event()
@@ -365,13 +365,19 @@ def test_a_value_returned_without_a_return_binding_fails_the_invocation(app_env:
     assert host.stats.failures["returns"] == 1
 
 
-def test_the_timer_gets_its_schedule_status(run_host: Any, monkeypatch: Any) -> None:
+def test_the_timer_gets_its_schedule_status(app_env: Any) -> None:
     seen: list[Any] = []
-    import shared.entrypoints as ep
+    app = func.FunctionApp()
 
-    run_host(only={"supervisor"}, SupervisorSchedule="*/1 * * * * *")
-    monkeypatch.setattr(ep, "supervisor", lambda timer: seen.append(timer.schedule_status))
-    wait_until(lambda: len(seen) >= 2, timeout=10, message="two ticks")
+    @app.function_name("ticking")
+    @app.timer_trigger(arg_name="timer", schedule="%TickSchedule%", use_monitor=True)
+    def ticking(timer: func.TimerRequest) -> None:
+        seen.append(timer.schedule_status)
+
+    env = {**app_env(), "TickSchedule": "*/1 * * * * *"}
+    with LocalFunctionHost(app, settings=env, storage_connection=env["AzureWebJobsStorage"],
+                           host_json={"version": "2.0"}):
+        wait_until(lambda: len(seen) >= 2, timeout=10, message="two ticks")
     status = seen[-1]
     assert set(status) == {"Last", "Next", "LastUpdated"}
     assert status["Last"] is not None and status["Next"] > status["Last"]

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 import function_app
-from localrun.index import functions_of
+from localrun.host.index import functions_of
 from shared.contracts.openapi import openapi_document
 from shared.handlers.principal import READ_ROLE, RESUBMIT_ROLE
 from tests.integration.conftest import RunningHost

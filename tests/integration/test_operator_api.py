@@ -345,7 +345,7 @@ def test_operator_routes_need_an_identity_not_a_key(run_host: Any) -> None:
                              ("GET", "/rejected"), ("POST", "/orders/f-5/resubmit")]:
             r = httpx.request(method, base + path, headers=headers, timeout=10)
             assert r.status_code == 401 and "sign in" in r.json()["error"], (key, path)
-    assert h.container.operator.get("f-5")["ProcessState"] == "Error"  # nothing resubmitted
+    assert h.container.operator.get("f-5").ProcessState == "Error"  # nothing resubmitted
 
 
 def test_a_reader_reads_and_is_told_why_it_cannot_resubmit(run_host: Any) -> None:
@@ -360,7 +360,7 @@ def test_a_reader_reads_and_is_told_why_it_cannot_resubmit(run_host: Any) -> Non
     with api(h, RESUBMIT_ROLE) as c:  # resubmit alone does not read
         assert c.get("/orders/f-6").status_code == 403
         assert c.post("/orders/f-6/resubmit", json={"reason": "ok"}).status_code == 202
-    assert h.container.operator.get("f-6")["Resubmissions"] == 1
+    assert h.container.operator.get("f-6").Resubmissions == 1
 
 
 def test_locally_the_development_principal_has_the_roles_it_is_given(run_host: Any) -> None:

@@ -32,7 +32,7 @@ from azure.core.exceptions import HttpResponseError
 from azure.core.pipeline import PipelineResponse
 from azure.storage.queue import QueueClient, TextBase64EncodePolicy
 
-from localrun.index import functions_of
+from localrun.host.index import functions_of
 from shared import bootstrap
 from shared.adapters.remote_service import PermanentServiceError, RemoteServiceClient
 from shared.domain import budget

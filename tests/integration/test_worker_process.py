@@ -1,6 +1,6 @@
-"""The Python worker in a process of its own (localrun/worker.py), as in Azure: the host keeps its
-side of each message, the worker builds the value and runs the function, and whatever the worker
-does (fails, dies) ends in the host's known outcome for that trigger."""
+"""The Python worker in a process of its own (localrun/host/worker.py), as in Azure: the host
+keeps its side of each message, the worker builds the value and runs the function, and whatever
+the worker does (fails, dies) ends in the host's known outcome for that trigger."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import requests
 from azure.storage.queue import QueueClient, TextBase64EncodePolicy
 
 from localrun.azurite import free_port
-from localrun.host import LocalFunctionHost
+from localrun.host.host import LocalFunctionHost
+from localrun.host.worker import InvocationFailed, WorkerProcess
 from localrun.metering import StorageMeter
-from localrun.worker import InvocationFailed, WorkerProcess
 from tests.conftest import wait_until
 from tests.integration import worker_app
 

@@ -39,7 +39,7 @@ def test_an_order_naming_the_second_workflow_follows_its_steps(pipeline: Pipelin
     assert _answer(pipeline, "EmailRequestsQueueName")["step"] == "send_download_link"
     assert state(pipeline, "d-1")["ProcessState"] == "Processed"
     view = pipeline.container.operator.get("d-1")  # as the API, the CLI and the console show it
-    assert (view["Workflow"], view["WorkflowVersion"]) == ("digital-delivery", 1)
+    assert (view.Workflow, view.WorkflowVersion) == ("digital-delivery", 1)
 
 
 def test_a_step_without_an_undo_is_not_undone_and_the_one_before_it_is(

@@ -71,7 +71,7 @@ from shared.workflows.orders.message import parse_order
 from tests.conftest import FakeClock
 from tests.fakes import (
     Crash,
-    FakeAlertSink,
+    FakeAlertStore,
     FakeOrderStore,
     FakeQueues,
     FakeRejections,
@@ -183,7 +183,7 @@ class PipelineMachine(RuleBasedStateMachine):
         self.plan: FaultPlan | None = None
         self.draw_outcome: Any = None
         self.queues = FakeQueues(self.clock, self.fault)
-        self.alerts = FakeAlertSink(self.fault)
+        self.alerts = FakeAlertStore(self.fault)
         self.model = ModelServices()
         # The first step's budget is shorter than the pending grace: a claim makes the order due
         # earlier than intake filed it, so the search meets the index's re-filing too.
@@ -210,7 +210,7 @@ class PipelineMachine(RuleBasedStateMachine):
         # As bootstrap wires it: intake hands its start to the Scheduler in-process.
         self.intake = IntakeHandler(
             store=self.store, rejections=FakeRejections(self.fault), alerts=self.alerts,
-            relay=relay.handing_commands_to(self.scheduler), workflows=self.workflows,
+            relay=relay, scheduler=self.scheduler, workflows=self.workflows,
             reply_allowed=lambda q: True, clock=self.clock)
         self.ticks = FakeTickLog(self.fault)
         self.supervisor = Supervisor(store=self.store, ticks=self.ticks, relay=relay,
@@ -218,8 +218,9 @@ class PipelineMachine(RuleBasedStateMachine):
                                      policy=self.policy, workflows=self.workflows,
                                      clock=self.clock)
         self.operator = Operator(
-            store=self.store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
-            health=HealthProbe({}), pending_grace=self.policy.pending_grace, clock=self.clock)
+            store=self.store, relay=relay, alerts=self.alerts,
+            rejections=FakeRejections(self.fault), health=HealthProbe({}),
+            pending_grace=self.policy.pending_grace, clock=self.clock)
         self.agents = {
             name: Agent(
                 name=name, client=ModelClient(name, self.model, self),  # type: ignore[arg-type]

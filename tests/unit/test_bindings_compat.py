@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from azure.functions.servicebus import ServiceBusMessageInConverter
 
-from localrun import triggers
+from localrun.host import triggers
 from shared import bindings_compat
 
 

@@ -16,6 +16,7 @@ from shared.domain.outages import KEEP_GAPS, Gap, TickLog
 from shared.domain.resubmission import resubmit
 from shared.domain.state import (
     CompensationState,
+    Delivery,
     OrderState,
     ProcessState,
     RetryPolicy,
@@ -126,7 +127,7 @@ def _largest(limit: int) -> dict[str, str]:
 def _refused_charge(error: str) -> OrderState:
     """The widest record's path to its failure: reserved, then the charge refused."""
     s = receive(LONGEST_ID, WF, T0, reply_to="r" * 63)
-    s = claim(s, "s1", T0, WF, s.outbox_seq).state
+    s = claim(s, "s1", T0, WF, Delivery(s.outbox_seq)).state
     s = _reply(s, "reserve_inventory", Action.DO)
     return _reply(s, "charge_payment", Action.DO, error)
 

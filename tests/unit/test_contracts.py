@@ -179,7 +179,7 @@ def test_the_asyncapi_check_catches_a_broken_document(break_it: Any) -> None:
 
 def test_the_asyncapi_document_names_every_queue_the_app_binds() -> None:
     import function_app
-    from localrun.index import functions_of
+    from localrun.host.index import functions_of
 
     bound = {b.get("queueName") for f in functions_of(function_app.app) for b in f.bindings
              if b.get("queueName")}

@@ -181,8 +181,10 @@ def _options(parser: argparse.ArgumentParser) -> tuple[set[str], set[str]]:
 
 @cache
 def localrun_cli() -> Cli:
-    from localrun import bench, demo, rolling
+    from localrun import demo
     from localrun.__main__ import main
+    from localrun.bench import bench
+    from localrun.rolling import rolling
 
     top = parser_of(main, ["host"])
     (sub,) = (a for a in top._actions if isinstance(a, argparse._SubParsersAction))

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 import function_app
-from localrun.index import functions_of
+from localrun.host.index import functions_of
 from tests.conftest import ROOT
 
 
@@ -52,7 +52,7 @@ def test_supervisor_is_a_timer_on_a_setting() -> None:
 
 def test_the_simulated_services_are_indexed_only_when_they_are_on() -> None:
     """A deployment without SimulatorsEnabled has no fault-injecting route at all."""
-    script = ("import function_app; from localrun.index import functions_of; "
+    script = ("import function_app; from localrun.host.index import functions_of; "
               "print(sorted(f.name for f in functions_of(function_app.app)))")
     names = {}
     for on in ("true", "false"):

@@ -6,7 +6,7 @@ import json
 import re
 
 import function_app
-from localrun.index import functions_of
+from localrun.host.index import functions_of
 from shared.settings import Settings, load_settings
 from tests.conftest import ROOT
 

@@ -13,7 +13,7 @@ from shared.domain.workflow import Registry, UnknownWorkflow
 from shared.handlers.relay import EffectRelay
 from shared.handlers.scheduler import DEFER, Outcome, Queues, Scheduler
 from tests.conftest import FakeClock
-from tests.fakes import FakeAlertSink, FakeOrderStore, FakeQueues, accepted
+from tests.fakes import FakeAlertStore, FakeOrderStore, FakeQueues, accepted
 from tests.workflow import FLOW
 
 COMMANDS, REPLIES = "scheduler-commands", "agent-responses"
@@ -23,7 +23,7 @@ def scheduler() -> tuple[FakeClock, FakeOrderStore, FakeQueues, Scheduler]:
     clock, store = FakeClock(), FakeOrderStore()
     queues = FakeQueues(clock)
     registry = Registry.of([FLOW])
-    relay = EffectRelay(store=store, sender=queues, alerts=FakeAlertSink(), workflows=registry,
+    relay = EffectRelay(store=store, sender=queues, alerts=FakeAlertStore(), workflows=registry,
                         agent_queues={"alpha": "a", "beta": "b", "gamma": "c"},
                         scheduler_queue=COMMANDS, clock=clock)
     return clock, store, queues, Scheduler(instance_id="old", store=store, relay=relay,

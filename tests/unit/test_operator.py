@@ -23,9 +23,10 @@ from shared.handlers.relay import EffectRelay
 from shared.workflows.orders.message import parse_order
 from tests.conftest import FakeClock
 from tests.fakes import (
-    FakeAlertSink,
+    FakeAlertStore,
     FakeOrderStore,
     FakeQueues,
+    FakeRejections,
     StorageDown,
     supervisor_over_fakes,
 )
@@ -36,11 +37,12 @@ T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
 def operator_over(store: FakeOrderStore, clock: FakeClock, workflows: Registry | None = None,
                   customer_columns: Sequence[str] = ()) -> Operator:
-    """The operator over the fake store (no alerts or rejections tables: none is read here)."""
-    relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=FakeAlertSink(),
+    """The operator over the fake stores."""
+    alerts = FakeAlertStore()
+    relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=alerts,
                         workflows=workflows or Registry.of([WF]), agent_queues={},
                         scheduler_queue="cmds", clock=clock)
-    return Operator(store=store, relay=relay, alerts=None, rejected=None,  # type: ignore[arg-type]
+    return Operator(store=store, relay=relay, alerts=alerts, rejections=FakeRejections(),
                     health=HealthProbe({}), pending_grace=timedelta(seconds=30), clock=clock,
                     customer_columns=customer_columns)
 
@@ -116,7 +118,7 @@ def test_a_newer_releases_record_is_not_resubmitted_by_this_one() -> None:
         op.resubmit("o-9", "try again")
     assert store.states["o-9"] == before and store.states["o-9"].version == before.version
     store.states["o-9"] = dataclasses.replace(before, schema_version=SCHEMA_VERSION)
-    assert op.resubmit("o-9", "try again")["ProcessState"] == "Pending"  # its own: as ever
+    assert op.resubmit("o-9", "try again").ProcessState == "Pending"  # its own: as ever
 
 
 def test_a_search_by_customer_reads_the_columns_the_message_models_name() -> None:
@@ -131,7 +133,7 @@ def test_a_search_by_customer_reads_the_columns_the_message_models_name() -> Non
     store = FakeOrderStore()
     op = operator_over(store, clock, customer_columns=Registry.of([WF]).customer_columns)
     with pytest.raises(ValueError, match="names a customer"):
-        op.list(None, 10, None, customer="c-1")
+        op.orders(None, 10, None, customer="c-1")
 
 
 def test_a_search_by_customer_leaves_out_an_unreadable_record_as_a_listing_does() -> None:
@@ -145,8 +147,8 @@ def test_a_search_by_customer_leaves_out_an_unreadable_record_as_a_listing_does(
     store.order_ids_where = (  # type: ignore[method-assign]
         lambda column, value, limit: (["s-1", "s-2"], True))
     op = operator_over(store, clock, customer_columns=["CustomerId"])
-    page = op.list(None, 10, None, customer="c-9")
-    assert [o["OrderID"] for o in page.items] == ["s-2"]
+    page = op.orders(None, 10, None, customer="c-9")
+    assert [o.OrderID for o in page.orders] == ["s-2"]
 
 
 def test_a_search_by_customer_says_when_it_found_more_than_it_shows() -> None:
@@ -159,13 +161,13 @@ def test_a_search_by_customer_says_when_it_found_more_than_it_shows() -> None:
                                     "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
         store.create(o, receive(oid, WF, T0))
     op = operator_over(store, clock, customer_columns=["CustomerId"])
-    two = op.list(None, 2, None, customer="c-7")
-    assert [o["OrderID"] for o in two.items] == ["m-1", "m-2"] and two.truncated
-    three = op.list(None, 3, None, customer="c-7")
-    assert len(three.items) == 3 and not three.truncated
+    two = op.orders(None, 2, None, customer="c-7")
+    assert [o.OrderID for o in two.orders] == ["m-1", "m-2"] and two.truncated
+    three = op.orders(None, 3, None, customer="c-7")
+    assert len(three.orders) == 3 and not three.truncated
     # A state narrows what is shown, not what was searched: still said.
-    assert op.list("Pending", 2, None, customer="c-7").truncated
-    assert not op.list(None, 10, None, prefix="m-").truncated  # listings page instead
+    assert op.orders("Pending", 2, None, customer="c-7").truncated
+    assert not op.orders(None, 10, None, prefix="m-").truncated  # listings page instead
 
 
 def test_an_order_of_a_version_the_app_no_longer_runs_is_not_resubmitted() -> None:
@@ -190,7 +192,7 @@ def test_an_order_of_a_version_the_app_no_longer_runs_is_not_resubmitted() -> No
         op.resubmit("o-v1", "try again")
     assert store.states["o-v1"] == before
     bulk = op.resubmit_many(BulkResubmitRequest(dry_run=True), "ops")
-    assert bulk["Items"] == [] and bulk["Skipped"] == 1
+    assert bulk.Items == [] and bulk.Skipped == 1
     # The other way round, mid-rollout: an order of a version above this release's is the
     # newer release's to resubmit, and the operator is told so.
     v2 = dataclasses.replace(WF, version=2)

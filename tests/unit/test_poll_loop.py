@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from localrun import host_polling
-from localrun.host_polling import ListenerBackoff, poll_loop, queue_batches, up_to
+from localrun.host import polling
+from localrun.host.polling import ListenerBackoff, poll_loop, queue_batches, up_to
 from tests.conftest import wait_until
 
 
@@ -105,7 +105,7 @@ def test_the_listener_back_off_is_randomised_by_a_fifth_either_way() -> None:
 def test_a_notice_from_the_shared_queue_watcher_ends_the_listeners_wait(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Every wait 30 s long: a receive that comes sooner was woken by the notice.
-    monkeypatch.setattr(host_polling, "MIN_POLLING_INTERVAL", 30.0)
+    monkeypatch.setattr(polling, "MIN_POLLING_INTERVAL", 30.0)
     calls: list[int] = []
     in_receive, finish_receive = threading.Event(), threading.Event()
 

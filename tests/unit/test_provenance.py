@@ -18,7 +18,7 @@ from shared.domain.state import OrderState
 from shared.domain.workflow import Registry
 from shared.handlers.agent import Agent, AgentRetryPolicy, Records
 from tests.conftest import FakeClock
-from tests.fakes import FakeAlertSink, FakeOrderStore, in_flight
+from tests.fakes import FakeAlertStore, FakeOrderStore, in_flight
 from tests.workflow import FLOW
 
 CLOCK = FakeClock()
@@ -145,7 +145,7 @@ class Service:
         return {"status": "applied"}
 
 
-def agent_over(store: FakeOrderStore, alerts: FakeAlertSink, service: Service) -> Agent:
+def agent_over(store: FakeOrderStore, alerts: FakeAlertStore, service: Service) -> Agent:
     return Agent(name="beta", client=service,  # type: ignore[arg-type]
                  policy=AgentRetryPolicy(0.1, 1, 5), breaker=CircuitBreaker("beta", 100, 1),
                  clock=CLOCK, records=Records(store, Registry.of([FLOW]), alerts),
@@ -153,7 +153,7 @@ def agent_over(store: FakeOrderStore, alerts: FakeAlertSink, service: Service) -
 
 
 def test_a_forged_request_is_not_done_and_the_operator_is_told_once() -> None:
-    store, alerts, service = FakeOrderStore(), FakeAlertSink(), Service()
+    store, alerts, service = FakeOrderStore(), FakeAlertStore(), Service()
     in_flight(store, "o-1", "take", CLOCK.now)  # processing; nothing compensating
     agent = agent_over(store, alerts, service)
     refund = req("undo", attempt=2).to_json()
@@ -165,14 +165,14 @@ def test_a_forged_request_is_not_done_and_the_operator_is_told_once() -> None:
 
 
 def test_a_stale_request_is_dropped_without_an_alert() -> None:
-    store, alerts, service = FakeOrderStore(), FakeAlertSink(), Service()
+    store, alerts, service = FakeOrderStore(), FakeAlertStore(), Service()
     in_flight(store, "o-1", "take", CLOCK.now, attempt=2)
     assert agent_over(store, alerts, service).handle(req(attempt=1).to_json()) is None
     assert service.calls == [] and alerts.alerts == {}
 
 
 def test_the_service_is_sent_the_order_as_stored_not_as_the_request_carries_it() -> None:
-    store, alerts, service = FakeOrderStore(), FakeAlertSink(), Service()
+    store, alerts, service = FakeOrderStore(), FakeAlertStore(), Service()
     in_flight(store, "o-1", "take", CLOCK.now)
     reply = agent_over(store, alerts, service).handle(req().to_json())
     assert reply is not None and reply.outcome == "ok"
@@ -190,7 +190,7 @@ def test_a_reply_the_app_never_asked_for_is_refused_and_the_operator_told_once()
     from shared.handlers.scheduler import Outcome, Queues, Scheduler
     from tests.fakes import FakeQueues, accepted
 
-    clock, store, alerts = FakeClock(), FakeOrderStore(), FakeAlertSink()
+    clock, store, alerts = FakeClock(), FakeOrderStore(), FakeAlertStore()
     queues = FakeQueues(clock)
     registry = Registry.of([FLOW])
     relay = EffectRelay(store=store, sender=queues, alerts=alerts, workflows=registry,
@@ -232,7 +232,7 @@ def test_a_made_up_command_cannot_drop_an_alert_that_never_went() -> None:
         if down["alerts"] and op == "alerts.raise":
             raise StorageDown("the alerts table")
 
-    alerts = FakeAlertSink(fault=fault)
+    alerts = FakeAlertStore(fault=fault)
     policy = RetryPolicy(1, exponential_backoff(timedelta(seconds=1), timedelta(seconds=2)),
                          pending_grace=timedelta(seconds=10), outage_gap=timedelta(days=1))
     supervisor = supervisor_over_fakes(store, clock, policy, alerts=alerts)

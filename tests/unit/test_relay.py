@@ -1,70 +1,78 @@
-"""The relay's in-process hand-over: which commands it gives the Scheduler and which it sends."""
+"""The relay: which commands it holds back for intake to hand the Scheduler, which it sends."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 from shared.domain.effects import SendCommand
-from shared.domain.messages import CommandKind, SchedulerCommand
+from shared.domain.messages import Arrival, CommandKind, SchedulerCommand
 from shared.domain.workflow import Registry
 from shared.handlers.relay import EffectRelay, Known
 from tests.conftest import FakeClock
-from tests.fakes import FakeAlertSink, FakeOrderStore, FakeQueues, accepted
+from tests.fakes import FakeAlertStore, FakeOrderStore, FakeQueues, FakeRejections, accepted
 from tests.workflow import FLOW
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 ORDER = {"order_id": "o-1", "customer_id": "c"}
 
 
-class Taker:
-    def __init__(self) -> None:
-        self.taken: list[tuple[SchedulerCommand, Known | None]] = []
-
-    def take(self, cmd: SchedulerCommand, known: Known | None = None, *,
-             redelivered: bool = False, handed_over: bool = False) -> None:
-        assert handed_over  # the relay says it carried out the outbox the command came from
-        self.taken.append((cmd, known))
-
-
-def relays() -> tuple[EffectRelay, EffectRelay, FakeQueues, Taker, FakeOrderStore]:
+def relay() -> tuple[EffectRelay, FakeQueues, FakeOrderStore]:
     clock = FakeClock(NOW)
-    queues, taker, store = FakeQueues(clock), Taker(), FakeOrderStore()
-    relay = EffectRelay(store=store, sender=queues, alerts=FakeAlertSink(),
-                        workflows=Registry.of([FLOW]), agent_queues={},
-                        scheduler_queue="cmds",
-                        clock=clock)
-    return relay, relay.handing_commands_to(taker), queues, taker, store
+    queues, store = FakeQueues(clock), FakeOrderStore()
+    return EffectRelay(store=store, sender=queues, alerts=FakeAlertStore(),
+                       workflows=Registry.of([FLOW]), agent_queues={}, scheduler_queue="cmds",
+                       clock=clock), queues, store
 
 
-def test_a_command_due_now_goes_to_the_scheduler_with_the_record_and_order_in_hand() -> None:
-    plain, handing, queues, taker, store = relays()
+def test_a_command_due_now_is_held_back_for_the_caller_when_asked() -> None:
+    r, queues, store = relay()
     state = accepted(store, "o-1", NOW)
-    handing.carry_out(state, ORDER)
-    assert queues.sent == []
-    ((cmd, known),) = taker.taken
-    assert (cmd.kind, cmd.order_id, cmd.outbox_seq) == (CommandKind.START, "o-1",
-                                                       state.outbox_seq)
-    assert known == Known(state, ORDER)
-    # The relay it came from is unchanged: it still sends.
-    plain.carry_out(state, ORDER)
-    assert [q for q, _ in queues.sent] == ["cmds"] and len(taker.taken) == 1
-
-
-def test_without_the_order_in_hand_the_scheduler_reads_it_itself() -> None:
-    _, handing, queues, taker, store = relays()
-    handing.carry_out(accepted(store, "o-1", NOW))
-    ((_, known),) = taker.taken
-    assert known is None and queues.sent == []
+    carried = r.carry_out(state, ORDER, hold_command=True)
+    assert queues.sent == [] and carried.state == state
+    assert carried.held is not None
+    assert (carried.held.kind, carried.held.order_id, carried.held.outbox_seq) == (
+        CommandKind.START, "o-1", state.outbox_seq)
+    # Not asked, it sends.
+    assert r.carry_out(state, ORDER).held is None
+    assert [q for q, _ in queues.sent] == ["cmds"]
 
 
 def test_a_command_that_must_wait_goes_through_the_queue() -> None:
-    _, handing, queues, taker, store = relays()
+    r, queues, store = relay()
     state = accepted(store, "o-1", NOW)
     state.outbox = [SendCommand(command=CommandKind.START, reason="backoff",
                                 not_before=NOW + timedelta(seconds=30))]
-    handing.carry_out(state, ORDER)
-    assert taker.taken == [] and [q for q, _ in queues.sent] == ["cmds"]
+    assert r.carry_out(state, ORDER, hold_command=True).held is None
+    assert [q for q, _ in queues.sent] == ["cmds"]
     assert queues.queues["cmds"][0].visible_at == NOW + timedelta(seconds=30)
+
+
+def test_intake_hands_the_held_command_to_the_scheduler_with_the_record_in_hand() -> None:
+    """The Service Bus message, redelivered until intake returns, keeps the start command:
+    it is taken in the same invocation, as handed over (its outbox's alerts and statuses are
+    known to have gone), with the record and order as intake saved them."""
+    import json
+
+    from shared.handlers.intake import IntakeHandler
+
+    r, queues, store = relay()
+    taken: list[tuple[SchedulerCommand, Known | None, Arrival]] = []
+
+    class Taker:
+        def take(self, cmd: SchedulerCommand, known: Known | None = None, *,
+                 arrival: Arrival = Arrival.QUEUED) -> None:
+            taken.append((cmd, known, arrival))
+
+    intake = IntakeHandler(store=store, rejections=FakeRejections(), alerts=FakeAlertStore(),
+                           relay=r, scheduler=Taker(), workflows=Registry.of([FLOW]),
+                           reply_allowed=lambda q: True, clock=FakeClock(NOW))
+    body = {"order_id": "o-1", "customer_id": "c",
+            "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}
+    intake.handle("m-1", json.dumps(body).encode())
+    ((cmd, known, arrival),) = taken
+    assert (cmd.kind, cmd.order_id, arrival) == (CommandKind.START, "o-1", Arrival.HANDED_OVER)
+    assert known is not None and known.state == store.get_state("o-1")
+    assert known.order["order_id"] == "o-1" and queues.sent == []
 
 
 def test_a_status_update_the_role_refuses_does_not_stop_the_orders_work() -> None:
@@ -85,7 +93,7 @@ def test_a_status_update_the_role_refuses_does_not_stop_the_orders_work() -> Non
                 raise QueueRefused(f"the app may not send to queue {queue!r}")
             queues.send(queue, body, delay)
 
-    relay = EffectRelay(store=store, sender=Refusing(), alerts=FakeAlertSink(),
+    relay = EffectRelay(store=store, sender=Refusing(), alerts=FakeAlertStore(),
                         workflows=Registry.of([FLOW]),
                         agent_queues={"alpha": "a", "beta": "b", "gamma": "c"},
                         scheduler_queue="cmds", clock=clock)
@@ -94,6 +102,6 @@ def test_a_status_update_the_role_refuses_does_not_stop_the_orders_work() -> Non
     stored = store.create(o, receive("o-1", FLOW, NOW, "partner-x"))
     claimed = store.save(claim(stored, "s1", NOW, FLOW).state)
     assert claimed.outbox and claimed.dispatch_unconfirmed
-    done = relay.carry_out(claimed, ORDER)
+    done = relay.carry_out(claimed, ORDER).state
     assert [q for q, _ in queues.sent] == ["a"]  # the first step's request, and no status
     assert not done.dispatch_unconfirmed

@@ -12,6 +12,7 @@ from shared.domain.messages import Action, AgentReply, CommandKind, ReplyOutcome
 from shared.domain.resubmission import resubmit
 from shared.domain.state import (
     CompensationState,
+    Delivery,
     IllegalTransition,
     OrderState,
     ProcessState,
@@ -84,7 +85,7 @@ def sup(state: OrderState, now: datetime):  # type: ignore[no-untyped-def]
 
 def start(state: OrderState, now: datetime = T0, by: str = "s1") -> OrderState:
     """Claim with the start command the record's own outbox sent."""
-    return claim(state, by, now, WF, state.outbox_seq).state
+    return claim(state, by, now, WF, Delivery(state.outbox_seq)).state
 
 
 def claimed() -> OrderState:
@@ -410,10 +411,10 @@ def test_a_transition_not_proven_by_the_outbox_it_replaces_carries_its_alerts_an
     s = fresh()
     # A start command from elsewhere (a duplicate, an older rescue): "received" may never have
     # gone out, so it goes with the claim's outbox, under its own id.
-    t = claim(s, "s1", T0, WF, seq=None)
+    t = claim(s, "s1", T0, WF, Delivery(None))
     assert events(t) == ["received"] and t.state.outbox[0] == s.outbox[0]
     # The record's own start command shows "received" went before it.
-    assert events(claim(s, "s1", T0, WF, seq=s.outbox_seq)) == []
+    assert events(claim(s, "s1", T0, WF, Delivery(s.outbox_seq))) == []
     # A reply to an older outbox proves nothing of the newest one.
     s = claimed()
     failed = apply_reply(s, refused(s, "hold"), "s1", T0, WF).state

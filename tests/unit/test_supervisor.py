@@ -10,7 +10,7 @@ from shared.domain.alerts import AlertKind
 from shared.domain.state import OrderState, RetryPolicy, exponential_backoff
 from shared.handlers.supervisor import FAILING_TICKS_BEFORE_ALERT, Supervisor
 from tests.conftest import FakeClock
-from tests.fakes import FakeAlertSink, FakeOrderStore, StorageDown, accepted, supervisor_over_fakes
+from tests.fakes import FakeAlertStore, FakeOrderStore, StorageDown, accepted, supervisor_over_fakes
 
 
 class SaveFails(FakeOrderStore):
@@ -26,9 +26,9 @@ class SaveFails(FakeOrderStore):
         return super().save(state, move=move)
 
 
-def setup() -> tuple[FakeClock, SaveFails, FakeAlertSink, Supervisor]:
+def setup() -> tuple[FakeClock, SaveFails, FakeAlertStore, Supervisor]:
     clock = FakeClock()
-    store, alerts = SaveFails(), FakeAlertSink()
+    store, alerts = SaveFails(), FakeAlertStore()
     policy = RetryPolicy(3, exponential_backoff(timedelta(seconds=1), timedelta(seconds=4)),
                          pending_grace=timedelta(seconds=30), rescue_threshold=100)
     return clock, store, alerts, supervisor_over_fakes(store, clock, policy, alerts=alerts)

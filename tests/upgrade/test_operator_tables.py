@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from shared.adapters.tick_log import TableTickLog
 from shared.domain.alerts import AlertKind
@@ -62,6 +63,11 @@ def at(value: str) -> datetime:
     return datetime.fromisoformat(value)
 
 
+def plain(view: BaseModel) -> Any:
+    """A view as the API sends it."""
+    return view.model_dump(mode="json")
+
+
 # -- alerts ---------------------------------------------------------------------------------
 
 
@@ -79,15 +85,15 @@ def test_old_alert_rows_are_listed_by_the_api_the_cli_and_the_console(
         return sorted((v["Kind"], v["OrderID"], v["Step"], v["Reason"], at(v["RaisedAt"]))
                       for v in views if v["OrderID"] == fx["order_id"])
 
-    listed = op.alerts(limit=50).items
+    listed = plain(op.alerts(limit=50))["alerts"]
     assert seen(listed) == wanted
     json.dumps(listed)  # the API's body as it is sent
-    assert seen(op.alerts_for(fx["order_id"])) == wanted
-    overview = op.overview()
+    assert seen([plain(a) for a in op.alerts_for(fx["order_id"])]) == wanted
+    overview = plain(op.overview())
     assert seen(overview["Alerts"]) == wanted
     # A later day's list still reaches them (one partition a day, seven days back).
     pipeline.clock.now += timedelta(days=6)
-    assert seen(op.alerts(limit=50).items) == wanted
+    assert seen(plain(op.alerts(limit=50))["alerts"]) == wanted
 
 
 # The first release's alert row keys end in 8 hex digits (a random part), today's in 12: the
@@ -99,14 +105,14 @@ def test_old_alert_rows_can_be_acknowledged_by_the_id_they_are_listed_with(
     rows = install(pipeline, fx)
     op = pipeline.container.operator
     pipeline.clock.now = at(fx["now"]) + timedelta(hours=1)
-    listed = [a for a in op.alerts(limit=50).items if a["OrderID"] == fx["order_id"]]
+    listed = [a for a in plain(op.alerts(limit=50))["alerts"] if a["OrderID"] == fx["order_id"]]
     assert len(listed) == len(rows)
     for a in listed:
         acked = op.acknowledge(a["AlertId"], "operator@example.com", "seen after the upgrade")
-        assert acked["AcknowledgedBy"] == "operator@example.com"
-    assert {a["AlertId"] for a in op.alerts(limit=50, acknowledged=True).items} == \
+        assert acked.AcknowledgedBy == "operator@example.com"
+    assert {a.AlertId for a in op.alerts(limit=50, acknowledged=True).alerts} == \
         {a["AlertId"] for a in listed}
-    assert not [a for a in op.overview()["Alerts"] if a["OrderID"] == fx["order_id"]]
+    assert not [a for a in op.overview().Alerts if a.OrderID == fx["order_id"]]
 
 
 # The tests above read only the kinds the fixtures hold: four kinds once had no row here
@@ -132,21 +138,21 @@ def test_old_rejected_rows_are_listed_paged_and_found(path: Path, pipeline: Pipe
     pipeline.clock.now = at(fx["now"]) + timedelta(hours=1)
     wanted = sorted((r["MessageId"], r["Kind"], r["Reason"], r["RejectedAt"]) for r in rows)
 
-    assert _rejected_seen(op.rejected(50).items) == wanted
+    assert _rejected_seen(plain(op.rejected(50))["rejected"]) == wanted
     # Page by page, as `orders rejected --limit 1` and the API's continuation go.
     paged: list[dict[str, Any]] = []
     token = None
     for _ in range(len(rows) + 2):
         page = op.rejected(1, token)
-        paged += page.items
+        paged += plain(page)["rejected"]
         token = page.continuation
         if not token:
             break
     assert _rejected_seen(paged) == wanted
     for r in rows:
         found = op.rejection(r["MessageId"])
-        assert found is not None and found["Reason"] == r["Reason"], r["MessageId"]
-    assert _rejected_seen(op.overview()["Rejected"]) == wanted
+        assert found is not None and found.Reason == r["Reason"], r["MessageId"]
+    assert _rejected_seen(plain(op.overview())["Rejected"]) == wanted
 
 
 # The first release keyed a rejected row by a content digest; expiry's second range (below any
@@ -164,7 +170,7 @@ def test_old_rejected_rows_are_kept_for_their_retention_then_expire(
     # Within its retention, a new rejection leaves the old rows listed.
     p.clock.now = rejected_at + timedelta(days=29)
     intake.handle("m-later", b"not an order")
-    ids = {v["MessageId"] for v in op.rejected(50).items}
+    ids = {v.MessageId for v in op.rejected(50).rejected}
     assert ids == {*(r["MessageId"] for r in rows), "m-later"}
 
     # Past it, the next rejection recorded deletes them; the newer one stays.

@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from localrun.bench_ceiling import Ceiling
-from localrun.bench_driver import (
+from localrun.bench.ceiling import Ceiling
+from localrun.bench.driver import (
     ROOT,
     STEADY_RATE,
     TICKS,
@@ -263,7 +263,7 @@ class Bench(Ceiling):
 
         import function_app
         from localrun.appsettings import local_app_settings as template
-        from localrun.host import LocalFunctionHost
+        from localrun.host.host import LocalFunctionHost
         from orderctl.samples import sample_orders
         from orderctl.senders import LocalSender
         from shared import bootstrap

@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from localrun.bench_driver import BATCH, ROLE_NAMES, STEADY_RATE, TARGETS, Run, percentile
-from localrun.cost import METERS, VOLUMES, money
+from localrun.bench.cost import METERS, VOLUMES, money
+from localrun.bench.driver import BATCH, ROLE_NAMES, STEADY_RATE, TARGETS, Run, percentile
 from localrun.metering import (
     SERVICE_BUS_STAND_IN,
 )

@@ -12,10 +12,10 @@ the real host reads) and drives it against Azurite the way the host would:
   back-off (an SDK send from inside a function does not: the host cannot see it);
 - timer triggers on six-field NCRONTAB schedules;
 - HTTP triggers on ``http://127.0.0.1:<port>/api/<route>``;
-- the Service Bus trigger, fed from the local channel (see servicebus.py), ``maxConcurrentCalls``
-  at once, each message locked for the queue's lock duration and the lock renewed while its
-  function runs (up to ``maxAutoLockRenewalDuration``); redelivered at once on failure,
-  dead-lettered after ``max_delivery_count``.
+- the Service Bus trigger, fed from the local channel (see localrun/servicebus.py),
+  ``maxConcurrentCalls`` at once, each message locked for the queue's lock duration and the lock
+  renewed while its function runs (up to ``maxAutoLockRenewalDuration``); redelivered at once on
+  failure, dead-lettered after ``max_delivery_count``.
 
 Every trigger value is built as the worker builds it, from host-shaped data and trigger metadata
 through the library's converters (triggers.py), and every synchronous invocation runs on one
@@ -23,10 +23,9 @@ shared thread pool of ``PYTHON_THREADPOOL_THREAD_COUNT`` threads, as in the work
 
 ``%Name%`` in a binding resolves from the settings, and a missing one is an error, as in the host.
 
-The host in modules: host_config.py (host.json and the settings it checks), host_state.py (what
-is under way), host_polling.py and host_listeners.py (the queue, Service Bus and timer triggers),
-host_http.py (the HTTP triggers and their keys); this one starts and stops them and runs each
-invocation.
+The host in modules: config.py (host.json and the settings it checks), state.py (what is under
+way), polling.py and listeners.py (the queue, Service Bus and timer triggers), http.py (the HTTP
+triggers and their keys); this one starts and stops them and runs each invocation.
 """
 
 from __future__ import annotations
@@ -43,40 +42,55 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import CancelledError, ThreadPoolExecutor
 from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import azure.functions as func
 from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.queue import QueueServiceClient, TextBase64EncodePolicy
 
-from localrun.host_config import (
+from localrun.host.config import (
     HostConfigError,
     QueueOptions,
     ServiceBusOptions,
     thread_count,
 )
-from localrun.host_http import HostKeys, serve_http
-from localrun.host_listeners import Held, MessageLog, TriggerListeners
-from localrun.host_polling import ensure_queue
-from localrun.host_state import HostStats, HostStopping
-from localrun.index import IndexedFunction as _Function
-from localrun.index import functions_of
-from localrun.triggers import TriggerData
+from localrun.host.http import HostKeys, serve_http
+from localrun.host.index import IndexedFunction as _Function
+from localrun.host.index import functions_of
+from localrun.host.listeners import Held, MessageLog, TriggerListeners
+from localrun.host.polling import ensure_queue
+from localrun.host.state import HostStats, HostStopping, running
+from localrun.host.triggers import TriggerData
 from shared.adapters.storage import pooled_transport
-
-if TYPE_CHECKING:
-    from localrun.worker import WorkerProcess
 
 log = logging.getLogger("localrun.host")
 _SETTING = re.compile(r"%([^%]+)%")
 
 
-_current = threading.local()
+class InvocationOutcome(Protocol):
+    """How an invocation in a worker process ended (worker.py's Outcome)."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def cpu_seconds(self) -> float: ...
+
+    @property
+    def outputs(self) -> Mapping[str, Any]: ...
+
+    def result(self) -> Any: ...
 
 
-def current_function() -> str | None:
-    """The function this thread is running for the local host, if any (for metering)."""
-    return getattr(_current, "function", None)
+class Worker(Protocol):
+    """What the host asks of the Python worker in a process of its own (worker.py's
+    WorkerProcess, which imports this module to run the functions: it is not imported here)."""
+
+    def start(self) -> object: ...
+
+    def stop(self) -> None: ...
+
+    def invoke(self, function: str, trigger: TriggerData) -> InvocationOutcome: ...
 
 
 class _Out(func.Out):  # type: ignore[type-arg]
@@ -98,7 +112,7 @@ class LocalFunctionHost(TriggerListeners):
                  max_delivery_count: int = 10, only: set[str] | None = None,
                  queue_options: Mapping[str, Any] | None = None,
                  record_messages: Path | None = None,
-                 worker: WorkerProcess | None = None) -> None:
+                 worker: Worker | None = None) -> None:
         self._settings = settings
         # The Python worker in its own process, as in Azure; without one, in this process.
         self._worker = worker
@@ -315,38 +329,35 @@ class LocalFunctionHost(TriggerListeners):
         """Run the function on this thread: its return value, and the value it set on each
         queue output binding (by the binding's name), for the host to send."""
         outs = {b["name"]: _Out() for b in f.outputs if b["name"] != "$return"}
-        _current.function = f.name
-        started = time.thread_time()
-        try:
-            result = f.call(**{f.trigger["name"]: trigger_value}, **outs)
-            if result is not None and not any(b["name"] == "$return" for b in f.outputs):
-                # The worker fails such an invocation: nothing could receive the value.
-                raise TypeError(f"function {f.name} returned a value but has no return binding")
-        except Exception:
-            self.stats.count(f.name, ok=False, cpu=time.thread_time() - started)
-            log.exception("function %s failed", f.name)
-            raise
-        finally:
-            _current.function = None
+        with running(f.name):
+            started = time.thread_time()
+            try:
+                result = f.call(**{f.trigger["name"]: trigger_value}, **outs)
+                if result is not None and not any(b["name"] == "$return" for b in f.outputs):
+                    # The worker fails such an invocation: nothing could receive the value.
+                    raise TypeError(
+                        f"function {f.name} returned a value but has no return binding")
+            except Exception:
+                self.stats.count(f.name, ok=False, cpu=time.thread_time() - started)
+                log.exception("function %s failed", f.name)
+                raise
         self.stats.count(f.name, ok=True, cpu=time.thread_time() - started)
         return result, {name: out.get() for name, out in outs.items() if out.get() is not None}
 
     def send_outputs(self, f: _Function, outputs: Mapping[str, Any]) -> None:
         """Send each queue output binding's value, then wake this host's listener on that queue
         (the shared queue watcher). The sends are the function's requests, as on the bill."""
-        _current.function = f.name
-        try:
-            for b in f.outputs:
-                if b["type"] == "queue" and b["name"] in outputs:
-                    queue = self.resolve(b["queueName"])
-                    self._send_output(queue, outputs[b["name"]])
-                    self._notify(queue)
-        except Exception:
-            self.stats.outputs_failed(f.name)
-            log.exception("function %s: its output bindings could not be sent", f.name)
-            raise
-        finally:
-            _current.function = None
+        with running(f.name):
+            try:
+                for b in f.outputs:
+                    if b["type"] == "queue" and b["name"] in outputs:
+                        queue = self.resolve(b["queueName"])
+                        self._send_output(queue, outputs[b["name"]])
+                        self._notify(queue)
+            except Exception:
+                self.stats.outputs_failed(f.name)
+                log.exception("function %s: its output bindings could not be sent", f.name)
+                raise
 
     def _send_output(self, queue: str, value: Any) -> None:
         q = self._queues.get_queue_client(

@@ -45,10 +45,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from localrun.rolling_hosts import ROOT, HostProcess, Release, git, has_commit, worktree
-from localrun.rolling_store import Store, is_settled
-from localrun.rolling_traffic import Resubmitter, Sender, ServiceProxy
-from localrun.rolling_verdict import (
+from localrun.rolling.hosts import ROOT, HostProcess, Release, git, has_commit, worktree
+from localrun.rolling.store import Store, is_settled
+from localrun.rolling.traffic import Resubmitter, Sender, ServiceProxy
+from localrun.rolling.verdict import (
     check_resubmits_and_workflows,
     judge,
     print_summary,
@@ -279,6 +279,3 @@ def main(argv: list[str] | None = None) -> int:
                args.seed, args.quick, args.lease_seconds,
                digital_during_roll=args.digital_during_roll)
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -13,9 +13,9 @@ go silent for 10% of requests; a backlog while every remote call hangs (does the
 app still run?); log records per order, as the worker would forward them; peak memory; and the
 bill by meter at the shipped prices (docs/azure-prices.json) or at ``--prices FILE``.
 
-The command line and the run are here; the load driver is bench_driver.py, the ceiling and the
-throughput bench_ceiling.py, the other scenarios bench_scenarios.py, the report bench_report.py
-and the prices cost.py.
+The command line and the run are here; the load driver is driver.py, the ceiling and the
+throughput ceiling.py, the other scenarios scenarios.py, the report report.py and the prices
+cost.py.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from localrun import cost
-from localrun.bench_ceiling import best_rates, every_request_seconds
-from localrun.bench_driver import BATCH, ROOT, TARGETS, Scale, per_order, thread_role
-from localrun.bench_report import (
+from localrun.bench import cost
+from localrun.bench.ceiling import best_rates, every_request_seconds
+from localrun.bench.driver import BATCH, ROOT, TARGETS, Scale, per_order, thread_role
+from localrun.bench.report import (
     _azurite_slowed,
     cost_markdown,
     cpu_limit,
@@ -44,7 +44,7 @@ from localrun.bench_report import (
     ratio_by_side,
     write_report,
 )
-from localrun.bench_scenarios import Bench
+from localrun.bench.scenarios import Bench
 
 # What the tests and other modules import from here, as before the split.
 __all__ = [

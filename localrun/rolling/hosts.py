@@ -20,7 +20,7 @@ from typing import Any
 
 from shared.workflows import REGISTRY
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def git(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -80,6 +80,8 @@ class HostProcess:
         from localrun.azurite import _die_with_parent
 
         self.started_at = time.monotonic()
+        # Only its command line is asked of a release, never a module of its: an earlier one
+        # has its own localrun layout (flat, before localrun/host/ and the rest).
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "localrun", "host", "--port", str(self.port),
              "--poll-interval", "0.2", "--settings", "/nonexistent",

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from localrun.triggers import TriggerData
+from localrun.host.triggers import TriggerData
 
 
 class InvocationFailed(RuntimeError):
@@ -160,8 +160,8 @@ def _serve(conn: Any, app_ref: str, settings: dict[str, str], storage_connection
     """The worker process: import the app, then run what the host sends until it says stop."""
     os.environ.update(settings)
     logging.getLogger().setLevel(log_level)
-    from localrun.host import LocalFunctionHost
-    from localrun.index import functions_of
+    from localrun.host.host import LocalFunctionHost
+    from localrun.host.index import functions_of
 
     module, _, attribute = app_ref.partition(":")
     # The app first: importing it hands the workflows to bootstrap, as the host's indexing does.

@@ -13,16 +13,13 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from localrun import triggers
-from localrun.host_state import HostStopping
-from localrun.index import IndexedFunction as _Function
-from localrun.triggers import TriggerData
-
-if TYPE_CHECKING:
-    from localrun.host import LocalFunctionHost
+from localrun.host import triggers
+from localrun.host.index import IndexedFunction as _Function
+from localrun.host.state import HostStopping
+from localrun.host.triggers import TriggerData
 
 log = logging.getLogger("localrun.host")
 
@@ -61,6 +58,19 @@ class HostKeys:
                                              self.function.encode("utf-8", "surrogatepass"))
 
 
+class HttpHost(Protocol):
+    """What the HTTP server asks of the host that runs it (host.py's LocalFunctionHost, which
+    imports this module: it is not imported here)."""
+
+    @property
+    def keys(self) -> HostKeys: ...
+
+    @property
+    def closing(self) -> bool: ...
+
+    def run(self, f: _Function, trigger: TriggerData) -> Any: ...
+
+
 def _route_pattern(route: str) -> re.Pattern[str]:
     parts = []
     for seg in route.strip("/").split("/"):
@@ -72,7 +82,7 @@ def _route_pattern(route: str) -> re.Pattern[str]:
     return re.compile("^" + "/".join(parts) + "$")
 
 
-def serve_http(host: LocalFunctionHost, functions: list[_Function],
+def serve_http(host: HttpHost, functions: list[_Function],
                 port: int) -> ThreadingHTTPServer:
     routes = [(_route_pattern(f.trigger.get("route") or f.name),
                {m.upper() for m in f.trigger.get("methods") or ["GET", "POST"]}, f)
@@ -186,9 +196,10 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 256
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        super().__init__(address, handler)
+        # Before the bind: a port in use closes the server from within the constructor.
         self._open: set[socket.socket] = set()
         self._open_lock = threading.Lock()
+        super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._open_lock:

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from localrun.appsettings import isolated_names, local_app_settings
-from localrun.cpu import OTHER, CpuUse
-from localrun.host_config import QueueOptions
+from localrun.bench.cpu import OTHER, CpuUse
+from localrun.host.config import QueueOptions
 from localrun.metering import (
     NOT_THE_APPS,
     READS,
@@ -24,7 +24,7 @@ from localrun.metering import (
 )
 from shared.domain.state import CompensationState, ProcessState, settled
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # The most messages one receive of the host asks for: host.json's batchSize.
 BATCH = QueueOptions.from_host_json(json.loads((ROOT / "host.json").read_text())).batch_size
@@ -150,14 +150,14 @@ class BenchBase:
                    **overrides: str) -> Run:
         """Send n orders (all at once, or at `rate` per second) and wait until all settle.
         With `worker_process`, the functions run in a process of their own, as in Azure
-        (worker.py; the app's own workflow only)."""
+        (localrun/host/worker.py; the app's own workflow only)."""
         from azure.data.tables import TableServiceClient
         from azure.storage.queue import QueueServiceClient
 
         import function_app
-        from localrun.host import LocalFunctionHost
+        from localrun.host.host import LocalFunctionHost
+        from localrun.host.worker import WorkerProcess
         from localrun.metering import StorageMeter
-        from localrun.worker import WorkerProcess
         from orderctl.samples import sample_orders
         from orderctl.senders import LocalSender
         from shared import bootstrap

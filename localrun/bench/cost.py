@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_PRICES = ROOT / "docs" / "azure-prices.json"
 
 # Orders a month at which the bill is stated.

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from localrun.bench_driver import (
+from localrun.bench.driver import (
     BATCH,
     STEADY_RATE,
     BenchBase,
@@ -199,7 +199,7 @@ class Ceiling(BenchBase):
         `ceiling_cores` busy) and `ceiling_two` (two at once) imply: each kind of request at
         the better of their rates."""
         # The functions in a worker process of their own, as in Azure: the host's side of each
-        # message does not take the functions' GIL (worker.py).
+        # message does not take the functions' GIL (localrun/host/worker.py).
         run = self.run_orders("tp", self.scale.throughput_orders, worker_process=True)
         # This machine's speed drifts by minutes: the ceiling is measured again right after the
         # run, and the bound takes each rate's mean of the two.

@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from localrun.rolling_hosts import HostProcess
-from localrun.rolling_store import Store, is_settled
+from localrun.rolling.hosts import HostProcess
+from localrun.rolling.store import Store, is_settled
 
 # The second workflow, named by every DIGITAL_EVERY-th order once every host runs this release.
 DIGITAL = "digital-delivery"

@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from localrun.rolling_store import Store, is_settled
-from localrun.rolling_traffic import DIGITAL, Resubmitter, Sender, ServiceProxy
+from localrun.rolling.store import Store, is_settled
+from localrun.rolling.traffic import DIGITAL, Resubmitter, Sender, ServiceProxy
 
 
 @dataclass

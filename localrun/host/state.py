@@ -1,5 +1,6 @@
-"""What the local host has under way and has done (HostStats), and what an invocation asked for
-after it stopped taking work is told (HostStopping)."""
+"""What the local host has under way and has done (HostStats), the function each thread runs
+for it (current_function, for the storage meter), and what an invocation asked for after it
+stopped taking work is told (HostStopping)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,23 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+_current = threading.local()
+
+
+def current_function() -> str | None:
+    """The function this thread is running for the local host, if any (for metering)."""
+    return getattr(_current, "function", None)
+
+
+@contextlib.contextmanager
+def running(function: str) -> Iterator[None]:
+    """This thread runs ``function`` for the host until the block ends (current_function)."""
+    _current.function = function
+    try:
+        yield
+    finally:
+        _current.function = None
 
 
 class HostStopping(RuntimeError):

@@ -1,5 +1,5 @@
 """The local host's queue, Service Bus and timer triggers: a listener for each (see
-host_polling.py), the lease on each message it received, renewed while the message's function
+polling.py), the lease on each message it received, renewed while the message's function
 runs, and the message settled by how the invocation ended; and the shared queue watcher, whose
 notice wakes the listener on a queue an output binding sent to.
 
@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any
 from azure.storage.queue import QueueClient, QueueServiceClient
 from croniter import croniter
 
-from localrun import triggers
-from localrun.host_config import HostConfigError, QueueOptions, ServiceBusOptions
-from localrun.host_polling import (
+from localrun.host import triggers
+from localrun.host.config import HostConfigError, QueueOptions, ServiceBusOptions
+from localrun.host.index import IndexedFunction as _Function
+from localrun.host.polling import (
     SERVICE_BUS_POLL_SECONDS,
     ensure_queue,
     poll_loop,
@@ -35,10 +36,9 @@ from localrun.host_polling import (
     receiver,
     up_to,
 )
-from localrun.host_state import HostStats, HostStopping
-from localrun.index import IndexedFunction as _Function
+from localrun.host.state import HostStats, HostStopping
+from localrun.host.triggers import TriggerData
 from localrun.servicebus import LocalServiceBusChannel, ServiceBusEnvelope
-from localrun.triggers import TriggerData
 
 log = logging.getLogger("localrun.host")
 
