@@ -377,7 +377,7 @@ class FakeRejections:
 def accepted(store: Any, order_id: str, at: datetime,
              workflow: Any = None) -> OrderState:
     """An order as intake leaves it in the fake store: indexed, stored, Pending."""
-    from shared.domain.state import receive
+    from shared.domain.transitions import receive
     from shared.workflows.orders.message import parse_order
     from tests.workflow import FLOW
 

@@ -28,7 +28,7 @@ HISTORY = 16_000
 # A record's event timeline (its JSON), likewise.
 TIMELINE = 24_000
 # A record's outbox (its JSON). Effects a transition can't show were carried out are carried
-# into the next outbox; past this, the carried ones give up their texts first (state.py).
+# into the next outbox; past this, the carried ones give up their texts first (transitions.py).
 OUTBOX = 24_000
 # A carried effect's text once its outbox is over budget.
 SHORT_TEXT = 200

@@ -19,9 +19,8 @@ from shared.domain.state import (
     OrderState,
     ProcessState,
     StepStatus,
-    Transition,
-    emit,
 )
+from shared.domain.transitions import Transition, emit
 
 MAX_HISTORY = 20
 

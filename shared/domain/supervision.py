@@ -25,9 +25,8 @@ from shared.domain.state import (
     StepState,
     StepStatus,
     due_at,
-    emit,
-    give_up_compensation,
 )
+from shared.domain.transitions import emit, give_up_compensation
 from shared.domain.workflow import Workflow
 
 

@@ -134,7 +134,7 @@ class Agent:
                 reply = reply.model_copy(update={"result": None})  # an undo's answer is not kept
             elif unkept is not None:
                 # Done, with an answer the record cannot keep: refused at this step, never kept
-                # in part; the note in place of the answer says the work was done (state.py).
+                # in part; the note in place of the answer says the work was done (transitions.py).
                 log.warning("agent %s: %s: %s", self.name, where, unkept)
                 reply = reply.model_copy(update={
                     "outcome": ReplyOutcome.PERMANENT_ERROR, "error": unkept,

@@ -17,7 +17,8 @@ from shared.clock import Clock
 from shared.domain.alerts import AlertKind, OperatorAlert
 from shared.domain.message import InvalidOrder, WorkflowMessage
 from shared.domain.messages import Arrival, SchedulerCommand
-from shared.domain.state import Cause, OrderState, receive
+from shared.domain.state import Cause, OrderState
+from shared.domain.transitions import receive
 from shared.domain.workflow import Registry
 from shared.handlers.relay import EffectRelay, Known
 

@@ -21,18 +21,8 @@ from shared.clock import Clock
 from shared.domain import budget
 from shared.domain.alerts import AlertKind, OperatorAlert
 from shared.domain.messages import AgentReply, Arrival, CommandKind, SchedulerCommand
-from shared.domain.state import (
-    Cause,
-    Delivery,
-    ForgedReply,
-    IllegalTransition,
-    OrderState,
-    Transition,
-    apply_reply,
-    begin_compensation,
-    claim,
-    reply_cause,
-)
+from shared.domain.state import Cause, ForgedReply, IllegalTransition, OrderState, reply_cause
+from shared.domain.transitions import Delivery, Transition, apply_reply, begin_compensation, claim
 from shared.domain.workflow import Registry, UnknownWorkflow, Workflow
 from shared.handlers.relay import EffectRelay, Known
 
@@ -116,7 +106,7 @@ class Scheduler:
         ``known``: the record and order as their writer just saved them, which spares the first
         read; a lost race reads them again like any other.
         """
-        # A command from the queue is not taken at its word for the outbox's alerts (state.emit):
+        # A command from the queue is not taken at its word for the outbox's alerts (transitions.emit):
         # anyone who may send to the queue could have written it. One handed over by the relay
         # that carried them out is.
         delivery = Delivery(cmd.outbox_seq, vouched=arrival is Arrival.HANDED_OVER)

@@ -21,7 +21,8 @@ from shared.adapters.tick_log import TableTickLog, TickLogStore
 from shared.domain import budget
 from shared.domain.due_index import IndexKey
 from shared.domain.outages import TickLog
-from shared.domain.state import ProcessState, receive
+from shared.domain.state import ProcessState
+from shared.domain.transitions import receive
 from shared.workflows.orders import ORDER_FULFILMENT
 from shared.workflows.orders.message import parse_order
 from tests.fakes import FakeOrderStore, FakeTickLog

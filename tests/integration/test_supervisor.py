@@ -12,7 +12,8 @@ from azure.core.exceptions import ServiceRequestError
 from azure.data.tables import UpdateMode
 from azure.storage.queue import QueueServiceClient
 
-from shared.domain.state import ProcessState, receive
+from shared.domain.state import ProcessState
+from shared.domain.transitions import receive
 from shared.handlers.supervisor import TickReport
 from shared.workflows.orders.message import parse_order
 from tests.integration.conftest import Pipeline

@@ -56,8 +56,8 @@ from shared.domain.state import (
     RetryPolicy,
     due_at,
     exponential_backoff,
-    receive,
 )
+from shared.domain.transitions import receive
 from shared.domain.workflow import Registry
 from shared.handlers.agent import Agent, AgentRetryPolicy, Records
 from shared.handlers.health import HealthProbe

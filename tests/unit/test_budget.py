@@ -16,17 +16,14 @@ from shared.domain.outages import KEEP_GAPS, Gap, TickLog
 from shared.domain.resubmission import resubmit
 from shared.domain.state import (
     CompensationState,
-    Delivery,
     OrderState,
     ProcessState,
     RetryPolicy,
     StepStatus,
-    apply_reply,
-    claim,
     exponential_backoff,
-    receive,
 )
 from shared.domain.supervision import DecisionKind, supervise
+from shared.domain.transitions import Delivery, apply_reply, claim, receive
 from shared.workflows.orders import ORDER_FULFILMENT as WF
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

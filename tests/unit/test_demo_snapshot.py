@@ -10,7 +10,8 @@ from azure.data.tables import TableEntity
 
 from localrun.demo import Snapshot
 from shared.adapters.state_store import state_to_entity
-from shared.domain.state import ProcessState, receive
+from shared.domain.state import ProcessState
+from shared.domain.transitions import receive
 from tests.workflow import FLOW
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)

@@ -16,20 +16,22 @@ from shared.domain.legacy import SCHEMA_VERSION
 from shared.domain.messages import Action, AgentReply, ReplyOutcome
 from shared.domain.resubmission import resubmit
 from shared.domain.state import (
-    UNKNOWN_WORK_KEY,
     CompensationState,
     OrderState,
     ProcessState,
     RetryPolicy,
     StepStatus,
-    apply_reply,
-    begin_compensation,
-    claim,
     exponential_backoff,
-    receive,
     schema_of,
 )
 from shared.domain.supervision import supervise
+from shared.domain.transitions import (
+    UNKNOWN_WORK_KEY,
+    apply_reply,
+    begin_compensation,
+    claim,
+    receive,
+)
 from shared.workflows.orders import ORDER_FULFILMENT as WF
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

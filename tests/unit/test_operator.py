@@ -8,13 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.domain.state import (
-    CompensationState,
-    ProcessState,
-    RetryPolicy,
-    exponential_backoff,
-    receive,
-)
+from shared.domain.state import CompensationState, ProcessState, RetryPolicy, exponential_backoff
+from shared.domain.transitions import receive
 from shared.domain.workflow import Registry
 from shared.handlers.health import HealthProbe
 from shared.handlers.operator import Operator

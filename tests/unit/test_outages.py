@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from shared.domain.outages import NEVER, Gap, TickLog
-from shared.domain.state import RetryPolicy, claim, exponential_backoff
+from shared.domain.state import RetryPolicy, exponential_backoff
 from shared.domain.supervision import DecisionKind, supervise
+from shared.domain.transitions import claim
 from tests.conftest import FakeClock
 from tests.fakes import FakeOrderStore, FakeTickLog, accepted, supervisor_over_fakes
 from tests.workflow import FLOW as WF

@@ -81,7 +81,7 @@ def test_a_status_update_the_role_refuses_does_not_stop_the_orders_work() -> Non
     import json
 
     from shared.adapters.queues import QueueRefused
-    from shared.domain.state import claim, receive
+    from shared.domain.transitions import claim, receive
     from shared.workflows.orders.message import parse_order
 
     clock = FakeClock(NOW)

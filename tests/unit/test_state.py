@@ -12,20 +12,22 @@ from shared.domain.messages import Action, AgentReply, CommandKind, ReplyOutcome
 from shared.domain.resubmission import resubmit
 from shared.domain.state import (
     CompensationState,
-    Delivery,
     IllegalTransition,
     OrderState,
     ProcessState,
     RetryPolicy,
     StepStatus,
+    exponential_backoff,
+)
+from shared.domain.supervision import DecisionKind, supervise
+from shared.domain.transitions import (
+    Delivery,
     Transition,
     apply_reply,
     begin_compensation,
     claim,
-    exponential_backoff,
     receive,
 )
-from shared.domain.supervision import DecisionKind, supervise
 from shared.domain.workflow import Step, Workflow
 from tests.workflow import FLOW
 

@@ -19,7 +19,8 @@ import pytest
 from shared.adapters.state_store import state_from_entity
 from shared.domain.messages import AgentReply, AgentRequest
 from shared.domain.provenance import Verdict, judge
-from shared.domain.state import ForgedReply, OrderState, apply_reply
+from shared.domain.state import ForgedReply, OrderState
+from shared.domain.transitions import apply_reply
 from shared.workflows import REGISTRY
 from tests.upgrade.test_legacy_shapes import FIXTURES, from_odata
 
