@@ -47,11 +47,11 @@ from shared.adapters.state_store import (
 from shared.domain import budget, due_index
 from shared.domain.alerts import OperatorAlert
 from shared.domain.due_index import IndexKey
-from shared.domain.message import WorkflowMessage
 from shared.domain.messages import Action
 from shared.domain.outages import TickLog
 from shared.domain.services import Call
 from shared.domain.state import SCHEMA_VERSION, OrderState, schema_of
+from shared.domain.workflow_message import WorkflowMessage
 
 Fault = Callable[[str], None]
 

@@ -8,8 +8,8 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from shared.domain.message import WorkflowMessage
 from shared.domain.workflow import Registry, Step, Workflow
+from shared.domain.workflow_message import WorkflowMessage
 
 
 class Thing(WorkflowMessage):
@@ -19,11 +19,11 @@ class Thing(WorkflowMessage):
     items: list[dict[str, Any]]
 
 
-HOLD = Step("hold", agent="alpha", operation="hold", compensation="release",
+HOLD = Step("hold", service="alpha", operation="hold", compensation="release",
             budget=timedelta(seconds=30))
-TAKE = Step("take", agent="beta", operation="take", compensation="give_back",
+TAKE = Step("take", service="beta", operation="take", compensation="give_back",
             budget=timedelta(seconds=30))
-SEND = Step("send", agent="gamma", operation="send", compensation="recall",
+SEND = Step("send", service="gamma", operation="send", compensation="recall",
             budget=timedelta(seconds=60))
 FLOW = Workflow(name="test-flow", steps=(HOLD, TAKE, SEND), message=Thing)
 REGISTRY = Registry.of([FLOW])

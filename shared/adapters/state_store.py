@@ -38,7 +38,6 @@ from shared.domain import due_index, legacy
 from shared.domain.due_index import IndexKey
 from shared.domain.effects import outbox_from_json, outbox_to_json
 from shared.domain.legacy import SCHEMA_VERSION
-from shared.domain.message import WorkflowMessage
 from shared.domain.state import (
     CompensationState,
     OrderState,
@@ -47,6 +46,7 @@ from shared.domain.state import (
     schema_of,
 )
 from shared.domain.workflow import UnknownWorkflow
+from shared.domain.workflow_message import WorkflowMessage
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from shared.domain.message import ORDER_ID_PATTERN
 from shared.domain.state import ProcessState
+from shared.domain.workflow_message import ORDER_ID_PATTERN
 from shared.handlers.operator_requests import (
     MAX_PAGE,
     AckRequest,

@@ -52,8 +52,8 @@ def judge(state: OrderState | None, req: AgentRequest, service: str,
         return _forged(f"order {req.order_id} has no step {req.step!r}")
     if workflow is not None:
         declared = workflow.step(step.name)
-        if declared.agent != service:
-            return _forged(f"step {step.name} is the {declared.agent} service's, not {service}'s")
+        if declared.service != service:
+            return _forged(f"step {step.name} is the {declared.service} service's, not {service}'s")
         if req.action is Action.UNDO and declared.compensation is None:
             return _forged(f"step {step.name} has no undo")
         if req.operation != declared.operation_for(req.action.value):

@@ -17,14 +17,14 @@ from datetime import timedelta
 from typing import Protocol
 
 from shared.domain import budget as budgets
-from shared.domain.message import (
+from shared.domain.services import CodeService, Input
+from shared.domain.workflow_message import (
     WORKFLOW_NAME_PATTERN,
     Envelope,
     InvalidOrder,
     WorkflowMessage,
     validate_as,
 )
-from shared.domain.services import CodeService, Input
 
 
 class Record(Protocol):
@@ -45,7 +45,7 @@ class Record(Protocol):
 @dataclass(frozen=True)
 class Step:
     name: str
-    agent: str
+    service: str
     operation: str
     compensation: str | None
     budget: timedelta
@@ -92,7 +92,7 @@ class Workflow:
             raise ValueError("a workflow needs at least one step")
         if len(set(names)) != len(names):
             raise ValueError(f"step names must be unique: {names}")
-        bad = sorted({s.agent for s in self.steps if not SERVICE_NAME.match(s.agent)})
+        bad = sorted({s.service for s in self.steps if not SERVICE_NAME.match(s.service)})
         if bad:
             raise ValueError(f"service names must match {SERVICE_NAME.pattern}: {bad}")
         if not re.match(WORKFLOW_NAME_PATTERN, self.name):
@@ -115,11 +115,11 @@ class Workflow:
         if unused:
             raise ValueError(f"code services no step calls: {unused}")
         for s in self.steps:
-            service = code.get(s.agent)
+            service = code.get(s.service)
             missing = [op for op in (s.operation, s.compensation)
                        if service is not None and op is not None and op not in service.operations]
             if missing:
-                raise ValueError(f"step {s.name!r}: the {s.agent} code service has no "
+                raise ValueError(f"step {s.name!r}: the {s.service} code service has no "
                                  f"operation {missing[0]!r}")
 
     def step(self, name: str) -> Step:
@@ -130,7 +130,7 @@ class Workflow:
 
     @property
     def agents(self) -> frozenset[str]:
-        return frozenset(s.agent for s in self.steps)
+        return frozenset(s.service for s in self.steps)
 
     def result_budget(self, step: str) -> int:
         """The most the step's result may take on the record (UTF-8 bytes of its JSON)."""
@@ -183,12 +183,12 @@ class Registry:
         # (one Agent a service): each of their steps' operations must be among its own.
         for w in self.workflows:
             for st in w.steps:
-                service = code.get(st.agent)
+                service = code.get(st.service)
                 missing = [op for op in (st.operation, st.compensation)
                            if service is not None and op is not None
                            and op not in service.operations]
                 if missing:
-                    raise ValueError(f"{w.label} step {st.name!r}: the {st.agent} code service "
+                    raise ValueError(f"{w.label} step {st.name!r}: the {st.service} code service "
                                      f"has no operation {missing[0]!r}")
 
     @classmethod
@@ -257,7 +257,7 @@ class Registry:
     @property
     def services(self) -> list[str]:
         """Every service a registered workflow calls, in the order first named."""
-        return list(dict.fromkeys(s.agent for w in self.workflows for s in w.steps))
+        return list(dict.fromkeys(s.service for w in self.workflows for s in w.steps))
 
     @property
     def code_services(self) -> dict[str, CodeService]:
@@ -270,9 +270,9 @@ class Registry:
         ops: dict[str, dict[str, str]] = {}
         for w in self.workflows:
             for s in w.steps:
-                ops.setdefault(s.agent, {})[s.operation] = "do"
+                ops.setdefault(s.service, {})[s.operation] = "do"
                 if s.compensation is not None:
-                    ops[s.agent][s.compensation] = "undo"
+                    ops[s.service][s.compensation] = "undo"
         return ops
 
     @property

@@ -15,11 +15,11 @@ from shared.adapters.rejections import Rejection, RejectionKind, RejectionStore
 from shared.adapters.state_store import OrderAlreadyExists, OrderNotStorable, OrderStore
 from shared.clock import Clock
 from shared.domain.alerts import AlertKind, OperatorAlert
-from shared.domain.message import InvalidOrder, WorkflowMessage
 from shared.domain.messages import Arrival, SchedulerCommand
 from shared.domain.state import Cause, OrderState
 from shared.domain.transitions import receive
 from shared.domain.workflow import Registry
+from shared.domain.workflow_message import InvalidOrder, WorkflowMessage
 from shared.handlers.relay import EffectRelay, Known
 
 log = logging.getLogger(__name__)

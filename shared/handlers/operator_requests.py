@@ -10,8 +10,8 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from shared.domain import budget
-from shared.domain.message import ORDER_ID_PATTERN
 from shared.domain.state import ProcessState
+from shared.domain.workflow_message import ORDER_ID_PATTERN
 
 MAX_PAGE = 1000
 

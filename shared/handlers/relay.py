@@ -179,5 +179,5 @@ class EffectRelay:
             order=order, outbox_seq=state.outbox_seq, traceparent=traceparent,
             token=step.token,
         )
-        self._sender.send(self._agent_queues[definition.agent], request.to_json())
+        self._sender.send(self._agent_queues[definition.service], request.to_json())
         return order

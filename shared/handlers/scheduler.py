@@ -106,9 +106,9 @@ class Scheduler:
         ``known``: the record and order as their writer just saved them, which spares the first
         read; a lost race reads them again like any other.
         """
-        # A command from the queue is not taken at its word for the outbox's alerts (transitions.emit):
-        # anyone who may send to the queue could have written it. One handed over by the relay
-        # that carried them out is.
+        # A command from the queue is not taken at its word for the outbox's alerts
+        # (transitions.emit): anyone who may send to the queue could have written it. One
+        # handed over by the relay that carried them out is.
         delivery = Delivery(cmd.outbox_seq, vouched=arrival is Arrival.HANDED_OVER)
         redelivered = arrival is Arrival.REDELIVERED
         with tracing.span(f"scheduler {cmd.kind.value}", parent=cmd.traceparent,

@@ -69,7 +69,7 @@ def test_a_service_added_to_a_workflow_grows_the_pool_with_no_edit_but_its_decla
 
     host_json = json.loads((ROOT / "host.json").read_text())
     base = REGISTRY.get()
-    extra = [Step(f"check_{i}", agent=f"extra{i}", operation="check", compensation=None,
+    extra = [Step(f"check_{i}", service=f"extra{i}", operation="check", compensation=None,
                   budget=timedelta(seconds=5)) for i in range(3)]
     grown = Registry.of([*REGISTRY.workflows, Workflow(
         name="grown", steps=(*base.steps, *extra), message=base.message)])

@@ -28,9 +28,9 @@ from tests.integration.test_scheduler import reply
 
 # The walk-through's declaration, in a workflow of its own.
 CHECKED = Workflow(name="checked-sale", steps=(
-    Step("check_fraud", agent="fraud", operation="check", compensation=None,
+    Step("check_fraud", service="fraud", operation="check", compensation=None,
          budget=timedelta(seconds=20)),
-    Step("charge_payment", agent="payment", operation="charge", compensation="refund",
+    Step("charge_payment", service="payment", operation="charge", compensation="refund",
          budget=timedelta(seconds=30)),
 ), message=Order, services=(PAYMENT,))  # the example's payment code, named as it declares
 EXTENDED = Registry.of([*REGISTRY.workflows, CHECKED], default=REGISTRY.default)

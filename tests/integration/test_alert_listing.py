@@ -80,9 +80,9 @@ def test_a_made_up_request_from_the_far_future_is_filed_today_and_expires_nothin
         forged = AgentRequest(order_id=f"x-{n}", step=HOLD.name, action=Action.UNDO,
                               operation=HOLD.compensation or "", attempt=1, complete_by=far,
                               idempotency_key=f"x-{n}.{HOLD.name}.undo", order={})
-        assert pipeline.container.agents[HOLD.agent].handle(forged.to_json()) is None
+        assert pipeline.container.agents[HOLD.service].handle(forged.to_json()) is None
         # ... and a copy of the same request is the same alert
-        pipeline.container.agents[HOLD.agent].handle(forged.to_json())
+        pipeline.container.agents[HOLD.service].handle(forged.to_json())
     listed = pipeline.container.operator.alerts(100).alerts
     assert sorted(a.OrderID or "" for a in listed) == sorted(
         [f"real-{i}" for i in range(12)] + ["x-1", "x-2"])

@@ -58,7 +58,7 @@ def accept(order_id: str) -> str:
 def requests_of(h: RunningHost, step: int) -> list[dict[str, Any]]:
     """What the service of the host's workflow's ``step``-th step (from 0) has been sent: its
     requests queue, drained."""
-    agent = h.container.workflow.steps[step].agent
+    agent = h.container.workflow.steps[step].service
     return drain_json(h.container.settings.services([agent])[agent].queue)
 
 

@@ -19,7 +19,7 @@ from tests.integration.helpers import drain_json, order
 from tests.integration.test_scheduler import reply
 from tests.workflow import FLOW, HOLD, queue_settings
 
-CHECK = Step("check", agent="delta", operation="check", compensation=None,
+CHECK = Step("check", service="delta", operation="check", compensation=None,
              budget=timedelta(seconds=20))
 # Version 2 checks between holding and taking.
 FLOW_2 = dataclasses.replace(FLOW, version=2, steps=(HOLD, CHECK, *FLOW.steps[1:]))

@@ -84,7 +84,7 @@ from tests.workflow import FLOW
 SCHEDULER_Q = "scheduler-commands"
 RESPONSES_Q = "agent-responses"
 AGENT_QS = {"alpha": "alpha-requests", "beta": "beta-requests", "gamma": "gamma-requests"}
-SERVICE_OF_STEP = {s.name: s.agent for s in FLOW.steps}
+SERVICE_OF_STEP = {s.name: s.service for s in FLOW.steps}
 WORK_QUEUES = [SCHEDULER_Q, RESPONSES_Q, *AGENT_QS.values()]
 ORDER_IDS = ["o-1", "o-2"]
 # Records no code can read, filed in the same index partitions as the orders above (chosen by

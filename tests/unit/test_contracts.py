@@ -17,7 +17,7 @@ from schemathesis import GenerationMode
 from shared.contracts.__main__ import SCHEMAS, main, rendered
 from shared.contracts.messages import asyncapi_document, order_schema
 from shared.contracts.openapi import openapi_document
-from shared.domain.message import WorkflowMessage, validate_as
+from shared.domain.workflow_message import WorkflowMessage, validate_as
 from shared.workflows import REGISTRY
 from shared.workflows.orders.message import InvalidOrder, parse_order
 from tests.conftest import ROOT

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from shared.domain.message import InvalidOrder, WorkflowMessage
 from shared.domain.workflow import Registry, Workflow
+from shared.domain.workflow_message import InvalidOrder, WorkflowMessage
 from tests.workflow import FLOW, Thing
 
 

@@ -30,7 +30,7 @@ def test_a_service_declared_as_code_once_is_code_for_every_workflow_that_calls_i
 def test_an_operation_the_code_service_lacks_is_refused_at_start_up() -> None:
     coded = Workflow(name="coded", steps=FLOW.steps, message=Thing, services=(BETA,))
     other = Workflow(name="other", message=Thing, steps=(
-        Step("take", agent="beta", operation="grab", compensation=None,
+        Step("take", service="beta", operation="grab", compensation=None,
              budget=timedelta(seconds=5)),))
     with pytest.raises(ValueError, match="has no operation 'grab'"):
         Registry.of([coded, other])

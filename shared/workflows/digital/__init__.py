@@ -16,9 +16,9 @@ DIGITAL_DELIVERY = Workflow(
     message=Order,  # the same message as order fulfilment: one orders queue, one shape
     services=(PAYMENT,),  # the same payment code
     steps=(
-        Step("charge_payment", agent="payment", operation="charge",
+        Step("charge_payment", service="payment", operation="charge",
              compensation="refund", budget=timedelta(seconds=30), input=charge_input),
-        Step("send_download_link", agent="email", operation="send",
+        Step("send_download_link", service="email", operation="send",
              compensation=None, budget=timedelta(seconds=30)),
     ),
 )

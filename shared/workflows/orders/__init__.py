@@ -26,14 +26,14 @@ ORDER_FULFILMENT = Workflow(
     # the HTTP contract (docs/contracts.md).
     services=(PAYMENT,),
     steps=(
-        Step("reserve_inventory", agent="inventory", operation="reserve",
+        Step("reserve_inventory", service="inventory", operation="reserve",
              compensation="release", budget=timedelta(seconds=30)),
-        Step("charge_payment", agent="payment", operation="charge",
+        Step("charge_payment", service="payment", operation="charge",
              compensation="refund", budget=timedelta(seconds=30), input=charge_input),
         # A shipment booked by an attempt we gave up on must be cancellable too, or an order
         # that fails on a hung shipping call would leave a parcel behind.
         # Shipping gets what it ships and the reservation it ships from, not prices or payment.
-        Step("arrange_shipping", agent="shipping", operation="ship",
+        Step("arrange_shipping", service="shipping", operation="ship",
              compensation="cancel", budget=timedelta(seconds=60), input=shipping_input),
     ),
 )

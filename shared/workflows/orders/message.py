@@ -1,5 +1,5 @@
 """The example's order message: who orders what, at what price. Its envelope (id, workflow,
-reply queue) is every workflow's (``shared/domain/message.py``)."""
+reply queue) is every workflow's (``shared/domain/workflow_message.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from shared.domain.message import (
+from shared.domain.workflow_message import (
     TEXT_PATTERN,
     InvalidOrder,
     WorkflowMessage,
