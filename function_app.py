@@ -11,7 +11,7 @@ from shared.functions import agents, operator_api, pipeline, simulators, startup
 from shared.workflows import REGISTRY
 
 bootstrap.configure(REGISTRY)
-settings = startup.start()
+config = startup.start()
 
 app = func.FunctionApp()
 # Intake, the Scheduler's queues, the Supervisor's timer: the pattern, whatever the workflows.
@@ -20,5 +20,5 @@ app.register_functions(pipeline.pipeline())
 app.register_functions(agents.agents(REGISTRY.services))
 app.register_functions(operator_api.operator_api())
 # Fault-injecting services are indexed only where asked for: local runs and demo deployments.
-if settings.simulators_enabled:
+if config.settings.simulators_enabled:
     app.register_functions(simulators.simulators())

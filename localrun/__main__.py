@@ -95,7 +95,6 @@ def main(argv: list[str] | None = None) -> int:
         import function_app  # checks the settings, as the host does when it indexes the app
         from shared import bootstrap
         from shared.contracts.services import thread_pool
-        from shared.settings import load_settings
 
         # A pool sized for fewer services than the app now runs (a local.settings.json made
         # before one was added) leaves invocations waiting for a thread: said, not refused.
@@ -106,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                   "app's functions may run at once (local.settings.template.json has it)",
                   file=sys.stderr)
 
-        settings = load_settings()
+        config = function_app.config  # the settings as the app resolved them at import
+        settings = config.settings
         if args.create_resources:
             bootstrap.container().ensure_resources()
         runner = LocalFunctionHost(
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                       "simulators": settings.simulator_base_url if settings.simulators_enabled
                       else None,
                       # What `func start` logs at start-up: each workflow and the versions kept.
-                      "workflows": settings.registry(bootstrap.configured()).describe(),
+                      "workflows": config.workflows.describe(),
                       "keys": {"function": runner.keys.function, "master": runner.keys.master}}),
           flush=True)
     stop.wait()

@@ -1,4 +1,5 @@
-"""The one place where real adapters are wired to the handlers, from validated settings."""
+"""The one place where real adapters are wired to the handlers, from the app's configuration
+(its settings resolved with its workflows: shared/configuration.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from shared.adapters.storage import probe_options, queue_service, table_service
 from shared.adapters.tick_log import TableTickLog
 from shared.circuit_breaker import CircuitBreaker
 from shared.clock import Clock, utc_now
+from shared.configuration import Configuration, resolve
 from shared.domain.state import RetryPolicy, exponential_backoff
 from shared.domain.workflow import Registry, Workflow
 from shared.handlers.agent import Agent, AgentRetryPolicy, Records, new_breaker
@@ -47,6 +49,7 @@ PROBE_TIMEOUT_SECONDS = 2.0
 
 @dataclass
 class Container:
+    config: Configuration
     settings: Settings
     workflows: Registry
     tables: TableServiceClient
@@ -74,8 +77,7 @@ class Container:
                      s.simulator_table):
             with contextlib.suppress(ResourceExistsError):
                 self.tables.create_table(name)
-        for name in (s.scheduler_queue, s.responses_queue,
-                     *(v.queue for v in s.services(self.workflows.services).values())):
+        for name in self.config.queues:
             with contextlib.suppress(ResourceExistsError):
                 self.queues.create_queue(name)
 
@@ -83,11 +85,12 @@ class Container:
         self.http.close()
 
 
-def health_probe(settings: Settings, services: list[str],
+def health_probe(config: Configuration,
                  breakers: Mapping[str, CircuitBreaker] | None = None,
                  clock: Clock = utc_now) -> HealthProbe:
     """The state table and every queue the app reads, each read once with short timeouts; for
     an operator also the poison queues, the last Supervisor tick and the Agents' breakers."""
+    settings = config.settings
     tables = table_service(settings, **probe_options(PROBE_TIMEOUT_SECONDS))
     queues = queue_service(settings, **probe_options(PROBE_TIMEOUT_SECONDS))
     state = tables.get_table_client(settings.state_table)
@@ -95,8 +98,7 @@ def health_probe(settings: Settings, services: list[str],
     checks: dict[str, Callable[[], object]] = {
         "state_table": lambda: next(iter(state.query_entities(
             "RowKey eq 'state'", results_per_page=1, select=["PartitionKey"]).by_page()), None)}
-    read = [settings.scheduler_queue, settings.responses_queue,
-            *(v.queue for v in settings.services(services).values())]
+    read = config.queues
     return HealthProbe(
         checks, queues={q: queues.get_queue_client(q).get_queue_properties for q in read},
         poison={q: queues.get_queue_client(f"{q}-poison").get_queue_properties for q in read},
@@ -104,15 +106,17 @@ def health_probe(settings: Settings, services: list[str],
         tick_gap_seconds=settings.outage_gap_seconds, clock=clock)
 
 
-def build(settings: Settings, *, clock: Clock = utc_now,
+def build(settings: Settings | Configuration, *, clock: Clock = utc_now,
           table_options: Mapping[str, Any] | None = None,
           queue_options: Mapping[str, Any] | None = None,
           workflows: Registry | None = None) -> Container:
-    """Wire the app to run ``workflows`` (the registry configure() was given, when None). The
-    options go to the storage clients (local metering hooks)."""
-    registry = settings.registry(workflows or configured())
+    """Wire the app to run ``workflows`` (the registry configure() was given, when None) with
+    these settings, or as a configuration already resolved says. The options go to the storage
+    clients (local metering hooks)."""
+    config = settings if isinstance(settings, Configuration) else resolve(
+        settings, workflows or configured())
+    settings, registry, services = config.settings, config.workflows, config.services
     log.info("workflows: %s", registry.describe())
-    services = settings.services(registry.services)
     tables = table_service(settings, **(table_options or {}))
     queues = queue_service(settings, **(queue_options or {}))
     grace = timedelta(seconds=settings.pending_grace)
@@ -141,7 +145,7 @@ def build(settings: Settings, *, clock: Clock = utc_now,
     agents = {
         name: Agent(
             name=name, client=(
-                CodeServiceClient(code[name], settings.code_settings(code[name]))
+                CodeServiceClient(code[name], dict(config.code_settings[name]))
                 if name in code else RemoteServiceClient(v.url or "", http, key)),
             policy=retry, breaker=breakers[name], clock=clock, records=records,
         )
@@ -164,13 +168,14 @@ def build(settings: Settings, *, clock: Clock = utc_now,
                           queues=Queues(sender, settings.scheduler_queue,
                                         settings.responses_queue))
     return Container(
-        settings=settings, workflows=registry, tables=tables, queues=queues, store=store,
+        config=config, settings=settings, workflows=registry, tables=tables, queues=queues,
+        store=store,
         # Intake's start command goes to the Scheduler in the same invocation: the Service Bus
         # message, redelivered until intake returns, is what makes it durable (relay.py).
         intake=IntakeHandler(
             store=store, rejections=rejections, alerts=alerts,
             relay=relay, scheduler=scheduler, workflows=registry,
-            reply_allowed=settings.reply_check(registry.services), clock=clock),
+            reply_allowed=config.reply_queues.allow, clock=clock),
         scheduler=scheduler,
         supervisor=Supervisor(
             store=store, ticks=TableTickLog(tables.get_table_client(settings.inflight_table)),
@@ -178,7 +183,7 @@ def build(settings: Settings, *, clock: Clock = utc_now,
         agents=agents,
         operator=Operator(
             store=store, relay=relay, alerts=alerts, rejections=rejections,
-            health=health_probe(settings, registry.services, breakers, clock),
+            health=health_probe(config, breakers, clock),
             pending_grace=policy.pending_grace, clock=clock,
             customer_columns=registry.customer_columns),
         simulator=SimulatedService(
@@ -194,6 +199,7 @@ def build(settings: Settings, *, clock: Clock = utc_now,
 _container: Container | None = None
 _lock = threading.Lock()
 _registry: Registry | None = None
+_config: Configuration | None = None
 
 
 def configure(workflows: Registry) -> None:
@@ -210,19 +216,28 @@ def configured() -> Registry:
     return _registry
 
 
+def use(config: Configuration) -> None:
+    """The configuration the app resolved at start-up (shared/functions/startup.py): the
+    container is built from it, without reading the settings again."""
+    global _config
+    _config = config
+
+
 def container() -> Container:
-    """The process-wide container, built on first use from the app settings."""
+    """The process-wide container, built on first use from the app's configuration (or the
+    app settings, where none was resolved)."""
     global _container
     with _lock:
         if _container is None:
-            _container = build(load_settings())
+            _container = build(_config if _config is not None else load_settings())
         return _container
 
 
 def reset(replacement: Container | None = None) -> None:
-    """Forget the current container (tests and the local host change settings between runs)."""
-    global _container
+    """Forget the current container and configuration (tests and the local host change
+    settings between runs)."""
+    global _container, _config
     with _lock:
         if _container is not None and _container is not replacement:
             _container.close()
-        _container = replacement
+        _container, _config = replacement, None

@@ -10,16 +10,14 @@ from __future__ import annotations
 import os
 import re
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Annotated
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from shared.domain.services import CodeService
-from shared.domain.workflow import Registry
-from shared.handlers.principal import running_in_azure
+from shared.platform import running_in_azure
 
 # The well-known Azurite account; Core Tools users write UseDevelopmentStorage=true.
 AZURITE_CONNECTION = (
@@ -85,7 +83,7 @@ class Settings(BaseModel):
     max_recoveries_per_tick: int = Field(200, alias="SupervisorMaxRecoveriesPerTick", ge=1)
     step_budgets: str = Field("", alias="StepBudgetSeconds")
     # Prefixes of the queues an order's reply_to may name; empty: none. The app's own queues are
-    # never among them, whatever this says (reply_check).
+    # never among them, whatever this says (configuration.ReplyQueues).
     reply_allow_list: str = Field("", alias="ReplyQueueAllowList")
     scheduler_instance_id: str = Field(
         default_factory=_default_instance_id, alias="SchedulerInstanceId", min_length=1
@@ -145,53 +143,18 @@ class Settings(BaseModel):
     @field_validator("step_budgets")
     @classmethod
     def _budget_pairs(cls, v: str) -> str:
-        _parse_budgets(v)
+        parse_budgets(v)
         return v
 
-    # The settings as given, for the per-service ones (services()), whose names come from the
-    # registered workflows.
+    # The settings as given: those of each service and code service, whose names only the
+    # workflows know, are read from it when the two are resolved (shared/configuration.py).
     environ: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
-
-    def services(self, names: list[str]) -> dict[str, ServiceSettings]:
-        """Each service's settings, by convention (service_setting_names); a wrong one stops
-        the app with an error that names it."""
-        out: dict[str, ServiceSettings] = {}
-        # Without a URL of its own, a service is the simulated one, where simulators are: the
-        # local host's, or the ones at SimulatorBaseUrl. A code service needs none (registry()
-        # names what each kind is missing).
-        simulators = self.simulators
-        for name in names:
-            url_key, queue_key = service_setting_names(name)
-            given = {"url": self.environ.get(
-                         url_key, f"{simulators}/{name}" if simulators else None),
-                     "queue": self.environ.get(queue_key, default_queue(name))}
-            try:
-                out[name] = ServiceSettings.model_validate(given)
-            except ValidationError as e:
-                keys = {"url": url_key, "queue": queue_key}
-                raise SettingsError("invalid app settings: " + "; ".join(
-                    f"{keys[str(err['loc'][0])]}={given[str(err['loc'][0])]!r}: {err['msg']}"
-                    for err in e.errors())) from None
-        return out
 
     @property
     def simulators(self) -> str | None:
         """Where the simulated services are: SimulatorBaseUrl, or the local host's own."""
         return self.simulator_base_url or (LOCAL_SIMULATORS if self.simulators_enabled
                                            else None)
-
-    def code_settings(self, service: CodeService) -> dict[str, str]:
-        """The settings a code service declares, as given (registry() has checked them): a
-        setting left unset where the simulators are takes the service's local default."""
-        simulators = self.simulators
-        out: dict[str, str] = {}
-        for name in service.settings:
-            value = self.environ.get(name)
-            if value is None and simulators is not None and name in service.local:
-                value = _local_value(service.local[name], simulators, self.environ)
-            if value:
-                out[name] = value
-        return out
 
     @property
     def outage_gap_seconds(self) -> float:
@@ -205,52 +168,6 @@ class Settings(BaseModel):
         if self.storage_connection == "UseDevelopmentStorage=true":
             return AZURITE_CONNECTION
         return self.storage_connection
-
-    def reply_check(self, services: list[str]) -> Callable[[str], bool]:
-        """Whether an order's reply_to may name a queue: one under a ReplyQueueAllowList
-        prefix, and never one the app itself reads (its commands, replies and every service's
-        requests, their poison queues, the host's own): a status update put there would be
-        taken for the app's own message."""
-        prefixes = reply_prefixes(self.reply_allow_list)
-        own = {self.scheduler_queue, self.responses_queue,
-               *(s.queue for s in self.services(services).values())}
-        own |= {f"{q}-poison" for q in own}
-
-        def allowed(queue: str) -> bool:
-            return (queue not in own and not queue.startswith(HOST_QUEUES)
-                    and any(queue.startswith(p) for p in prefixes))
-        return allowed
-
-    def registry(self, base: Registry) -> Registry:
-        """The workflows with step budgets from settings; every service they call must have its
-        settings: an HTTP service its URL (services()), a code service the settings it
-        declares; every one missing is named at once."""
-        code = base.code_services
-        missing = [f"{service_setting_names(name)[0]} (the URL of the {name} service, or set "
-                   "SimulatorBaseUrl)"
-                   for name, v in self.services(base.services).items()
-                   if v.url is None and name not in code]
-        for name, service in code.items():
-            given = self.code_settings(service)
-            missing += [f"{s} (read by the {name} service's code)"
-                        for s in service.settings if s not in given]
-        if missing:
-            raise SettingsError("invalid app settings: not set: " + "; ".join(missing))
-        try:
-            return base.with_budgets(_parse_budgets(self.step_budgets))
-        except ValueError as e:
-            raise SettingsError(f"StepBudgetSeconds={self.step_budgets!r}: {e}") from None
-
-
-def _local_value(template: str, simulators: str, environ: Mapping[str, str]) -> str | None:
-    """A code service's local value: "{simulators}" is where the simulated services are;
-    "{Name}" the app setting Name (None when it is unset)."""
-    out = template.replace("{simulators}", simulators)
-    for name in re.findall(r"\{([A-Za-z][A-Za-z0-9_]*)\}", out):
-        if name not in environ:
-            return None
-        out = out.replace(f"{{{name}}}", environ[name])
-    return out
 
 
 # The Functions host's own queues (blob triggers' receipts, its diagnostics).
@@ -355,7 +272,7 @@ def schedule_interval(schedule: str) -> float:
     raise ValueError("not a regular interval: set OutageGapSeconds")
 
 
-def _parse_budgets(v: str) -> dict[str, timedelta]:
+def parse_budgets(v: str) -> dict[str, timedelta]:
     budgets: dict[str, timedelta] = {}
     for pair in filter(None, (p.strip() for p in v.split(","))):
         name, sep, seconds = pair.partition("=")

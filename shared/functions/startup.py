@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 
 from shared import bootstrap, tracing
-from shared.settings import Settings, load_settings
+from shared.configuration import Configuration, resolve
+from shared.settings import load_settings
 
 # The Python worker sets the root logger to INFO and forwards every record to the host, where
 # Application Insights ingests (and bills) it; at INFO the Azure SDK logs every HTTP request and
@@ -14,13 +15,13 @@ from shared.settings import Settings, load_settings
 QUIET_LOGGERS = ("azure", "httpx", "httpcore")
 
 
-def start() -> Settings:
-    """Fail at start-up, naming the setting, rather than on the first message; quieten the
-    SDKs' logs; set up tracing from the standard OpenTelemetry variables (nothing when none is
-    set)."""
+def start() -> Configuration:
+    """The settings read and resolved with the workflows, once: a wrong or missing one fails
+    the start, naming it, rather than the first message. The SDKs' logs quietened; tracing set
+    up from the standard OpenTelemetry variables (nothing when none is set)."""
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
-    settings = load_settings()
-    settings.registry(bootstrap.configured())
-    tracing.configure(sample_ratio=settings.trace_sample_ratio)
-    return settings
+    config = resolve(load_settings(), bootstrap.configured())
+    bootstrap.use(config)
+    tracing.configure(sample_ratio=config.settings.trace_sample_ratio)
+    return config

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shared.platform import running_in_azure
+
 READ_ROLE = "Orders.Read"
 RESUBMIT_ROLE = "Orders.Resubmit"
 HEADER = "x-ms-client-principal"
@@ -64,11 +66,6 @@ MAX_NAME, MAX_OID = 64, 40
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def running_in_azure(environ: Mapping[str, str]) -> bool:
-    """The platform sets these on every App Service / Functions instance; no local run does."""
-    return bool(environ.get("WEBSITE_INSTANCE_ID") or environ.get("WEBSITE_SITE_NAME"))
 
 
 def development_principal(roles: str) -> Principal | None:

@@ -67,9 +67,9 @@ def test_a_new_service_runs_to_the_end(app_env: Any) -> None:
     c = bootstrap.build(load_settings({**env, "FraudRequestsQueueName": own}),
                         workflows=EXTENDED)
     c.ensure_resources()
-    assert "fraud" in c.agents and c.settings.services(["fraud"])["fraud"].url.endswith(
+    assert "fraud" in c.agents and c.config.services["fraud"].url.endswith(
         "/api/sim/fraud")
-    fraud_queue = c.settings.services(["fraud"])["fraud"].queue
+    fraud_queue = c.config.services["fraud"].queue
     c.intake.handle("m-1", json.dumps(order("f-1", workflow="checked-sale")).encode())
     (req,) = drain_json(fraud_queue)
     assert (req["step"], req["action"]) == ("check_fraud", "do")

@@ -15,6 +15,7 @@ import httpx
 
 from localrun.azurite import Azurite, free_port
 from shared.bootstrap import health_probe
+from shared.configuration import resolve
 from shared.handlers.health import HealthProbe
 from shared.handlers.principal import READ_ROLE, RESUBMIT_ROLE
 from shared.settings import AZURITE_CONNECTION, load_settings
@@ -71,7 +72,7 @@ def test_an_operator_is_told_why_in_words_without_python_internals() -> None:
 
 def test_storage_that_refuses_connections_is_reported_within_five_seconds() -> None:
     settings = load_settings(unique_settings(_dead(free_port())))
-    report, took = _timed(health_probe(settings, REGISTRY.services))
+    report, took = _timed(health_probe(resolve(settings, REGISTRY)))
     assert report["status"] == "unhealthy" and took < 5, (took, report)
     assert all(v != "ok" for v in report["checks"].values())
 
@@ -80,7 +81,7 @@ def test_storage_that_hangs_is_reported_within_five_seconds() -> None:
     az = Azurite.start()
     try:
         settings = load_settings(unique_settings(az.connection_string))
-        probe = health_probe(settings, REGISTRY.services)
+        probe = health_probe(resolve(settings, REGISTRY))
         os.killpg(az.process.pid, signal.SIGSTOP)
         try:
             report, took = _timed(probe)

@@ -59,7 +59,7 @@ def requests_of(h: RunningHost, step: int) -> list[dict[str, Any]]:
     """What the service of the host's workflow's ``step``-th step (from 0) has been sent: its
     requests queue, drained."""
     agent = h.container.workflow.steps[step].service
-    return drain_json(h.container.settings.services([agent])[agent].queue)
+    return drain_json(h.container.config.services[agent].queue)
 
 
 def failed_and_compensated(h: RunningHost, order_id: str) -> None:

@@ -273,7 +273,7 @@ class App:
         """Deliver every message on the app's queues to its function, as the host would,
         until none is left; an Agent's reply is sent as the host sends it. Deliveries made."""
         s = self.container.settings
-        agents = {v.queue: name for name, v in s.services(REGISTRY.services).items()}
+        agents = {v.queue: name for name, v in self.container.config.services.items()}
         delivered = 0
         while True:
             moved = 0
@@ -337,7 +337,7 @@ def resubmit(order_id: str, reason: str) -> None:
 def kind_of(app: App, written: Entity | Message) -> str:
     env, s = app.env, app.container.settings
     if isinstance(written, Message):
-        agents = {v.queue for v in s.services(REGISTRY.services).values()}
+        agents = {v.queue for v in app.container.config.services.values()}
         return ("Scheduler command" if written.queue == s.scheduler_queue
                 else "Agent request" if written.queue in agents
                 else "Agent reply" if written.queue == s.responses_queue
@@ -508,7 +508,7 @@ def test_the_reply_fits_a_queue_message_whatever_the_service_answers(
     c.agents["alpha"]._client = RemoteServiceClient("http://alpha.test", http)
     function("intake")(msg=sb_message({"order_id": "o-1", "customer_id": "c-1", "items": [
         {"sku": "A", "quantity": 1, "unit_price": "1.00"}]}, message_id="o-1"))
-    (request,) = drain(c.settings.services(["alpha"])["alpha"].queue)
+    (request,) = drain(c.config.services["alpha"].queue)
     reply = Reply()
     function(agent_function("alpha"))(msg=queue_message(request), reply=reply)
     http.close()

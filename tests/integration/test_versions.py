@@ -36,8 +36,7 @@ def test_a_step_inserted_mid_flight_changes_only_the_orders_started_after_it(
     try:
         old.ensure_resources()
         new.ensure_resources()
-        q = {s: v.queue for s, v in new.settings.services(["alpha", "beta", "delta",
-                                                            "gamma"]).items()}
+        q = {s: v.queue for s, v in new.config.services.items()}
 
         def answer(c: bootstrap.Container, service: str, outcome: str = "ok") -> dict[str, Any]:
             (req,) = drain_json(q[service])

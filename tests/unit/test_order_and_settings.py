@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shared.configuration import resolve
 from shared.domain import budget
+from shared.domain.workflow import Registry, Step, Workflow
 from shared.settings import (
     LOCAL_SIMULATORS,
     SettingsError,
@@ -92,15 +95,17 @@ def test_defaults_are_sensible() -> None:
     s = load_settings(BASE)
     assert s.failure_threshold == 3
     assert s.effective_storage_connection and "127.0.0.1:10002" in s.effective_storage_connection
-    assert s.registry(REGISTRY) == REGISTRY
-    assert s.services(["alpha"])["alpha"].queue == "alpha-requests"
-    assert not s.reply_check(["alpha"])("order-status-42")  # no reply queue by default
+    config = resolve(s, REGISTRY)
+    assert config.workflows == REGISTRY
+    assert config.services["alpha"].queue == "alpha-requests"
+    assert not config.reply_queues.allow("order-status-42")  # no reply queue by default
 
 
 @pytest.mark.parametrize("allow_list", ["order-status-", "order-status-*", " x-, order-status-"])
 def test_a_reply_queue_is_one_under_an_allowed_prefix(allow_list: str) -> None:
     """A trailing * is what earlier releases' glob setting said: it reads as the prefix."""
-    allowed = load_settings({**BASE, "ReplyQueueAllowList": allow_list}).reply_check(["alpha"])
+    allowed = resolve(load_settings({**BASE, "ReplyQueueAllowList": allow_list}),
+                      REGISTRY).reply_queues.allow
     assert allowed("order-status-42")
     assert not allowed("orders-status-42") and not allowed("order-statu")
 
@@ -114,7 +119,10 @@ def test_reply_to_never_names_a_queue_the_app_reads_whatever_the_allow_list_says
     those of a service renamed by its setting) stay out."""
     widest = ",".join("abcdefghijklmnopqrstuvwxyz0123456789")
     s = load_settings({**BASE, "ReplyQueueAllowList": widest, "FraudRequestsQueueName": "fraud-q"})
-    allowed = s.reply_check(["alpha", "fraud"])
+    fraud = Workflow("fraud-check", (Step("check", "fraud", "check", None,
+                                          timedelta(seconds=5)),), message=FLOW.message)
+    allowed = resolve(s, Registry.of([*REGISTRY.workflows, fraud],
+                                     default=REGISTRY.default)).reply_queues.allow
     assert not allowed(queue)
     assert allowed("order-status-42")
 
@@ -141,7 +149,7 @@ def test_an_allow_list_that_is_no_prefix_stops_the_app_and_names_the_setting(
 def test_a_wrong_setting_fails_fast_and_is_named(name: str, value: str) -> None:
     """Per-service settings (named by convention from the registered services) included."""
     with pytest.raises(SettingsError, match=name):
-        load_settings({**BASE, name: value}).registry(REGISTRY)
+        resolve(load_settings({**BASE, name: value}), REGISTRY)
 
 
 def test_missing_storage_is_named() -> None:
@@ -157,11 +165,11 @@ def test_identity_based_storage_is_accepted() -> None:
 
 def test_step_budgets_override_the_workflow() -> None:
     s = load_settings({**BASE, "StepBudgetSeconds": "take=7, send=9"})
-    wf = s.registry(REGISTRY).get(FLOW.name)
+    wf = resolve(s, REGISTRY).workflows.get(FLOW.name)
     assert wf.step("take").budget.total_seconds() == 7
     assert wf.step("send").budget.total_seconds() == 9
     with pytest.raises(SettingsError, match="StepBudgetSeconds"):
-        load_settings({**BASE, "StepBudgetSeconds": "nope=3"}).registry(REGISTRY)
+        resolve(load_settings({**BASE, "StepBudgetSeconds": "nope=3"}), REGISTRY)
 
 
 def test_backoff_cap_below_base_is_refused() -> None:
@@ -187,7 +195,7 @@ def test_a_service_without_its_own_url_is_the_simulated_one_where_there_are_any(
     others = {service_setting_names(x)[0]: f"https://{x}" for x in REGISTRY.services
               if x != "beta"}
     s = load_settings({**BASE, **others, **given})
-    assert s.services(REGISTRY.services)["beta"].url == url
+    assert resolve(s, REGISTRY).services["beta"].url == url
 
 
 def test_a_deployment_without_simulators_needs_every_services_url() -> None:
@@ -196,16 +204,16 @@ def test_a_deployment_without_simulators_needs_every_services_url() -> None:
     first, *others = REGISTRY.services
     given = {service_setting_names(s)[0]: f"https://{s}.example" for s in others}
     with pytest.raises(SettingsError, match=f"not set: {service_setting_names(first)[0]} "):
-        load_settings({**BASE, "SimulatorsEnabled": "false", **given}).registry(REGISTRY)
+        resolve(load_settings({**BASE, "SimulatorsEnabled": "false", **given}), REGISTRY)
 
 
 def test_a_deployment_without_service_urls_fails_fast_naming_them() -> None:
     from shared.settings import SettingsError, load_settings
 
     with pytest.raises(SettingsError, match="AlphaServiceUrl=''"):
-        load_settings({"AzureWebJobsStorage": "UseDevelopmentStorage=true",
-                       "AlphaServiceUrl": "", "BetaServiceUrl": "https://beta"}
-                      ).registry(REGISTRY)
+        resolve(load_settings({"AzureWebJobsStorage": "UseDevelopmentStorage=true",
+                               "AlphaServiceUrl": "", "BetaServiceUrl": "https://beta"}),
+                REGISTRY)
 
 
 @pytest.mark.parametrize("url", [
@@ -217,7 +225,7 @@ def test_a_service_url_over_plain_http_to_another_machine_stops_the_app_naming_i
     """Issue 32: every call carries the order and RemoteServiceKey; plain http would put both
     on the network in clear, so it is taken only to this machine."""
     with pytest.raises(SettingsError, match=rf"{setting}=.*(https|not a URL)"):
-        load_settings({**BASE, setting: url}).registry(REGISTRY)
+        resolve(load_settings({**BASE, setting: url}), REGISTRY)
 
 
 @pytest.mark.parametrize("url", [
@@ -227,7 +235,7 @@ def test_https_anywhere_and_plain_http_to_this_machine_are_taken(url: str) -> No
     """What the local host, the demo and the end-to-end tests give (loopback) and what a
     deployment gives (https)."""
     s = load_settings({**BASE, "SimulatorBaseUrl": url, "BetaServiceUrl": url})
-    services = s.services(REGISTRY.services)
+    services = resolve(s, REGISTRY).services
     assert services["beta"].url == url
     assert {v.url for k, v in services.items() if k != "beta"} \
         == {f"{url}/{k}" for k in services if k != "beta"}
@@ -236,7 +244,7 @@ def test_https_anywhere_and_plain_http_to_this_machine_are_taken(url: str) -> No
 def test_the_local_simulators_default_is_taken() -> None:
     """No SimulatorBaseUrl, simulators on: the local host's own address, plain http."""
     s = load_settings(BASE)
-    assert {v.url for v in s.services(REGISTRY.services).values()} \
+    assert {v.url for v in resolve(s, REGISTRY).services.values()} \
         == {f"{LOCAL_SIMULATORS}/{k}" for k in REGISTRY.services}
 
 
