@@ -13,7 +13,7 @@ import httpx
 
 from orderctl.errors import CliError, first_line
 from shared import bootstrap
-from shared.handlers.failures import plain
+from shared.handlers.failures import without_python
 from shared.settings import load_settings
 from shared.workflows import REGISTRY
 
@@ -86,7 +86,7 @@ def call_api(method: str, path: str, body: Any = None,
                           timeout=30, follow_redirects=False)
     except httpx.HTTPError as e:
         raise CliError(f"cannot reach the operator API at {opts.api}: "
-                       f"{plain(first_line(e)) or 'no connection'}", 2) from None
+                       f"{without_python(first_line(e)) or 'no connection'}", 2) from None
     try:
         answer = r.json()
     except ValueError:

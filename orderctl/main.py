@@ -32,7 +32,7 @@ from orderctl.errors import CliError, first_line
 from orderctl.output import err, print_error
 from shared import tracing
 from shared.adapters.state_store import CorruptRecord
-from shared.handlers.failures import describe, plain
+from shared.handlers.failures import describe, without_python
 from shared.settings import SettingsError
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False,
@@ -93,14 +93,14 @@ def run(argv: list[str] | None = None) -> int:
         print_error(f"{e}")
         return 2
     except ServiceBusError as e:  # unreachable namespace, no rights, no such queue
-        print_error(f"Service Bus: {plain(first_line(e))}")
+        print_error(f"Service Bus: {without_python(first_line(e))}")
         return 2
     except AzureError as e:  # storage unreachable, refusing, or not letting us in
         print_error(f"storage {describe(e)}")
         return 2
     except CorruptRecord as e:
         print_error(f"the state record of order {e.order_id} is unreadable by "
-                    f"this version: {plain(e.reason)}")
+                    f"this version: {without_python(e.reason)}")
         return 1
     except typer.Exit as e:
         return int(e.exit_code)
@@ -117,8 +117,8 @@ def run(argv: list[str] | None = None) -> int:
     except Exception as e:  # a failure nobody foresaw: one line, the traceback on request
         if os.environ.get("ORDERS_DEBUG"):
             raise
-        print_error(f"something went wrong that the CLI cannot say more "
-                    f"precisely ({plain(first_line(e)) or 'no detail'}); run it again with "
+        print_error(f"something went wrong that the CLI cannot say more precisely "
+                    f"({without_python(first_line(e)) or 'no detail'}); run it again with "
                     "ORDERS_DEBUG=1 to see where")
         return 1
     finally:

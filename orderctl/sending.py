@@ -22,7 +22,7 @@ from orderctl.output import api_shape, err, id_column, out, print_error
 from orderctl.samples import NoSamples, orders_from_file, sample_orders
 from orderctl.senders import LocalSender, OrderSender, ServiceBusSender
 from shared.domain.state import OrderState
-from shared.handlers.failures import describe, plain
+from shared.handlers.failures import describe, without_python
 from shared.handlers.operator import Operator
 from shared.workflows import REGISTRY
 
@@ -115,7 +115,7 @@ def send(
         if not as_json:
             raise
         # A script still learns what went before the channel failed: the JSON, then the line.
-        stopped = CliError(f"Service Bus: {plain(first_line(e))}"
+        stopped = CliError(f"Service Bus: {without_python(first_line(e))}"
                            if isinstance(e, ServiceBusError) else f"storage {describe(e)}", 2)
     finally:
         sender.close()

@@ -30,7 +30,7 @@ from shared.clock import Clock, utc_now
 from shared.configuration import Configuration, resolve
 from shared.domain.state import RetryPolicy, exponential_backoff
 from shared.domain.workflow import Registry, Workflow
-from shared.handlers.agent import Agent, AgentRetryPolicy, Records, new_breaker
+from shared.handlers.agent import Agent, AgentRetryPolicy, RequestCheck, new_breaker
 from shared.handlers.health import HealthProbe
 from shared.handlers.intake import IntakeHandler
 from shared.handlers.operator import Operator
@@ -138,7 +138,7 @@ def build(settings: Settings | Configuration, *, clock: Clock = utc_now,
                              settings.agent_call_timeout)
     key = (settings.remote_service_key.get_secret_value()
            if settings.remote_service_key else None)
-    records = Records(store, registry, alerts)
+    check = RequestCheck(store, registry, alerts)
     breakers = {name: new_breaker(name, settings.breaker_failures, settings.breaker_reset,
                                   settings.breaker_window) for name in services}
     code = registry.code_services
@@ -147,7 +147,7 @@ def build(settings: Settings | Configuration, *, clock: Clock = utc_now,
             name=name, client=(
                 CodeServiceClient(code[name], dict(config.code_settings[name]))
                 if name in code else RemoteServiceClient(v.url or "", http, key)),
-            policy=retry, breaker=breakers[name], clock=clock, records=records,
+            policy=retry, breaker=breakers[name], clock=clock, check=check,
         )
         for name, v in services.items()
     }

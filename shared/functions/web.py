@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from shared import bootstrap
 from shared.adapters.alerts import AckRefused, AlertNotFound
 from shared.adapters.state_store import CorruptRecord, NewerRecord
-from shared.handlers.failures import describe, plain
+from shared.handlers.failures import describe, without_python
 from shared.handlers.operator import Operator
 from shared.handlers.operator_requests import MAX_PAGE, OrderNotFound, ResubmitRefused
 from shared.handlers.principal import Forbidden, Principal, Unauthenticated, authorise
@@ -55,7 +55,7 @@ def _unreadable(e: CorruptRecord) -> tuple[int, str]:
                      "of the app: its own operator API reads it")
     # Our data, not the caller's fault: say which record and what is wrong with it.
     return 500, (f"the state record of order {e.order_id} is unreadable by this version of "
-                 f"the app: {plain(e.reason)}")
+                 f"the app: {without_python(e.reason)}")
 
 
 def _storage(e: AzureError) -> tuple[int, str]:

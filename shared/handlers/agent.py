@@ -80,7 +80,7 @@ class ServiceClient(Protocol):
 
 
 @dataclass(frozen=True)
-class Records:
+class RequestCheck:
     """What an Agent checks a request against, and whom it tells of one the app never sent."""
     store: OrderStore
     workflows: Registry
@@ -89,14 +89,14 @@ class Records:
 
 class Agent:
     def __init__(self, *, name: str, client: ServiceClient, policy: AgentRetryPolicy,
-                 breaker: CircuitBreaker, clock: Clock, records: Records,
+                 breaker: CircuitBreaker, clock: Clock, check: RequestCheck,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.name = name
         self._client = client
         self._policy = policy
         self._breaker = breaker
         self._clock = clock
-        self._records = records
+        self._check = check
         self._sleep = sleep
 
     def handle(self, body: str) -> AgentReply | None:
@@ -189,13 +189,13 @@ class Agent:
                    where: str) -> tuple[StoredOrder, Workflow | None] | None:
         """The order as stored and its workflow (None: a newer release's version), when its
         record shows this request's work in flight now."""
-        stored = self._records.store.load(req.order_id)
+        stored = self._check.store.load(req.order_id)
         workflow = None
         # A newer release's order (no such version here, or a newer record): its record alone
         # says what was asked.
         if stored is not None:
             with contextlib.suppress(UnknownWorkflow):
-                workflow = self._records.workflows.of_record(stored.state)
+                workflow = self._check.workflows.of_record(stored.state)
         verdict = judge(stored.state if stored else None, req, self.name, workflow)
         tracing.annotate(**{"order.request": verdict.verdict.value})
         if verdict.verdict is Verdict.IN_FLIGHT and stored is not None:
@@ -207,7 +207,7 @@ class Agent:
                   f"{req.idempotency_key}): {verdict.reason}; the service was not called")
         log.error("agent %s: %s", self.name, reason)
         fingerprint = hashlib.sha256(req.to_json().encode()).hexdigest()[:16]
-        self._records.alerts.raise_alert(OperatorAlert(
+        self._check.alerts.raise_alert(OperatorAlert(
             AlertKind.REQUEST_REFUSED, budget.clip(req.order_id, 128), budget.clip(
                 # The clock's time, never the request's: a sender chooses that one (a year 9999
                 # would file the alert where no listing looks, and expire every real one).

@@ -54,7 +54,7 @@ def _code(e: HttpResponseError, text: str) -> str:
     return f" ({code})" if code else ""
 
 
-def plain(reason: str) -> str:
+def without_python(reason: str) -> str:
     """A stored or relayed reason with the Python taken out: no class prefix, no type named."""
     reason = _CLASS_PREFIX.sub("", reason)
     return _NOT_VALID.sub("is not a value this version knows", reason)

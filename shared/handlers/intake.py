@@ -20,7 +20,7 @@ from shared.domain.state import Cause, OrderState
 from shared.domain.transitions import receive
 from shared.domain.workflow import Registry
 from shared.domain.workflow_message import InvalidOrder, WorkflowMessage
-from shared.handlers.relay import EffectRelay, Known
+from shared.handlers.relay import EffectRelay, InHand
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class IntakeResult:
 class CommandTaker(Protocol):
     """The Scheduler, as intake hands it the start command in this process."""
 
-    def take(self, cmd: SchedulerCommand, known: Known | None = None, *,
+    def take(self, cmd: SchedulerCommand, known: InHand | None = None, *,
              arrival: Arrival = Arrival.QUEUED) -> object: ...
 
 
@@ -144,4 +144,4 @@ class IntakeHandler:
     def _hand_on(self, state: OrderState, order: dict[str, Any]) -> None:
         carried = self._relay.carry_out(state, order, hold_command=True)
         if carried.held is not None:
-            self._scheduler.take(carried.held, Known(state, order), arrival=Arrival.HANDED_OVER)
+            self._scheduler.take(carried.held, InHand(state, order), arrival=Arrival.HANDED_OVER)

@@ -25,7 +25,7 @@ from shared.domain.state import (
     due_at,
 )
 from shared.domain.workflow import Registry, UnknownWorkflow
-from shared.handlers.failures import plain
+from shared.handlers.failures import without_python
 from shared.handlers.health import HealthProbe
 from shared.handlers.operator_requests import (
     ID_PREFIX,
@@ -255,7 +255,7 @@ class Operator:
             except OrderNotFound:  # gone since it was listed
                 item["Outcome"], item["Why"] = "refused", f"order {s.order_id} is gone"
             except CorruptRecord as e:  # changed since it was listed, to what this cannot read
-                item["Outcome"], item["Why"] = "refused", plain(e.reason)
+                item["Outcome"], item["Why"] = "refused", without_python(e.reason)
             items.append(BulkItem.model_validate(item))
         return BulkResult(DryRun=ask.dry_run, Items=items, Scanned=scanned, More=more,
                           Skipped=skipped)

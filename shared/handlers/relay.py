@@ -49,7 +49,7 @@ class OrderRowMissing(LookupError):
     """A step must be dispatched but the order it carries is gone from the store."""
 
 
-class Known(NamedTuple):
+class InHand(NamedTuple):
     """A record and its order as their writer has them, so the next reader need not read them."""
 
     state: OrderState

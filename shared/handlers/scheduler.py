@@ -24,7 +24,7 @@ from shared.domain.messages import AgentReply, Arrival, CommandKind, SchedulerCo
 from shared.domain.state import Cause, ForgedReply, IllegalTransition, OrderState, reply_cause
 from shared.domain.transitions import Delivery, Transition, apply_reply, begin_compensation, claim
 from shared.domain.workflow import Registry, UnknownWorkflow, Workflow
-from shared.handlers.relay import EffectRelay, Known
+from shared.handlers.relay import EffectRelay, InHand
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class Scheduler:
         self._clock = clock
         self._queues = queues
 
-    def _of(self, state: OrderState) -> Workflow:
+    def _workflow_of(self, state: OrderState) -> Workflow:
         # A version this release does not have, or a record a newer release wrote, raises
         # UnknownWorkflow before anything is written (see _defer_if_newer).
         return self._workflows.of_record(state)
@@ -99,7 +99,7 @@ class Scheduler:
         except UnknownWorkflow as e:
             return self._defer_if_newer(e, self._queues.commands if self._queues else "", body)
 
-    def take(self, cmd: SchedulerCommand, known: Known | None = None, *,
+    def take(self, cmd: SchedulerCommand, known: InHand | None = None, *,
              arrival: Arrival = Arrival.QUEUED) -> SchedulerResult:
         """Carry out a command, from the queue or handed over in this process (intake's start).
 
@@ -117,7 +117,7 @@ class Scheduler:
             begin = claim if cmd.kind is CommandKind.START else begin_compensation
             cause = Cause.START if cmd.kind is CommandKind.START else Cause.COMPENSATE
             return self._transact(cmd.order_id, cause, redelivered, lambda s: begin(
-                s, self.instance_id, self._clock(), self._of(s), delivery), known)
+                s, self.instance_id, self._clock(), self._workflow_of(s), delivery), known)
 
     def handle_reply(self, body: str, redelivered: bool = False) -> SchedulerResult:
         try:
@@ -135,18 +135,18 @@ class Scheduler:
                                  "redelivered": redelivered})):
             return self._transact(reply.order_id, reply_cause(reply), redelivered,
                                   lambda s: apply_reply(s, reply, self.instance_id, self._clock(),
-                                                        self._of(s)))
+                                                        self._workflow_of(s)))
 
     def _transact(self, order_id: str, cause: str, redelivered: bool,
                   transition: Callable[[OrderState], Transition],
-                  known: Known | None = None) -> SchedulerResult:
+                  known: InHand | None = None) -> SchedulerResult:
         for _ in range(MAX_CONFLICT_RETRIES):
             if known is None:
                 stored = self._store.load(order_id)
                 if stored is None:
                     log.warning("message for unknown order %s ignored", order_id)
                     return SchedulerResult(Outcome.UNKNOWN_ORDER)
-                known = Known(stored.state, stored.order)
+                known = InHand(stored.state, stored.order)
             current, known = known, None
             tracing.annotate(**tracing.order_attributes(None, None, None, current.state.generation))
             try:

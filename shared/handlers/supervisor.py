@@ -42,7 +42,7 @@ from shared.domain.outages import Gap, TickLog
 from shared.domain.state import OrderState, RetryPolicy, due_at
 from shared.domain.supervision import DecisionKind, SupervisorDecision, supervise
 from shared.domain.workflow import Registry, UnknownWorkflow
-from shared.handlers.failures import describe, plain
+from shared.handlers.failures import describe, without_python
 from shared.handlers.relay import EffectRelay
 
 log = logging.getLogger(__name__)
@@ -297,7 +297,7 @@ class Supervisor:
                 AlertKind.RECORD_UNREADABLE, entry.order_id,
                 f"the Supervisor cannot read this order's state record; it looks again every "
                 f"{self._policy.unreadable_recheck} until the record is repaired: "
-                f"{plain(e.reason)}",
+                f"{without_python(e.reason)}",
                 self._clock(), key=f"{entry.order_id}.unreadable.{e.version}"))
             self._store.quarantine(entry, e.version, until)
             report.unreadable += 1
@@ -324,4 +324,4 @@ def _in_words(e: Exception) -> str:
 
     if isinstance(e, AzureError):
         return f"storage {describe(e)}"
-    return plain(str(e)) or "an error (the app's log has the details)"
+    return without_python(str(e)) or "an error (the app's log has the details)"

@@ -13,7 +13,7 @@ from shared.adapters.remote_service import RemoteServiceClient
 from shared.circuit_breaker import CircuitBreaker
 from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
 from shared.domain.workflow import Registry
-from shared.handlers.agent import Agent, AgentRetryPolicy, Records
+from shared.handlers.agent import Agent, AgentRetryPolicy, RequestCheck
 from tests.conftest import wait_until
 from tests.fakes import FakeAlertStore, FakeOrderStore, a_call, in_flight
 from tests.integration.conftest import RunningHost
@@ -192,7 +192,7 @@ def test_circuit_breaker_stops_calling_a_service_that_keeps_failing() -> None:
     agent = Agent(name="beta", client=remote,  # type: ignore[arg-type]
                   policy=AgentRetryPolicy(0.001, 0.002, 1),
                   breaker=breaker, clock=lambda: datetime.now(UTC),
-                  records=Records(store, Registry.of([FLOW]), FakeAlertStore()))
+                  check=RequestCheck(store, Registry.of([FLOW]), FakeAlertStore()))
     assert agent.handle(request(None, seconds=0.5)) is None
     assert remote.calls == 3 and breaker.state == "open"
     assert agent.handle(request(None, order_id="o-2", seconds=0.5)) is None

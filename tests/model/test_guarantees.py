@@ -59,7 +59,7 @@ from shared.domain.state import (
 )
 from shared.domain.transitions import receive
 from shared.domain.workflow import Registry
-from shared.handlers.agent import Agent, AgentRetryPolicy, Records
+from shared.handlers.agent import Agent, AgentRetryPolicy, RequestCheck
 from shared.handlers.health import HealthProbe
 from shared.handlers.intake import IntakeHandler
 from shared.handlers.operator import Operator
@@ -226,7 +226,7 @@ class PipelineMachine(RuleBasedStateMachine):
                 name=name, client=ModelClient(name, self.model, self),  # type: ignore[arg-type]
                 policy=AgentRetryPolicy(base_delay=2, max_delay=8, call_timeout=5),
                 breaker=CircuitBreaker(name, 10**6, 1),
-                clock=self.clock, records=Records(self.store, self.workflows, self.alerts),
+                clock=self.clock, check=RequestCheck(self.store, self.workflows, self.alerts),
                 sleep=lambda s: self.clock.advance(seconds=s))
             for name in AGENT_QS
         }

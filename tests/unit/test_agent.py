@@ -12,7 +12,7 @@ from shared.circuit_breaker import CircuitBreaker
 from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
 from shared.domain.services import Call
 from shared.domain.workflow import Registry
-from shared.handlers.agent import Agent, AgentRetryPolicy, Records
+from shared.handlers.agent import Agent, AgentRetryPolicy, RequestCheck
 from tests.conftest import FakeClock
 from tests.fakes import FakeAlertStore, FakeOrderStore, in_flight
 from tests.workflow import FLOW
@@ -44,7 +44,7 @@ def agent(clock: FakeClock, script: Script, action: Action = Action.DO,
     return Agent(name="beta", client=script,  # type: ignore[arg-type]
                  policy=AgentRetryPolicy(0.1, 1, 5),
                  breaker=CircuitBreaker("beta", 100, 1), clock=clock,
-                 records=Records(store, Registry.of([FLOW]), FakeAlertStore()),
+                 check=RequestCheck(store, Registry.of([FLOW]), FakeAlertStore()),
                  sleep=lambda s: clock.advance(seconds=s))
 
 

@@ -16,7 +16,7 @@ from shared.circuit_breaker import CircuitBreaker
 from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
 from shared.domain.services import Call, CodeService, Refuse, Retry
 from shared.domain.workflow import Registry
-from shared.handlers.agent import Agent, AgentRetryPolicy, Records
+from shared.handlers.agent import Agent, AgentRetryPolicy, RequestCheck
 from tests.conftest import FakeClock
 from tests.fakes import FakeAlertStore, FakeOrderStore, a_call, in_flight
 from tests.workflow import FLOW
@@ -83,7 +83,7 @@ def test_an_agent_runs_the_code_with_the_results_and_hands_back_its_answer() -> 
     agent = Agent(name="beta", client=CodeServiceClient(
         CodeService("beta", operations={"take": take}), {}),
         policy=AgentRetryPolicy(0.1, 1, 5), breaker=CircuitBreaker("beta", 100, 1),
-        clock=clock, records=Records(store, Registry.of([FLOW]), FakeAlertStore()),
+        clock=clock, check=RequestCheck(store, Registry.of([FLOW]), FakeAlertStore()),
         sleep=lambda s: clock.advance(seconds=s))
     work = new_work_key("o-1", "take")
     reply = agent.handle(AgentRequest(

@@ -16,7 +16,7 @@ from shared.domain.provenance import Verdict, judge
 from shared.domain.services import Call
 from shared.domain.state import OrderState
 from shared.domain.workflow import Registry
-from shared.handlers.agent import Agent, AgentRetryPolicy, Records
+from shared.handlers.agent import Agent, AgentRetryPolicy, RequestCheck
 from tests.conftest import FakeClock
 from tests.fakes import FakeAlertStore, FakeOrderStore, in_flight
 from tests.workflow import FLOW
@@ -148,7 +148,7 @@ class Service:
 def agent_over(store: FakeOrderStore, alerts: FakeAlertStore, service: Service) -> Agent:
     return Agent(name="beta", client=service,  # type: ignore[arg-type]
                  policy=AgentRetryPolicy(0.1, 1, 5), breaker=CircuitBreaker("beta", 100, 1),
-                 clock=CLOCK, records=Records(store, Registry.of([FLOW]), alerts),
+                 clock=CLOCK, check=RequestCheck(store, Registry.of([FLOW]), alerts),
                  sleep=lambda s: None)
 
 

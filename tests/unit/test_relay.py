@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from shared.domain.effects import SendCommand
 from shared.domain.messages import Arrival, CommandKind, SchedulerCommand
 from shared.domain.workflow import Registry
-from shared.handlers.relay import EffectRelay, Known
+from shared.handlers.relay import EffectRelay, InHand
 from tests.conftest import FakeClock
 from tests.fakes import FakeAlertStore, FakeOrderStore, FakeQueues, FakeRejections, accepted
 from tests.workflow import FLOW
@@ -56,10 +56,10 @@ def test_intake_hands_the_held_command_to_the_scheduler_with_the_record_in_hand(
     from shared.handlers.intake import IntakeHandler
 
     r, queues, store = relay()
-    taken: list[tuple[SchedulerCommand, Known | None, Arrival]] = []
+    taken: list[tuple[SchedulerCommand, InHand | None, Arrival]] = []
 
     class Taker:
-        def take(self, cmd: SchedulerCommand, known: Known | None = None, *,
+        def take(self, cmd: SchedulerCommand, known: InHand | None = None, *,
                  arrival: Arrival = Arrival.QUEUED) -> None:
             taken.append((cmd, known, arrival))
 

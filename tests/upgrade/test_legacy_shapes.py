@@ -203,7 +203,7 @@ def index_entries_of(p: Pipeline, order_id: str) -> list[str]:
 
 
 # Shapes this release reads but whose orders do not end as they must: the engine's to fix
-# (docs/upgrades.md, Known gap). strict: a fix shows here as an unexpected pass.
+# (docs/upgrades.md, InHand gap). strict: a fix shows here as an unexpected pass.
 KNOWN_GAPS: dict[str, str] = {}
 
 
@@ -236,7 +236,7 @@ def test_an_order_in_flight_at_the_upgrade_settles(path: Path, make_pipeline: An
             client=PlannedService(name, model, refuse, undo_keys),  # type: ignore[arg-type]
             policy=AgentRetryPolicy(base_delay=1, max_delay=4, call_timeout=5),
             breaker=CircuitBreaker(name, 10**6, 1), clock=p.clock,
-            records=c.agents[name]._records, sleep=lambda s: p.clock.advance(seconds=s))
+            check=c.agents[name]._check, sleep=lambda s: p.clock.advance(seconds=s))
     install(p, fx)
 
     if fx["after_upgrade"].get("redeliver_order"):

@@ -63,7 +63,7 @@ def at(value: str) -> datetime:
     return datetime.fromisoformat(value)
 
 
-def plain(view: BaseModel) -> Any:
+def as_sent(view: BaseModel) -> Any:
     """A view as the API sends it."""
     return view.model_dump(mode="json")
 
@@ -85,15 +85,15 @@ def test_old_alert_rows_are_listed_by_the_api_the_cli_and_the_console(
         return sorted((v["Kind"], v["OrderID"], v["Step"], v["Reason"], at(v["RaisedAt"]))
                       for v in views if v["OrderID"] == fx["order_id"])
 
-    listed = plain(op.alerts(limit=50))["alerts"]
+    listed = as_sent(op.alerts(limit=50))["alerts"]
     assert seen(listed) == wanted
     json.dumps(listed)  # the API's body as it is sent
-    assert seen([plain(a) for a in op.alerts_for(fx["order_id"])]) == wanted
-    overview = plain(op.overview())
+    assert seen([as_sent(a) for a in op.alerts_for(fx["order_id"])]) == wanted
+    overview = as_sent(op.overview())
     assert seen(overview["Alerts"]) == wanted
     # A later day's list still reaches them (one partition a day, seven days back).
     pipeline.clock.now += timedelta(days=6)
-    assert seen(plain(op.alerts(limit=50))["alerts"]) == wanted
+    assert seen(as_sent(op.alerts(limit=50))["alerts"]) == wanted
 
 
 # The first release's alert row keys end in 8 hex digits (a random part), today's in 12: the
@@ -105,7 +105,8 @@ def test_old_alert_rows_can_be_acknowledged_by_the_id_they_are_listed_with(
     rows = install(pipeline, fx)
     op = pipeline.container.operator
     pipeline.clock.now = at(fx["now"]) + timedelta(hours=1)
-    listed = [a for a in plain(op.alerts(limit=50))["alerts"] if a["OrderID"] == fx["order_id"]]
+    listed = [a for a in as_sent(op.alerts(limit=50))["alerts"]
+              if a["OrderID"] == fx["order_id"]]
     assert len(listed) == len(rows)
     for a in listed:
         acked = op.acknowledge(a["AlertId"], "operator@example.com", "seen after the upgrade")
@@ -138,13 +139,13 @@ def test_old_rejected_rows_are_listed_paged_and_found(path: Path, pipeline: Pipe
     pipeline.clock.now = at(fx["now"]) + timedelta(hours=1)
     wanted = sorted((r["MessageId"], r["Kind"], r["Reason"], r["RejectedAt"]) for r in rows)
 
-    assert _rejected_seen(plain(op.rejected(50))["rejected"]) == wanted
+    assert _rejected_seen(as_sent(op.rejected(50))["rejected"]) == wanted
     # Page by page, as `orders rejected --limit 1` and the API's continuation go.
     paged: list[dict[str, Any]] = []
     token = None
     for _ in range(len(rows) + 2):
         page = op.rejected(1, token)
-        paged += plain(page)["rejected"]
+        paged += as_sent(page)["rejected"]
         token = page.continuation
         if not token:
             break
@@ -152,7 +153,7 @@ def test_old_rejected_rows_are_listed_paged_and_found(path: Path, pipeline: Pipe
     for r in rows:
         found = op.rejection(r["MessageId"])
         assert found is not None and found.Reason == r["Reason"], r["MessageId"]
-    assert _rejected_seen(plain(op.overview())["Rejected"]) == wanted
+    assert _rejected_seen(as_sent(op.overview())["Rejected"]) == wanted
 
 
 # The first release keyed a rejected row by a content digest; expiry's second range (below any
