@@ -1,21 +1,7 @@
-"""A circuit breaker that lets calls run side by side.
+"""A circuit breaker that lets calls to one service run side by side.
 
-Why not a library: pybreaker (the common choice) holds its lock for the whole protected call, so
-every call to a service from one process runs one at a time. Measured in `make demo`: with 24
-calls to one service in flight, each waited ~10 s for the lock and replied after its complete-by.
-Here the lock guards only the counters.
-
-It opens on a failure *rate*, not a run: when at least ``failure_threshold`` of the calls begun in
-the last ``window_seconds`` failed and they are at least half of them. Counting consecutive
-failures trips on a healthy service whose few hung calls time out together (measured in
-`make bench`: 10% silent calls opened it and failed orders that would have recovered).
-
-Each outcome is counted at the time its call *began*. A hung call's failure is known only when
-its timeout runs out, long after the calls made beside it succeeded; judged by when outcomes
-arrive, late failures crowd the recent past whenever traffic thins (measured in `make bench`:
-with a window of the last 10 outcomes, the hung calls at the end of a run with 10% silent calls
-made half of them, opened the breaker and failed 4-6 of 200 orders). Judged by when calls began,
-they stand beside the calls made with them, and the rate is the service's.
+It opens when enough of the calls begun in the last window failed; after a pause it lets one
+trial call through, and that call's success closes it.
 """
 
 from __future__ import annotations
@@ -37,6 +23,17 @@ class CircuitOpen(Exception):
 
 
 class CircuitBreaker:
+    """Opens on a failure *rate*, not a run: when at least ``failure_threshold`` of the calls
+    begun in the last ``window_seconds`` failed and they are at least half of them. Counting
+    consecutive failures trips on a healthy service whose few hung calls time out together
+    (`make bench`: 10% silent calls opened it and failed orders that would have recovered).
+
+    Not pybreaker, the common choice: it holds its lock for the whole call, so one process's
+    calls to a service run one at a time (`make demo`: with 24 calls in flight, each waited
+    about 10 s for the lock and replied after its complete-by). Here the lock guards only the
+    counters.
+    """
+
     def __init__(self, name: str, failure_threshold: int, reset_seconds: float, *,
                  window_seconds: float = 20.0,
                  ignore: tuple[type[BaseException], ...] = (),
@@ -98,7 +95,15 @@ class CircuitBreaker:
             self._trial_running = False
 
     def _count(self, began: float, *, failed: bool) -> None:
-        """Counts one outcome, and forgets the slots that left the window."""
+        """Counts one outcome, and forgets the slots that left the window.
+
+        An outcome is counted at the time its call began. A hung call's failure is known only
+        when its timeout runs out, long after the calls made beside it succeeded: counted as
+        they arrive, late failures crowd the recent past whenever traffic thins, and open the
+        breaker on a healthy service (measured: docs/performance-history.md, Recovery). Counted
+        by when calls began, they stand beside the calls made with them, and the rate is the
+        service's.
+        """
         now = int(self._clock() // self._slot_seconds)
         oldest = now - SLOTS + 1
         for slot in [s for s in self._slots if s < oldest]:

@@ -1,14 +1,6 @@
 """One trace per order: a span for each invocation and each remote call attempt, and the W3C
-trace context carried in every message the app sends, so that intake, the Scheduler, the Agents,
-the remote services, the Supervisor and the compensation all land in the order's trace.
-
-The context travels as a ``traceparent`` (https://www.w3.org/TR/trace-context/): a field of each
-internal message, an application property of the Service Bus order, a header of each remote
-call, and a column of the state record (the order's own), from which the Supervisor's recovery of
-an order continues its trace although a timer, not a message, started the Supervisor.
-
-Exporting is chosen by the standard variables and costs nothing when none is set: with no tracer
-provider the API's spans record nothing, while contexts still pass through unchanged.
+trace context (``traceparent``) carried in every message, remote call and state record, so that
+every hop of an order, the Supervisor's recoveries too, lands in its trace (docs/tracing.md).
 """
 
 from __future__ import annotations
@@ -111,7 +103,7 @@ NOT_INSTRUMENTED = ("azure_sdk", "django", "fastapi", "flask", "httpx", "httpx2"
 
 
 # The distro's own sampler (no OTEL_TRACES_SAMPLER) is rate-limited, about 5 spans a second,
-# deciding span by span: an order's spans were kept or dropped one by one. Whatever the worker set
+# deciding span by span: it would keep or drop an order's spans one by one. Whatever the worker set
 # up, the app's OrderSampler decides (configure()); the Bicep still names the fixed-percentage
 # one for the worker, so that nothing it starts before the app loads is rate-limited.
 TRACES_SAMPLER = ("microsoft.fixed_percentage", "1.0")
@@ -121,7 +113,7 @@ _TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 def keep(traceparent: str | None) -> str | None:
     """``traceparent`` marked sampled: the order is in trouble, keep its trace from here on."""
     if traceparent is None or not _TRACEPARENT.fullmatch(traceparent):
-        return traceparent  # not W3C: a reader starts a new trace from it, as before
+        return traceparent  # not W3C: left as it is, and a reader starts a new trace from it
     return traceparent[:53] + format(int(traceparent[53:], 16) | 1, "02x")
 
 

@@ -1,15 +1,8 @@
-"""The state store: orders and their state records in Azure Table Storage.
+"""The state store: orders and their state records in Azure Table Storage, and the due-time index.
 
-Keys:
-- ``<OrderID> / order``: the order as accepted, written once.
-- ``<OrderID> / state``: the state record. Every change is a single-entity write conditional on
-  the ETag it was read with, so a lost race surfaces as ConcurrencyConflict, never an overwrite.
-- Due-time index (its own table; see shared/domain/due_index.py): one entry per in-flight order
-  generation, ``due-NN / <due time>|<OrderID>@<generation>``, filed at or before the time the
-  Supervisor must step in, spread over 16 partitions. The record names its entry (``IndexKey``)
-  and every write keeps it true: an entry goes in before the record that names it (so an order
-  the Supervisor cannot find does not exist), and a write that makes the order due earlier puts
-  a new entry first. The Supervisor reads, by key range, only the entries whose time has come.
+An order is two rows of its own partition: ``order``, the order as accepted (written once), and
+``state``, the state record, changed only by writes conditional on the ETag it was read with.
+Every write keeps the due-time index true (shared/domain/due_index.py).
 """
 
 from __future__ import annotations
@@ -57,7 +50,7 @@ STATE_ROW = "state"
 
 
 class ConcurrencyConflict(Exception):
-    """Someone else changed the record since we read it."""
+    """Someone else changed the record since we read it: a lost race, never an overwrite."""
 
 
 class CorruptRecord(Exception):
@@ -273,7 +266,8 @@ class TableOrderStore:
     def create(self, order: WorkflowMessage, state: OrderState) -> OrderState:
         """Write the order and its first state in one entity-group transaction: both or neither.
 
-        The order's index entry goes in first (and comes out again when the order was there).
+        The order's index entry goes in first, so that no order exists the Supervisor cannot find
+        (and comes out again when the order was there).
         Returns the state as stored (with its version and index entry); ``state`` is left as
         it was, so a caller whose write failed holds nothing the store did not record.
         """

@@ -1,13 +1,8 @@
 """Size budgets of what the app stores and sends, and the one way to hold text to them.
 
-Table Storage counts a string property in UTF-16 code units (32K at most, 64 KiB a property),
-so a budget is in those units: a character outside the Basic Multilingual Plane counts two.
-Texts are stored inside JSON (a record's steps, history, timeline and outbox; every message), where
-a control character takes six units and a quote two, so a text's budget counts its JSON form:
-counted raw, an error of 2,000 control characters would take 12,000 units of its record.
-Every text that comes from outside (a remote service's error body, an operator's reason) or
-grows (a record's history) is held to its budget here before it is written. The budgets and
-the limits they serve: docs/limits.md.
+Table Storage counts a string in UTF-16 code units, and every text is stored inside JSON, so a
+text's budget counts the units of its JSON form (``text_units``). Every text that comes from
+outside or grows is held to its budget here before it is written (docs/limits.md).
 """
 
 from __future__ import annotations
@@ -55,7 +50,8 @@ def utf16_units(text: str) -> int:
 
 
 def text_units(text: str) -> int:
-    """The UTF-16 units ``text`` takes inside a JSON document (without its quotes)."""
+    """The UTF-16 units ``text`` takes inside a JSON document (without its quotes): a character
+    outside the Basic Multilingual Plane takes two, a quote two, a control character six."""
     return utf16_units(json.dumps(text, ensure_ascii=False)) - 2
 
 

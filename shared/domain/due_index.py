@@ -1,29 +1,8 @@
 """The due-time index: where the Supervisor finds the work that may be overdue.
 
-Each in-flight order generation has an entry keyed by a time at or before the moment the
-Supervisor must step in (``due_at``), so a tick reads, by key range, only the entries whose time
-has come, however many orders are in flight. Entries are spread over ``SHARDS`` partitions by
-order id, so no one partition carries every order's writes.
-
-The invariant, kept by every write of a state record: **the entry the record names
-(``OrderState.index_key``) exists, and its time is not after the order's due time.** An order's
-due time mostly moves later (a step is handed on, a retry is set), and then the entry it names
-still holds; only when it moves earlier does the write put a new entry first and name it. A new
-entry is filed no later than the *horizon* after the write (the shortest of the pending grace
-and the step budgets): every due time a later write can set is at least that far ahead, so the
-hot path writes one entry per order and never files it again, and an order that finishes in time
-is never visited.
-
-What the Supervisor then meets at an entry's time:
-- the entry the record names, the order not due yet (its time moved later): the entry moves to
-  the order's due time (a new entry, named in a conditional write of the record, then the old
-  one dropped);
-- an entry the record does not name: superseded, or left by a write that failed or stopped. It
-  is dropped once no write can still name it. A write names only the entry it put just before,
-  conditional on the version it read (the entry's ``base``), so once the record is at another
-  version, nothing can name that entry any more.
-
-The key is recorded on the state record, never recomputed: dropping an entry is exact.
+Each in-flight order generation has an entry filed under a time at or before its due time, in one
+of ``SHARDS`` partitions by order id, so a tick reads by key range only the entries whose time
+has come. The rule every write keeps: docs/architecture.md, The due-time index.
 """
 
 from __future__ import annotations
@@ -34,6 +13,8 @@ from datetime import UTC, datetime, timedelta
 
 from shared.domain.state import OrderState, due_at
 
+# Partitions the index is spread over, by order id, so that no one partition carries every
+# order's writes.
 SHARDS = 16
 PARTITION_PREFIX = "due-"
 # Entries written before the due-time index: one partition, no time. The Supervisor still reads
@@ -58,6 +39,9 @@ def _text(t: datetime) -> str:
 
 @dataclass(frozen=True)
 class IndexKey:
+    """An entry's key. The state record keeps it (``OrderState.index_key``), never recomputed, so
+    dropping an entry is exact."""
+
     partition: str
     row: str
 
@@ -112,7 +96,11 @@ def due_by(now: datetime) -> str:
 def file_at(due: datetime, written: datetime, horizon: timedelta, *, exact: bool) -> datetime:
     """The time to file a new entry under: the due time, or earlier (within the horizon of the
     write) so that the order's next transitions need no new entry. ``exact`` for the
-    Supervisor's own writes, which must not meet the entry again before its time."""
+    Supervisor's own writes, which must not meet the entry again before its time.
+
+    The horizon is the shortest of the pending grace and the step budgets: every due time a
+    later write can set is at least that far ahead, so the fault-free path files one entry per
+    order and never files it again, and an order that finishes in time is never visited."""
     return due if exact else min(due, written + horizon)
 
 

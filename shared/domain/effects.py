@@ -1,14 +1,8 @@
 """What a committed transition causes outside the state record: its outbox.
 
-A transition writes its effects into the state record in the same conditional write as the new
-state, so an effect can never be lost between the write and the send: whoever finds the record
-can carry it out (``shared/handlers/relay.py``). Effects are carried out at least once, so each is
-harmless twice: alerts and status messages carry a key fixed when they were recorded, a dispatch
-names its step's attempt (a second copy is a stale reply), a command is refused by a record that
-moved on, and forgetting is idempotent.
-
-Order matters: alerts, then status, then commands, then the dispatch, then forgetting. Whatever
-follows a dispatch (the Agent's reply) therefore proves everything before it was done.
+A transition writes its effects in the same conditional write as its new state, so none can be
+lost before it is sent; shared/handlers/relay.py carries them out at least once, and each is
+harmless twice (docs/architecture.md, What follows a write: the outbox).
 """
 
 from __future__ import annotations
@@ -67,6 +61,8 @@ class Forget(_Effect):
     generation: int
 
 
+# An outbox holds them in this order (transitions.emit), so whatever follows a dispatch (the
+# Agent's reply) proves everything before it was done.
 Effect = Annotated[RaiseAlert | SendStatus | SendCommand | Dispatch | Forget,
                    Field(discriminator="kind")]
 OUTBOX: TypeAdapter[list[Effect]] = TypeAdapter(list[Effect])

@@ -1,13 +1,8 @@
 """When the pipeline itself could not make progress, from the Supervisor's record of its ticks.
 
-The Supervisor ticks on a schedule and every tick reads storage. So a stretch longer than
-``OutageGapSeconds`` between two completed ticks is time in which nothing can be shown to have
-worked: storage unreachable, the app not running, or the Supervisor itself stopped. A step whose
-time fell in such a gap did not fail on its own account: it is sent again without counting a
-failure (the Supervisor, ``supervise``). So is one sent during the recovery that follows, as long
-as the outage itself (at most MAX_RECOVERY): listeners back off while storage is down, and the
-backlog of the outage drains before new work gets through. Outages shorter than the gap are not
-seen; a step whose deadline fell in one is counted as usual.
+A stretch longer than ``OutageGapSeconds`` between two completed ticks is an outage: a step whose
+time fell in one, or in the recovery after it, did not fail on its own account, and is sent again
+without counting a failure (docs/architecture.md, A storage outage).
 """
 
 from __future__ import annotations
@@ -17,7 +12,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 NEVER = datetime.min.replace(tzinfo=UTC)
-# The longest recovery an outage earns, however long it was.
+# The longest recovery an outage earns, however long it was. A recovery is as long as its outage:
+# listeners back off while storage is down, and the outage's backlog drains before new work
+# gets through.
 MAX_RECOVERY = timedelta(minutes=10)
 # Gaps remembered: enough for an order deferred over several ticks of a paced recovery.
 KEEP_GAPS = 20

@@ -1,16 +1,5 @@
-"""What a step's service is handed, and what a service written as Python code declares.
-
-Every call an Agent makes, to an HTTP service or to the user's own code, is a ``Call``: the
-step's input (what the step declares its service receives), the results of the earlier steps,
-the key to hand the provider (the same on every attempt of this work), the attempt, the time
-left before complete-by and the order's trace. An undo also carries the result of the work it
-undoes: providers undo by the id they gave (a refund names its charge), not by our key.
-
-A code service is a set of operations, each a function of a ``Call`` that returns a JSON object
-(the step's result) or raises: ``Retry`` (transient: called again while time remains, after the
-wait it asks for), ``Refuse`` (permanent: the service refused for good, and did nothing), or any
-other exception (transient, unless the service declares its type permanent). Its settings (a
-provider's URL, a key vault reference) are named in the declaration and given by the platform.
+"""What a step's service is handed (``Call``), and what a service written as Python code
+declares (``CodeService``): how to write one is docs/adapting.md, A service as your own code.
 """
 
 from __future__ import annotations
@@ -29,8 +18,8 @@ SETTING_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{1,79}$")
 
 @dataclass(frozen=True)
 class Call:
-    """One call of one operation, as the Agent makes it (every attempt, the same but for
-    ``attempt`` and the time left)."""
+    """One call of one operation, as the Agent makes it to an HTTP service or to the user's code
+    (every attempt, the same but for ``attempt`` and the time left)."""
 
     order_id: str
     step: str
@@ -45,8 +34,9 @@ class Call:
     input: Mapping[str, Any]
     # The earlier steps' results, by step name (the ones that completed with a result).
     results: Mapping[str, Mapping[str, Any]]
-    # An undo: the result of the work it undoes (a charge's answer, for its refund); the work
-    # key it was done under (``compensates``). None for a do.
+    # An undo: the result of the work it undoes (a charge's answer, for its refund), since
+    # providers undo by the id they gave, not by our key; the work key it was done under
+    # (``compensates``). None for a do.
     result: Mapping[str, Any] | None = None
     compensates: str | None = None
     # The W3C trace context of this call's span: send it to the provider as `traceparent`.

@@ -1,20 +1,7 @@
-"""Is the app's storage reachable, and, for an operator, how is the app doing? Every check at
-once, and an answer within a deadline.
+"""Health checks: is the app's storage reachable, and, for an operator, how is the app doing?
 
-Each check uses clients that try once with short timeouts (``probe_options``); the checks run in
-parallel, and one that has not answered by the deadline is reported as such, so a storage outage
-is a prompt 503, never a request the caller's front end gives up on.
-
-Two readers, two answers (docs/operating.md, Health):
-
-- ``run()``: what any caller of GET /api/health gets: the status and, per check, ``ok``,
-  ``failed`` or ``no answer``. Nothing of why: an error's text can name hosts, accounts and
-  settings, and a monitor needs only the verdict.
-- ``run(detailed=True)``: an operator's (Orders.Read, GET /api/health/details): each failure
-  said in words, each remote service's circuit breaker as this instance sees it, the last
-  Supervisor tick, and the backlog of every queue the app reads (and of its poison queue). It
-  costs what the plain run does, the queue checks' answers carrying their message counts, plus
-  one read of the tick record and one of each poison queue.
+Every check runs at once, and the answer comes within a deadline. A monitor gets the verdict, an
+operator the details too (docs/operating.md, Health).
 """
 
 from __future__ import annotations
@@ -40,6 +27,10 @@ DEADLINE_SECONDS = 4.0
 
 
 class HealthProbe:
+    """Each check uses clients that try once with short timeouts (``probe_options``); the checks
+    run in parallel, and one that has not answered by the deadline is reported as such, so a
+    storage outage is a prompt 503, never a request the caller's front end gives up on."""
+
     def __init__(self, checks: Mapping[str, Check], deadline: float = DEADLINE_SECONDS, *,
                  queues: Mapping[str, Check] | None = None,
                  poison: Mapping[str, Check] | None = None,
@@ -60,6 +51,9 @@ class HealthProbe:
         self._clock = clock
 
     def run(self, detailed: bool = False) -> dict[str, Any]:
+        """The status and each check's outcome; with ``detailed``, an operator's answer
+        (docs/operating.md, Health). Only that one says why a check failed: an error's text can
+        name hosts, accounts and settings, and a monitor needs only the verdict."""
         extra: dict[str, Check] = {}
         if detailed:
             extra = {f"poison:{q}": c for q, c in self._poison.items()}

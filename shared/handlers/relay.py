@@ -1,15 +1,8 @@
-"""The one piece of code that carries out what a committed transition caused.
+"""The one piece of code that carries out what a committed transition caused: its outbox.
 
-The Scheduler, the Supervisor, intake and the operator all write a transition with its outbox
-(``shared/domain/effects.py``) and then hand the saved record here. If this process dies or a
-send fails half-way, nothing is lost: the outbox is still on the record, and it is carried out
-again by the redelivery of the message that caused it, or by the Supervisor once the record's
-deadline passes. Every effect is harmless twice.
-
-An outbox holding a dispatch is confirmed afterwards (one small conditional write), so the
-Supervisor can tell a request that was never sent (send it again, free) from an Agent that did
-not answer in time (a failure that counts). Other outboxes need no confirming: the next
-transition, or leaving the due-time index, shows they were carried out.
+The Scheduler, the Supervisor, intake and the operator each write a transition with its outbox
+(shared/domain/effects.py), then hand the saved record here. Why an effect cut short is carried
+out again, and harmless twice: docs/architecture.md, What follows a write: the outbox.
 """
 
 from __future__ import annotations
@@ -130,6 +123,9 @@ class EffectRelay:
                 order = self._dispatch(state, effect, order, traceparent)
             elif isinstance(effect, Forget) and state.index_key:
                 self._store.drop(state.index_key)
+        # A dispatch is confirmed, so the Supervisor can tell a request never sent (sent again,
+        # free) from an Agent that did not answer in time (a failure that counts). Other
+        # outboxes need none: the next transition, or leaving the index, shows they were done.
         if not state.dispatch_unconfirmed:
             return Carried(state, held)
         try:

@@ -1,18 +1,6 @@
 """A simulated provider's API, shaped as card processors' are, for local runs, demos and tests
 of code services (the example's payment, ``shared/workflows/orders/payment.py``). Each code
-service has its own, under ``sim/provider/<service>``.
-
-- ``POST /charges`` (``Idempotency-Key`` header; body amount, currency, customer): 200 with the
-  charge (its ``id``). A repeated key is answered with its first answer, whatever the body; a
-  declined card (402) is declined again.
-- ``POST /refunds`` (``Idempotency-Key``; body ``charge``: the charge's id): 200 with the
-  refund. An unknown charge is 404; a charge refunded under another key, 400. It keeps no
-  tombstones: a refund names work that exists, and nothing stops a later charge.
-
-It keeps its charges in the simulated services' effects table, one row per charge under the
-calling service's partition and the charge's idempotency key, so that the local checks (the
-chaos run, the rolling rehearsal) read its work as the simulated HTTP services' (Status
-``applied``, then ``undone``). The faults are the simulated services' (``Faults``).
+service has its own, under ``sim/provider/<service>``: ``POST /charges`` and ``POST /refunds``.
 """
 
 from __future__ import annotations
@@ -65,6 +53,11 @@ def _order_of(body: dict[str, Any]) -> str:
 
 
 class SimulatedProvider:
+    """Keeps its charges in the simulated services' effects table, one row per charge under the
+    calling service's partition and the charge's idempotency key, so that the local checks (the
+    chaos run, the rolling rehearsal) read its work as the simulated HTTP services' (Status
+    ``applied``, then ``undone``). Its faults are theirs (``Faults``)."""
+
     def __init__(self, table: TableClient, services: Iterable[str], faults: Faults, clock: Clock,
                  sleep: Callable[[float], None] = time.sleep,
                  rng: random.Random | None = None) -> None:
@@ -94,6 +87,9 @@ class SimulatedProvider:
         return self._refund(service, key, body)
 
     def _charge(self, service: str, key: str, body: dict[str, Any]) -> Response:
+        """``POST /charges`` (``Idempotency-Key`` header; body amount, currency, customer): 200
+        with the charge (its ``id``). A repeated key is answered with its first answer, whatever
+        the body; a declined card (402) is declined again."""
         if permanent_for(key, self._faults.permanent_rate):
             # The same key is declined every time: its first answer.
             return Response(402, {"error": {"type": "card_error", "code": "card_declined",
@@ -123,6 +119,9 @@ class SimulatedProvider:
             return False
 
     def _refund(self, service: str, key: str, body: dict[str, Any]) -> Response:
+        """``POST /refunds`` (``Idempotency-Key``; body ``charge``: the charge's id): 200 with the
+        refund. An unknown charge is 404; a charge refunded under another key, 400. No
+        tombstones: a refund names work that exists, and nothing stops a later charge."""
         charge = str(body.get("charge", ""))
         target = _key_of(charge)
         try:

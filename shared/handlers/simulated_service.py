@@ -1,18 +1,6 @@
-"""Simulated remote services, one for each service the registered workflows call, for local
-runs, demos and tests: each takes the operations its workflows' steps name.
-
-Each behaves like a well-made remote API: it de-duplicates by idempotency key, records every
-effect it makes (so tests can count charges and refunds), and refuses work for a key that was
-already undone. Faults come from settings: latency, transient and permanent error rates, and
-hangs (the effect still happens, late, as with a real service behind a slow network).
-
-As with a card processor's test cards, one fault can be asked for by the order itself, so that a
-test or a demo gets it for certain: every call to service ``<service>`` for an order whose id
-starts with ``sim-hang-<service>-`` hangs for ``SimHangSeconds`` until that call's work has
-landed; a retry after that succeeds. (``SimHangRate`` draws at random, per call.)
-
-Effects table, one row per effect key (``<service> / <do-key>``): Status ``applied``, then
-``undone``; or ``voided`` when the undo arrived before the work, so late work is refused.
+"""Simulated remote services for local runs, demos and tests: one for each service the
+registered workflows call, taking the operations its workflows' steps name. Each answers as a
+well-made remote API does, with the faults the settings ask for (``Sim*``: docs/settings.md).
 """
 
 from __future__ import annotations
@@ -34,7 +22,13 @@ from azure.data.tables import TableClient, UpdateMode
 
 from shared.clock import Clock
 
+# An effect's Status in the effects table (one row per ``<service> / <do-key>``): applied, then
+# undone; or voided when the undo arrived before the work, so that late work is refused.
 APPLIED, UNDONE, VOIDED = "applied", "undone", "voided"
+# One fault an order can ask for, so that a test or a demo gets it for certain, as a card
+# processor's test cards do: every call to service <service> for an order whose id starts with
+# ``sim-hang-<service>-`` hangs for SimHangSeconds until that call's work has landed; a retry
+# after that succeeds. (SimHangRate draws at random, per call.)
 HANG_PREFIX = "sim-hang-"
 
 @dataclass(frozen=True)
@@ -59,6 +53,10 @@ def permanent_for(key: str, rate: float) -> bool:
 
 
 class SimulatedService:
+    """De-duplicates by idempotency key, records every effect it makes (so tests can count
+    charges and refunds) and refuses work for a key already undone. A hang still does the work,
+    late, as a real service behind a slow network does."""
+
     def __init__(self, table: TableClient, operations: dict[str, dict[str, str]],
                  faults: Faults, clock: Clock,
                  sleep: Callable[[float], None] = time.sleep,

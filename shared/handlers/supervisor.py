@@ -1,19 +1,8 @@
-"""The Supervisor: finds overdue work in the due-time index and has it recovered.
+"""The Supervisor: each tick finds the overdue work in the due-time index and has it recovered.
 
-A tick reads, by key range, only the index entries whose time has come (due_index.py), so it
-costs what may be overdue, not what is in flight. An entry met at its time whose order is not due
-yet (its time moved later) is moved to the order's due time; one its record no longer names is
-dropped once no write can still name it.
-
-Knows nothing of the business. Every change it makes is a conditional write, so two Supervisors
-ticking at once recover each overdue step once: the second one's write loses and it moves on.
-Every order is handled on its own: a record it cannot read is reported once and skipped, and a
-fault on one order is counted and leaves the rest of the tick to run.
-
-Each completed tick is recorded (shared/domain/outages.py): a stretch without completed ticks is
-an outage, and a step whose time fell in one is sent again without counting a failure. A tick
-carries out at most ``max_recoveries_per_tick`` recoveries and leaves the rest to the next, so the
-burst of overdue work after an outage is spread over ticks.
+It knows nothing of the business: what an overdue order needs is shared/domain/supervision.py's
+decision. The index: docs/architecture.md, The due-time index; why a step due in an outage is
+sent again without counting a failure: the same page, A storage outage.
 """
 
 from __future__ import annotations
@@ -89,6 +78,13 @@ class TickReport:
 
 
 class Supervisor:
+    """Every change it makes is a conditional write, so two Supervisors ticking at once recover
+    each overdue step once: the second one's write loses, and it moves on. Each order is handled
+    on its own: a record it cannot read is reported once and filed aside, and a fault on one
+    order is counted and leaves the rest of the tick to run. A tick carries out at most
+    ``max_recoveries_per_tick`` recoveries and leaves the rest to the next, so the burst of
+    overdue work after an outage is spread over ticks."""
+
     def __init__(self, *, store: OrderStore, ticks: TickLogStore, relay: EffectRelay,
                  alerts: AlertSink, policy: RetryPolicy, workflows: Registry,
                  clock: Clock) -> None:
