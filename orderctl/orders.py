@@ -16,7 +16,7 @@ from rich.text import Text
 from orderctl.connection import call_api, opts
 from orderctl.errors import CliError
 from orderctl.identity import cli_operator
-from orderctl.output import api_shape, err, id_column, out, step_table, timeline_of
+from orderctl.output import api_shape, err, id_column, inert, out, step_table, timeline_of
 from shared.handlers.operator_requests import (
     MAX_BULK,
     BulkResubmitRequest,
@@ -37,17 +37,18 @@ def status(order_id: str,
     if as_json:
         print(json.dumps(view, indent=2, default=str))
         return
-    c = out()
-    c.print(Text.assemble((view["OrderID"], "bold"), f"  {view['ProcessState']}"
-                          + (f"  compensation {view['Compensation']}" if view["Compensation"]
+    c, shown = out(), inert(view)
+    c.print(Text.assemble((shown["OrderID"], "bold"), f"  {shown['ProcessState']}"
+                          + (f"  compensation {shown['Compensation']}" if shown["Compensation"]
                              else "")))
     # The version the order started on: the steps it follows, whatever the latest is.
-    c.print(f"  Workflow: {view['Workflow'] or 'the default'} v{view.get('WorkflowVersion') or 1}")
+    c.print(f"  Workflow: {shown['Workflow'] or 'the default'} "
+            f"v{shown.get('WorkflowVersion') or 1}")
     for k in ("LockedBy", "CompleteBy", "FailureCount", "Resubmissions", "LastError",
               "CreatedAt", "UpdatedAt"):
-        c.print(f"  {k}: {view[k]}")
+        c.print(f"  {k}: {shown[k]}")
     c.print(step_table(view))
-    for h in view["History"]:
+    for h in shown["History"]:
         c.print(f"  earlier: {h['at']} resubmitted ({h.get('reason') or 'no reason'}); "
                 f"was: {h.get('previous_error')}")
 
@@ -70,9 +71,10 @@ def list_(
                          default=str))
         return
     # The workflow and its version: which orders a version still has (docs/adapting.md).
-    t = Table(id_column("order", [o["OrderID"] for o in page["orders"]]), "workflow", "state",
+    listed = inert(page["orders"])
+    t = Table(id_column("order", [o["OrderID"] for o in listed]), "workflow", "state",
               "failures", "current step", "last error", "updated")
-    for o in page["orders"]:
+    for o in listed:
         t.add_row(o["OrderID"], f"{o['Workflow'] or 'default'} v{o['WorkflowVersion'] or 1}",
                   o["ProcessState"] + (f"/{o['Compensation']}" if o["Compensation"] else ""),
                   str(o["FailureCount"]), o["CurrentStep"] or "", o["LastError"] or "",
@@ -133,8 +135,8 @@ def resubmit(order_id: Annotated[str | None, typer.Argument(
     if as_json:
         print(json.dumps(view))
         return
-    out().print(f"{order_id} resubmitted: {view['ProcessState']} "
-                f"(resubmission {view['Resubmissions']})")
+    out().print(inert(f"{order_id} resubmitted: {view['ProcessState']} "
+                      f"(resubmission {view['Resubmissions']})"))
 
 
 def _when(value: str | None, option: str) -> str | None:
@@ -169,9 +171,10 @@ def _resubmit_many(state: str, since: str | None, until: str | None, failed_step
     if as_json:
         print(json.dumps(result))
     else:
-        t = Table(id_column("order", [i["OrderID"] for i in result["Items"]]), "failed step",
+        items = inert(result["Items"])
+        t = Table(id_column("order", [i["OrderID"] for i in items]), "failed step",
                   "failed", "outcome", "why / last error")
-        for i in result["Items"]:
+        for i in items:
             t.add_row(i["OrderID"], i["FailedStep"] or "", i["UpdatedAt"], i["Outcome"],
                       i["Why"] or i["LastError"] or "")
         out().print(t)
@@ -212,7 +215,8 @@ def trace(order_id: str,
                           "timeline": timeline}, default=str))
         return
     t = Table(Column("when", no_wrap=True), "what")
-    for row in timeline:
+    for row in inert(timeline):
         t.add_row(row["at"] or "", row["what"])
     out().print(t)
-    out().print(f"trace id: {view['TraceId'] or 'none (the order was not traced)'}", soft_wrap=True)
+    out().print(inert(f"trace id: {view['TraceId'] or 'none (the order was not traced)'}"),
+                soft_wrap=True)

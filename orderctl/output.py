@@ -12,9 +12,23 @@ from rich.console import Console
 from rich.table import Column, Table
 from rich.text import Text
 
+from shared.domain import text
+
 # markup=False: what the CLI prints comes from outside (message ids, a service's error text, an
 # operator's reason, a made-up request's step); read as Rich markup, "[fraud]" vanished and
 # "[/]" raised. The CLI's own emphasis is given as styles instead.
+
+
+def inert(value: Any) -> Any:
+    """``value`` with every string in it shown, not acted on (shared/domain/text.py). For the
+    human output; --json is JSON, escaped already."""
+    if isinstance(value, str):
+        return text.inert(value)
+    if isinstance(value, dict):
+        return {k: inert(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [inert(v) for v in value]
+    return value
 
 
 def api_shape(view: BaseModel) -> dict[str, Any]:
@@ -33,14 +47,14 @@ def err() -> Console:
 
 
 def print_error(message: str) -> None:
-    err().print(Text.assemble(("error:", "red"), " ", message))
+    err().print(Text.assemble(("error:", "red"), " ", inert(message)))
 
 
 def step_table(view: dict[str, Any]) -> Table:
     t = Table("step", "status", "attempt", "complete by", "last error", "result", box=None)
     for s in view["Steps"]:
-        t.add_row(s["name"], s["status"], str(s["attempt"]), s["complete_by"] or "",
-                  s["last_error"] or "", result_text(s.get("result")))
+        t.add_row(*inert([s["name"], s["status"], str(s["attempt"]), s["complete_by"] or "",
+                          s["last_error"] or "", result_text(s.get("result"))]))
     return t
 
 
@@ -50,13 +64,15 @@ RESULT_WIDTH = 120
 
 
 def result_text(result: Any) -> str:
+    """As JSON, whose escapes leave C0 controls inert; inert() the line it goes into."""
     if result is None:
         return ""
-    text = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
-    return text if len(text) <= RESULT_WIDTH else text[:RESULT_WIDTH - 1] + "…"
+    line = json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+    return line if len(line) <= RESULT_WIDTH else line[:RESULT_WIDTH - 1] + "…"
 
 
 def print_health(report: dict[str, Any]) -> None:
+    report = inert(report)
     c = out()
     c.print(f"status: {report['status']}")
     t = Table("check", "outcome", "backlog", "poison")
@@ -77,6 +93,8 @@ def print_health(report: dict[str, Any]) -> None:
 
 
 def timeline_of(view: dict[str, Any], alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The order's story, line by line (its texts as they were recorded: inert() them before
+    printing)."""
     rows = [{"at": view["CreatedAt"], "what": "received"}]
     for h in view["History"]:
         steps = "; ".join(f"{k} {v}" for k, v in (h.get("steps") or {}).items())
@@ -120,6 +138,7 @@ def print_rows(rows: list[dict[str, Any]], columns: tuple[str, ...], as_json: bo
     if as_json:
         print(json.dumps(rows, default=str))
         return
+    rows = inert(rows)
     t = Table(*(id_column(c, [str(r.get(c) or "") for r in rows])
                 if c in ("OrderID", "MessageId", "AlertId", "Kind") else c for c in columns))
     for r in rows:

@@ -12,7 +12,7 @@ import typer
 from orderctl.connection import call_api, opts
 from orderctl.errors import CliError
 from orderctl.identity import cli_operator
-from orderctl.output import api_shape, err, out, print_health, print_rows
+from orderctl.output import api_shape, err, inert, out, print_health, print_rows
 from shared.adapters.alerts import ALERT_SCAN, AckRefused, AlertNotFound
 
 
@@ -90,8 +90,8 @@ def alerts_ack(alert_id: Annotated[str, typer.Argument(
     if as_json:
         print(json.dumps(view, default=str))
         return
-    out().print(f"{alert_id} acknowledged by {view['AcknowledgedBy']} at "
-                f"{view['AcknowledgedAt']}", soft_wrap=True)
+    out().print(inert(f"{alert_id} acknowledged by {view['AcknowledgedBy']} at "
+                      f"{view['AcknowledgedAt']}"), soft_wrap=True)
 
 
 def rejected(limit: Annotated[int, typer.Option(min=1, max=1000, help="Rows per page.")] = 20,

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from orderctl.connection import opts
 from orderctl.errors import CliError, first_line
-from orderctl.output import api_shape, err, id_column, out, print_error
+from orderctl.output import api_shape, err, id_column, inert, out, print_error
 from orderctl.samples import NoSamples, orders_from_file, sample_orders
 from orderctl.senders import LocalSender, OrderSender, ServiceBusSender
 from shared.domain.state import OrderState
@@ -110,7 +110,7 @@ def send(
             sent += ids
             if not as_json:
                 for mid in ids:
-                    print(mid, flush=True)
+                    print(inert(mid), flush=True)
     except (AzureError, ServiceBusError) as e:
         if not as_json:
             raise
@@ -236,16 +236,18 @@ def watch(
                           "settled": len(finished), "rejected": len(rejected),
                           "not_settled": len(ids) - done}, default=str))
     else:
-        t = Table(id_column("order", ids), "state", "failures", "last error")
+        t = Table(id_column("order", inert(ids)), "state", "failures", "last error")
         for oid in ids:
             s, r = states.get(oid), rejected.get(oid)
             if r is not None:
-                t.add_row(oid, _watch_state(s, r), str(s.failure_count) if s else "",
-                          f"{r['Kind']}: {r['Reason']}"
-                          + (f" (the stored order: {s.process_state.value})" if s else ""))
+                t.add_row(*inert([oid, _watch_state(s, r), str(s.failure_count) if s else "",
+                                  f"{r['Kind']}: {r['Reason']}"
+                                  + (f" (the stored order: {s.process_state.value})"
+                                     if s else "")]))
                 continue
-            t.add_row(oid, s.process_state.value if s else "not received",
-                      str(s.failure_count) if s else "", (s.last_error or "") if s else "")
+            t.add_row(*inert([oid, s.process_state.value if s else "not received",
+                              str(s.failure_count) if s else "",
+                              (s.last_error or "") if s else ""]))
         out().print(t)
     problems = []
     if done < len(ids):

@@ -3,8 +3,38 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+# The names of this machine: where nothing crosses a network.
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 def running_in_azure(environ: Mapping[str, str]) -> bool:
     """The platform sets these on every App Service / Functions instance; no local run does."""
     return bool(environ.get("WEBSITE_INSTANCE_ID") or environ.get("WEBSITE_SITE_NAME"))
+
+
+def header(headers: Mapping[str, str], name: str) -> str | None:
+    """A request header by its name in any case (the worker's headers are case-insensitive, a
+    plain mapping is not)."""
+    name = name.lower()
+    return next((v for k, v in headers.items() if k.lower() == name), None)
+
+
+def not_local(headers: Mapping[str, str]) -> str | None:
+    """Why a request did not come to and from this machine, or None when it did: its Host
+    names this machine (a page elsewhere that reached it by DNS rebinding names its own), and
+    any proxy in between says it came from here (X-Forwarded-For, as the local host sets it).
+    Off the platform, the only way to tell."""
+    host = header(headers, "host") or ""
+    try:
+        name = urlsplit(f"//{host}").hostname
+    except ValueError:
+        name = None
+    if name not in LOOPBACK_HOSTS:
+        return f"it was sent to {host[:100]!r}, not to this machine"
+    forwarded = [a.strip().lower() for a in (header(headers, "x-forwarded-for") or "").split(",")
+                 if a.strip()]
+    if any(a.removeprefix("[").split("]")[0] not in LOOPBACK_HOSTS for a in forwarded):
+        return "it came from another machine (X-Forwarded-For)"
+    return None

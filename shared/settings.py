@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from shared.platform import running_in_azure
+from shared.platform import LOOPBACK_HOSTS, running_in_azure
 
 # The well-known Azurite account; Core Tools users write UseDevelopmentStorage=true.
 AZURITE_CONNECTION = (
@@ -207,9 +207,8 @@ def service_setting_names(service: str) -> tuple[str, str]:
     return f"{stem}ServiceUrl", f"{stem}RequestsQueueName"
 
 
-# The hosts a service URL may name over plain http: this machine, where nothing crosses a
-# network (the local host's simulated services, the tests' stand-ins).
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+# The hosts a service URL may name over plain http: this machine (the local host's simulated
+# services, the tests' stand-ins): LOOPBACK_HOSTS.
 
 
 def secure_url(url: str) -> str:

@@ -1,20 +1,8 @@
 """An Agent: performs one step against one remote service, inside the step's complete-by time.
 
-Retries transient faults with exponential backoff and jitter while time remains, behind a circuit
-breaker so a service that keeps failing is not hammered (while it is open the Agent waits for it,
-within the budget, without calling). Replies ok, or with an error for a fault
-it knows is permanent. Once the complete-by time has passed it stops and sends nothing: the
-Supervisor may already have started another attempt.
-
-Before calling, it reads the order's record and does only what the record says the Scheduler
-asked for now (shared/domain/provenance.py): a request anyone else put on its queue, or sent
-through the host's admin API, is dropped and reported to the operator, and the service is sent
-the order as stored, not as the request carries it. One read per request.
-
-The reply goes out on the function's queue output binding: the host sends it after the function
-returns, or fails the invocation (and the request comes again) if it cannot, and it wakes the
-Scheduler's listener on that queue at once when both run on one instance (the host's shared queue
-watcher; a send from inside the function would wait for that listener's next poll).
+It does only what the order's record shows was asked for now (docs/architecture.md, An Agent
+does only what was asked), and retries transient faults while time remains. Once complete-by
+has passed it sends nothing: the Supervisor may already have started another attempt.
 """
 
 from __future__ import annotations
@@ -37,7 +25,7 @@ from shared.adapters.remote_service import PermanentServiceError, TransientServi
 from shared.adapters.state_store import OrderStore, StoredOrder
 from shared.circuit_breaker import CircuitBreaker, CircuitOpen
 from shared.clock import Clock
-from shared.domain import budget
+from shared.domain import budget, text
 from shared.domain.alerts import AlertKind, OperatorAlert
 from shared.domain.messages import (
     Action,
@@ -100,7 +88,8 @@ class Agent:
         self._sleep = sleep
 
     def handle(self, body: str) -> AgentReply | None:
-        """The reply to send now, or None when there must be no reply."""
+        """The reply to send now, or None when there must be no reply. The function sends it on
+        its queue output binding, once it returns (docs/contracts.md, The Agent's reply)."""
         req = AgentRequest.model_validate_json(body)
         with tracing.span(f"agent {self.name}", parent=req.traceparent,
                           attributes=tracing.order_attributes(
@@ -113,7 +102,7 @@ class Agent:
             return reply
 
     def _handle(self, req: AgentRequest) -> AgentReply | None:
-        where = f"{req.order_id}/{req.step} {req.action.value} attempt {req.attempt}"
+        where = text.inert(f"{req.order_id}/{req.step} {req.action.value} attempt {req.attempt}")
         if self._remaining(req.complete_by) <= 0:
             log.info("agent %s: %s arrived after its complete-by; dropped", self.name, where)
             return None
@@ -203,16 +192,20 @@ class Agent:
         if verdict.verdict is Verdict.STALE:
             log.info("agent %s: %s is stale (%s); dropped", self.name, where, verdict.reason)
             return None
-        reason = (f"the {self.name} Agent refused a request the app never sent ({where}, key "
-                  f"{req.idempotency_key}): {verdict.reason}; the service was not called")
+        # Every field of it may be made up: made inert before an operator reads it (a log line,
+        # an alert's order, step and reason).
+        reason = text.inert(
+            f"the {self.name} Agent refused a request the app never sent ({where}, key "
+            f"{req.idempotency_key}): {verdict.reason}; the service was not called")
         log.error("agent %s: %s", self.name, reason)
         fingerprint = hashlib.sha256(req.to_json().encode()).hexdigest()[:16]
         self._check.alerts.raise_alert(OperatorAlert(
-            AlertKind.REQUEST_REFUSED, budget.clip(req.order_id, 128), budget.clip(
+            AlertKind.REQUEST_REFUSED, text.inert(budget.clip(req.order_id, 128)), budget.clip(
                 # The clock's time, never the request's: a sender chooses that one (a year 9999
                 # would file the alert where no listing looks, and expire every real one).
                 # Copies of the request are one alert by its key.
-                reason, budget.ERROR_TEXT), self._clock(), step=budget.clip(req.step, 128),
+                reason, budget.ERROR_TEXT), self._clock(),
+            step=text.inert(budget.clip(req.step, 128)),
             key=f"refused.{fingerprint}"))
         return None
 
@@ -260,7 +253,9 @@ class Agent:
             return max(backoff(rs), asked)
 
         retrying = Retrying(
-            # An open breaker means "not now": wait for it within the budget, without calling.
+            # Transient faults are retried with backoff and jitter behind the breaker, so a
+            # service that keeps failing is not hammered. An open breaker means "not now": wait
+            # for it within the budget, without calling.
             retry=retry_if_exception_type((TransientServiceError, CircuitOpen)),
             wait=wait, stop=stop, sleep=self._sleep, reraise=True,
         )

@@ -11,7 +11,8 @@ resubmit), checked here, per route.
 Locally there is no platform: ``OperatorDevelopmentRoles`` gives requests that carry no principal
 a development one with those roles (refused at start-up in Azure, see shared/settings.py), and a
 request may carry its own ``X-MS-CLIENT-PRINCIPAL`` (as a test does, to act as a reader): the same
-decoding and the same role check as in Azure.
+decoding and the same role check as in Azure. Either only for a request to and from this machine
+(shared/platform.py, not_local): nothing else vouches for it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shared.platform import running_in_azure
+from shared.platform import header as header_of
+from shared.platform import not_local, running_in_azure
 
 READ_ROLE = "Orders.Read"
 RESUBMIT_ROLE = "Orders.Resubmit"
@@ -110,7 +112,12 @@ def authorise(headers: Mapping[str, str], role: str, environ: Mapping[str, str],
         raise Unauthenticated("App Service Authentication is off for this app: the operator "
                               "API answers only signed-in operators (see "
                               "docs/security-operators.md)")
-    header = headers.get(HEADER)
+    if not in_azure and (why := not_local(headers)) is not None:
+        # No platform vouches for the header or signs anyone in: a request is taken for its
+        # word (its own principal, or the development one) only from and to this machine.
+        raise Unauthenticated(f"off the platform, the operator API answers only requests from "
+                              f"and to this machine, and {why}")
+    header = header_of(headers, HEADER)
     if header:
         principal = decode(header)
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import itertools
 import json
+import re
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -749,3 +750,40 @@ def test_watch_follows_a_corrected_resend_of_an_id_rejected_before(
                   "--resend-wait", "30") == 1
     said = json.loads(capsys.readouterr().out)
     assert said["orders"][0]["rejected"]["kind"] == "invalid" and said["not_settled"] == 0
+
+
+# What a terminal acts on (clear the screen, a clipboard write, a link, a colour, reversed or
+# hidden text, a fake line), as a service's error, a result's value and a message id carry it.
+HOSTILE = "\x1b[2J\x1b]52;c;aGk=\x07\x1b]8;;http://x\x1b\\\x9b31m\u202eevil\u2028fake\u200b"
+# Raw in what the CLI printed: any of them (the line ends Rich writes aside).
+ACTING = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+
+
+def test_text_from_outside_reaches_the_terminal_inert(
+        run_host: Any, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.integration.test_operator_api import accept, requests_of
+    from tests.integration.test_scheduler import reply
+
+    monkeypatch.setenv("COLUMNS", "2000")  # each text on one line, to be found whole
+
+    h: RunningHost = run_host(only=set())
+    s = h.container.scheduler
+    s.handle_command(accept("t-1"))
+    (req,) = requests_of(h, 0)
+    s.handle_reply(reply(req, result={"id": HOSTILE}))
+    (refused,) = requests_of(h, 1)
+    s.handle_reply(reply(refused, "permanent_error", f"HTTP 422 {HOSTILE}"))
+    function("intake")(msg=sb_message(b"{oops", message_id=f"m{HOSTILE}"))
+    for args in (["status", "t-1"], ["trace", "t-1"], ["list"], ["alerts"], ["rejected"],
+                 ["watch", "t-1", "--timeout", "0.2", "--interval", "0.1"]):
+        orders(*args)
+        said = capsys.readouterr()
+        text = said.out + said.err
+        assert not ACTING.search(text), (args, text)
+        assert "\\x1b[2J" in text and "\\u202eevil" in text, (args, text)  # shown, escaped
+    # --json is JSON: the text whole, each of them escaped by JSON itself.
+    assert orders("status", "t-1", "--json") == 0
+    out = capsys.readouterr().out
+    assert not ACTING.search(out.replace("\n", ""))
+    assert HOSTILE in json.loads(out)["LastError"]

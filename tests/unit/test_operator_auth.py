@@ -17,6 +17,7 @@ from shared.handlers.principal import (
 from shared.settings import SettingsError, load_settings
 
 OID = "7c1b5d4e-0000-4000-8000-000000000001"
+LOCAL = {"host": "127.0.0.1:7071"}
 AZURE = {"WEBSITE_SITE_NAME": "orders-app", "WEBSITE_AUTH_ENABLED": "True"}
 
 
@@ -33,7 +34,7 @@ def test_no_principal_is_unauthenticated() -> None:
     with pytest.raises(Unauthenticated, match="sign in"):
         authorise({}, READ_ROLE, AZURE)
     with pytest.raises(Unauthenticated, match="sign in"):
-        authorise({}, READ_ROLE, {})  # locally, without a development principal
+        authorise(LOCAL, READ_ROLE, {})  # locally, without a development principal
 
 
 def test_a_reader_reads_and_cannot_resubmit() -> None:
@@ -85,16 +86,48 @@ def test_in_azure_without_platform_authentication_a_header_is_not_trusted() -> N
 
 
 def test_the_development_principal_is_local_only() -> None:
-    dev = authorise({}, RESUBMIT_ROLE, {}, f"{READ_ROLE}, {RESUBMIT_ROLE}")
+    dev = authorise(LOCAL, RESUBMIT_ROLE, {}, f"{READ_ROLE}, {RESUBMIT_ROLE}")
     assert dev.label() == "local developer (oid development)"
     with pytest.raises(Forbidden):
-        authorise({}, RESUBMIT_ROLE, {}, READ_ROLE)
+        authorise(LOCAL, RESUBMIT_ROLE, {}, READ_ROLE)
     # A request's own principal wins over it, so a test can act as a reader.
     with pytest.raises(Forbidden):
-        authorise({"x-ms-client-principal": principal(READ_ROLE)}, RESUBMIT_ROLE, {},
+        authorise({**LOCAL, "x-ms-client-principal": principal(READ_ROLE)}, RESUBMIT_ROLE, {},
                   RESUBMIT_ROLE)
     with pytest.raises(Unauthenticated):  # ignored in Azure, even if start-up were skipped
         authorise({}, READ_ROLE, AZURE, READ_ROLE)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:7071", "localhost", "LocalHost:80", "[::1]:7071"])
+def test_off_the_platform_a_request_to_and_from_this_machine_is_taken_at_its_word(
+        host: str) -> None:
+    for headers in ({"Host": host}, {"host": host, "X-Forwarded-For": "127.0.0.1, ::1"}):
+        assert authorise(headers, READ_ROLE, {}, READ_ROLE).name == "local developer"
+        assert authorise({**headers, "x-ms-client-principal": principal(READ_ROLE)},
+                         READ_ROLE, {}).roles == {READ_ROLE}
+
+
+@pytest.mark.parametrize("headers", [
+    {},  # no Host at all
+    {"host": "evil.example"},  # a page elsewhere, its name rebound to this machine
+    {"host": "orders.internal:7071"},  # a container's name, reached from elsewhere
+    {"host": "10.0.0.5"},
+    {"host": "127.0.0.1.example"},
+    {"host": "localhost", "x-forwarded-for": "203.0.113.7"},  # a proxy says: from elsewhere
+    {"host": "localhost", "x-forwarded-for": "127.0.0.1, 203.0.113.7"},
+])
+def test_off_the_platform_nothing_else_is(headers: dict[str, str]) -> None:
+    """Off App Service no platform vouches for X-MS-CLIENT-PRINCIPAL, and a func start or a
+    container may be reached from elsewhere: neither the development principal nor a client's
+    own header makes anyone an operator there."""
+    with pytest.raises(Unauthenticated, match="only requests from and to this machine"):
+        authorise(headers, READ_ROLE, {}, READ_ROLE)
+    with pytest.raises(Unauthenticated, match="only requests from and to this machine"):
+        authorise({**headers, "x-ms-client-principal": principal(READ_ROLE, RESUBMIT_ROLE)},
+                  RESUBMIT_ROLE, {})
+    # In Azure the platform sets the header and strips a client's: the Host is the site's.
+    assert authorise({**headers, "x-ms-client-principal": principal(READ_ROLE)}, READ_ROLE,
+                     AZURE).roles == {READ_ROLE}
 
 
 def test_start_up_refuses_a_development_principal_in_azure() -> None:
