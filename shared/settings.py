@@ -1,4 +1,5 @@
-"""Every app setting the code reads, validated once at start-up.
+"""Every app-wide setting the code reads, validated once at start-up (a service's own, whose
+names the workflows give, are resolved in shared/configuration.py).
 
 Names are the app-setting names (as in local.settings.json and the Bicep). A missing optional
 setting takes its default; a setting that is present but wrong stops the app with an error that
