@@ -12,9 +12,10 @@ from typing import Any
 import httpx
 
 from orderctl.errors import CliError, first_line
+from orderctl.output import inert
 from shared import bootstrap
 from shared.handlers.failures import without_python
-from shared.settings import load_settings
+from shared.settings import load_settings, secure_url
 from shared.workflows import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,6 +81,13 @@ def call_api(method: str, path: str, body: Any = None,
     """One call to the operator API as the token's holder: the answer's JSON, or a CliError
     saying what the API said (its error text, one line), never the HTTP client's internals."""
     assert opts.api
+    try:
+        secure_url(opts.api)
+    except ValueError:
+        # The token is the operator's: in clear over a network, anyone on the path holds it.
+        raise CliError(f"--api {inert(opts.api[:100])!r}: give an https URL (plain http only "
+                       "to this machine: 127.0.0.1, localhost, ::1), or your token crosses the "
+                       "network in clear", 2) from None
     headers = {"Authorization": f"Bearer {opts.token}"} if opts.token else {}
     try:
         r = httpx.request(method, opts.api.rstrip("/") + path, json=body, headers=headers,

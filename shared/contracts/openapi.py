@@ -61,11 +61,12 @@ def _errors(*codes: int) -> dict[str, Any]:
         400: "The request is wrong: the error says how.",
         401: "No key, or a key without the rights this route needs. The body is empty.",
         403: "Signed in, without the app role this route needs (the error names it); or a "
-             "change asked by another site's page.",
+             "change asked by another site's page (its Origin another site's).",
         404: "No such order (or alert).",
         409: "Not now: the order's state does not allow it, or its record is a newer "
              "release's: the error says why.",
-        415: "The body is not sent as JSON (Content-Type application/json).",
+        415: "The body is not sent as JSON (Content-Type application/json): every POST "
+             "takes a JSON body, {} at least.",
         500: "A stored record this version cannot read: the error names it.",
     }
     out: dict[str, Any] = {}
@@ -142,7 +143,7 @@ def openapi_document() -> dict[str, Any]:
                                "failed compensation, only with force, once the services have "
                                "been checked.",
                 "parameters": [_ORDER_ID],
-                "requestBody": {"required": False, "content": {
+                "requestBody": {"required": True, "content": {
                     "application/json": {"schema": _ref(ResubmitRequest)}}},
                 "responses": {"202": _json(OrderView, "Resubmitted: the order as it is now."),
                               **_operator_errors(400, 401, 404, 409, 415, 500)},
@@ -167,7 +168,7 @@ def openapi_document() -> dict[str, Any]:
                                 "schema": {"type": "string",
                                            "pattern": (r"^\d{8}\.\d{13}-"
                                                        r"(?:[0-9a-f]{12}|[0-9a-f]{8})$")}}],
-                "requestBody": {"required": False, "content": {
+                "requestBody": {"required": True, "content": {
                     "application/json": {"schema": _ref(AckRequest)}}},
                 "responses": {"200": _json(AlertView, "Acknowledged: the alert as it is now."),
                               **_operator_errors(400, 401, 404, 409, 415)},
@@ -177,7 +178,7 @@ def openapi_document() -> dict[str, Any]:
                 "summary": "Resubmit the failed orders a filter picks, a bounded batch at a "
                            "time, each recorded with the operator as a single resubmit is; "
                            "by default a dry run that says what each would come to.",
-                "requestBody": {"required": False, "content": {
+                "requestBody": {"required": True, "content": {
                     "application/json": {"schema": _ref(BulkResubmitRequest)}}},
                 "responses": {"200": _json(BulkResult, "A dry run: what would be done."),
                               "202": _json(BulkResult, "Done: each order's outcome."),

@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import azure.functions as func
 from azure.core.exceptions import AzureError
@@ -89,15 +90,28 @@ def _answer_to(e: Exception) -> func.HttpResponse | None:
 def _cross_site(req: func.HttpRequest) -> func.HttpResponse | None:
     """A change asked for by another site's page in the operator's browser, which carries the
     platform's session cookie (cross-site request forgery). Browsers say where a request comes
-    from (Sec-Fetch-Site), and a page elsewhere can send a body only as a form or plain text
-    without the app's leave (CORS): the console and the CLI send JSON, or no body at all."""
+    from (Origin on every POST, Sec-Fetch-Site), and a page elsewhere can send a POST only as a
+    form or plain text, with no body or one, without the app's leave (CORS): every POST of the
+    console and the CLI is JSON, so every POST must be."""
     if (req.headers.get("Sec-Fetch-Site") or "").lower() == "cross-site":
         return error(403, "a change asked for from another site's page is not accepted")
+    origin = req.headers.get("Origin")
+    if origin is not None and _host_of(origin) != (req.headers.get("Host") or "").lower():
+        return error(403, "a change asked for from another site's page is not accepted "
+                          f"(Origin {origin[:100]!r})")
     kind = (req.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-    if kind and kind != "application/json":
-        return error(415, f"send the body as JSON (Content-Type: application/json), not "
-                          f"{kind[:60]}")
+    if kind != "application/json":
+        return error(415, "send the body as JSON (Content-Type: application/json), not "
+                          f"{kind[:60] or 'none'}")
     return None
+
+
+def _host_of(origin: str) -> str | None:
+    """The host and port an Origin names ("null", or no URL: None)."""
+    try:
+        return urlsplit(origin).netloc.lower() or None
+    except ValueError:
+        return None
 
 
 OperatorRoute = Callable[[Operator, func.HttpRequest, Principal], BaseModel | Reply]
@@ -107,17 +121,18 @@ def operator_route(bp: func.Blueprint, name: str, route: str, method: str, role:
                    ) -> Callable[[OperatorRoute], OperatorRoute]:
     """Register ``name`` as an operator route: anonymous to the host (an operator is a person
     with an identity, not a key holder), the caller's identity with ``role`` checked first
-    (shared/handlers/principal.py). The function takes the operator service, the request and
+    (shared/handlers/principal.py), then that a change comes from the app's own page. The
+    function takes the operator service, the request and
     the caller, and returns the answer (a view, or a Reply of one with its status); its
     exceptions answer by ERRORS."""
     def register(handle: OperatorRoute) -> OperatorRoute:
         def serve(req: func.HttpRequest) -> func.HttpResponse:
-            if req.method == "POST" and (refused := _cross_site(req)) is not None:
-                return refused
             try:
                 c = bootstrap.container()
                 principal = authorise(req.headers, role, os.environ,
                                       c.settings.operator_development_roles)
+                if req.method == "POST" and (refused := _cross_site(req)) is not None:
+                    return refused
                 body = handle(c.operator, req, principal)
             except Exception as e:
                 if (answer := _answer_to(e)) is None:

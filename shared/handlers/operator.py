@@ -349,7 +349,10 @@ class Operator:
             ByCompensation={c: by_comp[c] for c in CompensationState},
             InFlight=in_flight[:rows], Failed=failed[:rows], CompensationFailed=stuck[:rows],
             Alerts=open_alerts, Acknowledged=acknowledged, AlertsComplete=not scan.cut,
-            Rejected=self.rejected(rows).rejected)
+            # Without their bodies (up to 30,000 units each, from anyone): GET /rejected and
+            # the message's own look-up give them.
+            Rejected=[r.model_copy(update={"Body": None})
+                      for r in self.rejected(rows).rejected])
 
     def health(self, detailed: bool = False) -> HealthReport | HealthDetails:
         """Whether storage answers; ``detailed`` (an operator's): why not, the breakers, the

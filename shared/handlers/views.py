@@ -196,7 +196,8 @@ class Overview(_View):
     AlertsComplete: bool = Field(True, description=(
         "False when the overview read as many alert rows as it may (2,000) and stopped: "
         "older alerts of the last 7 days, open ones among them, are not in the lists."))
-    Rejected: list[RejectionView]
+    Rejected: list[RejectionView] = Field(description=(
+        "Recent rejected intake, without the bodies (Body null): GET /rejected has them."))
 
 
 class RejectedPage(_View):

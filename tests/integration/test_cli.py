@@ -787,3 +787,14 @@ def test_text_from_outside_reaches_the_terminal_inert(
     out = capsys.readouterr().out
     assert not ACTING.search(out.replace("\n", ""))
     assert HOSTILE in json.loads(out)["LastError"]
+
+
+def test_the_token_goes_over_plain_http_only_to_this_machine(
+        env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    for url in ("http://orders.example/api", "http://10.0.0.5:7071/api", "ftp://x"):
+        assert orders("--api", url, "--token", "t0ken", "health") == 2, url
+        said = capsys.readouterr().err
+        assert "give an https URL" in said and "t0ken" not in said, said
+    # To this machine it goes (and says what it found there: nothing listening).
+    assert orders("--api", "http://127.0.0.1:9/api", "--token", "t0ken", "health") == 2
+    assert "cannot reach the operator API" in capsys.readouterr().err

@@ -81,7 +81,7 @@ API_FAILURES: list[tuple[str, str, Any, dict[str, str], int]] = [
     # not found
     ("GET", "/orders/ghost", None, BOTH, 404),
     ("POST", "/orders/ghost/resubmit", {}, BOTH, 404),
-    ("POST", f"/alerts/{NO_ALERT}/ack", None, BOTH, 404),
+    ("POST", f"/alerts/{NO_ALERT}/ack", {}, BOTH, 404),
     # bad input
     ("GET", "/orders/a%2Fb", None, BOTH, 400),
     ("GET", "/orders?state=Lost", None, BOTH, 400),
@@ -96,7 +96,7 @@ API_FAILURES: list[tuple[str, str, Any, dict[str, str], int]] = [
     ("POST", "/orders/f-1/resubmit", {"reason": 5}, BOTH, 400),
     ("POST", "/orders/f-1/resubmit", {"force": "yes"}, BOTH, 400),
     ("POST", "/orders/f-1/resubmit", {"reason": "x" * 2000}, BOTH, 400),
-    ("POST", "/alerts/nope/ack", None, BOTH, 400),
+    ("POST", "/alerts/nope/ack", {}, BOTH, 400),
     ("POST", f"/alerts/{NO_ALERT}/ack", {"note": 1}, BOTH, 400),
     ("POST", "/resubmissions", {"since": "yesterday"}, BOTH, 400),
     ("POST", "/resubmissions", {"since": "2026-11-25T08:00:00"}, BOTH, 400),
@@ -120,7 +120,10 @@ def test_every_failure_of_the_api_is_said_in_words(run_host: Any) -> None:
     with httpx.Client(base_url=f"http://127.0.0.1:{h.port}/api", timeout=10) as c:
         for method, path, body, caller, status in API_FAILURES:
             content = body if isinstance(body, str) else None
-            r = c.request(method, path, headers=caller, content=content,
+            # A body of text is sent as JSON says it is: what is then wrong is the body.
+            r = c.request(method, path, content=content,
+                          headers={**caller, **({"Content-Type": "application/json"}
+                                                if content is not None else {})},
                           json=None if content is not None else body)
             where = f"{method} {path} {body!r}"
             assert r.status_code == status, (where, r.status_code, r.text)
@@ -129,8 +132,8 @@ def test_every_failure_of_the_api_is_said_in_words(run_host: Any) -> None:
             clean(message, where)
         # Acknowledged twice: the second is a conflict, said in words.
         (alert,) = c.get("/alerts", headers=BOTH).json()["alerts"]
-        assert c.post(f"/alerts/{alert['AlertId']}/ack", headers=BOTH).status_code == 200
-        again = c.post(f"/alerts/{alert['AlertId']}/ack", headers=BOTH)
+        assert c.post(f"/alerts/{alert['AlertId']}/ack", json={}, headers=BOTH).status_code == 200
+        again = c.post(f"/alerts/{alert['AlertId']}/ack", json={}, headers=BOTH)
         assert again.status_code == 409
         clean(again.json()["error"], "ack twice")
 
@@ -162,7 +165,7 @@ def test_storage_failing_under_the_api_is_a_503_in_words(run_host: Any, failure:
                              ("GET", "/orders?customer=c-1"), ("GET", "/overview"),
                              ("GET", "/alerts"), ("POST", "/orders/f-1/resubmit"),
                              ("POST", "/resubmissions")]:
-            r = c.request(method, path)
+            r = c.request(method, path, json={} if method == "POST" else None)
             assert r.status_code == 503, (path, r.status_code, r.text)
             message = r.json()["error"]
             assert message.startswith("storage "), (path, message)

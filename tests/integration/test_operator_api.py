@@ -195,7 +195,7 @@ def test_resubmit_a_failed_order(run_host: Any) -> None:
         stored = h.container.store.get_state("f-1")
         assert stored is not None and stored.step("take").result is None
         # Now it is Processing: a second resubmit is refused.
-        r = c.post("/orders/f-1/resubmit")
+        r = c.post("/orders/f-1/resubmit", json={})
         assert r.status_code == 409 and "Processing" in r.json()["error"]
 
 
@@ -265,10 +265,11 @@ def test_resubmit_refusals(run_host: Any) -> None:
     h: RunningHost = run_host(workflows=TEST_FLOW, only=API)
     accept("o-1")
     with api(h) as c:
-        assert c.post("/orders/ghost/resubmit").status_code == 404
-        r = c.post("/orders/o-1/resubmit")
+        assert c.post("/orders/ghost/resubmit", json={}).status_code == 404
+        r = c.post("/orders/o-1/resubmit", json={})
         assert r.status_code == 409 and "Pending" in r.json()["error"]
-        assert c.post("/orders/o-1/resubmit", content=b"not json").status_code == 400
+        assert c.post("/orders/o-1/resubmit", content=b"not json",
+                      headers={"Content-Type": "application/json"}).status_code == 400
         # As the Functions host: a method the route does not take is a 404 with no body.
         wrong = c.get("/orders/o-1/resubmit")
         assert (wrong.status_code, wrong.content) == (404, b"")
@@ -372,7 +373,7 @@ def test_locally_the_development_principal_has_the_roles_it_is_given(run_host: A
         assert r.status_code == 202, r.text
         assert r.json()["History"][0]["by"] == "local developer (oid development)"
         # A request's own principal still counts: the same role check as in Azure.
-        r = c.post("/orders/f-7/resubmit", headers=signed_in(READ_ROLE))
+        r = c.post("/orders/f-7/resubmit", json={}, headers=signed_in(READ_ROLE))
         assert r.status_code == 403
 
 
@@ -386,7 +387,7 @@ def test_an_alert_is_acknowledged_once_with_who_and_when(run_host: Any) -> None:
         assert c.get("/alerts", params={"acknowledged": "true"}).json() == {"alerts": [],
                                                                           "truncated": False}
         with api(h, READ_ROLE) as reader:  # a reader looks, and is told why it cannot ack
-            r = reader.post(f"/alerts/{alert['AlertId']}/ack")
+            r = reader.post(f"/alerts/{alert['AlertId']}/ack", json={})
             assert r.status_code == 403 and "Orders.Resubmit" in r.json()["error"]
         r = c.post(f"/alerts/{alert['AlertId']}/ack", json={"note": "card service back"})
         assert r.status_code == 200, r.text
@@ -401,7 +402,7 @@ def test_an_alert_is_acknowledged_once_with_who_and_when(run_host: Any) -> None:
         overview = c.get("/overview").json()
         assert overview["Alerts"] == [] and overview["Acknowledged"] == [acked]
         # Once: a second acknowledgement names the first.
-        again = c.post(f"/alerts/{alert['AlertId']}/ack")
+        again = c.post(f"/alerts/{alert['AlertId']}/ack", json={})
         assert again.status_code == 409
         assert f"acknowledged by Ada Operator (oid {OPERATOR_OID})" in again.json()["error"]
         assert c.get("/alerts", params={"acknowledged": "true"}).json()["alerts"] == [acked]
@@ -409,8 +410,8 @@ def test_an_alert_is_acknowledged_once_with_who_and_when(run_host: Any) -> None:
         h.container.supervisor.tick()
         assert c.get("/alerts").json()["alerts"] == [acked]
         for path, body, status, says in [
-                ("/alerts/20260101.0000000000001-000000000000/ack", None, 404, "no alert"),
-                ("/alerts/nope/ack", None, 400, "not an alert id"),
+                ("/alerts/20260101.0000000000001-000000000000/ack", {}, 404, "no alert"),
+                ("/alerts/nope/ack", {}, 400, "not an alert id"),
                 (f"/alerts/{alert['AlertId']}/ack", {"not": 1}, 400, "not a field"),
                 (f"/alerts/{alert['AlertId']}/ack", {"note": "x" * 501}, 400, "note")]:
             r = c.post(path, json=body)

@@ -33,8 +33,19 @@ def test_a_forged_cross_site_change_is_refused_and_changes_nothing(run_host: Any
         r = c.post("/orders/x-1/resubmit", json={},
                    headers={"Sec-Fetch-Site": "cross-site"})
         assert r.status_code == 403 and "another site" in r.json()["error"]
+        # A POST with no body at all, as a form with nothing in it or a fetch without a body
+        # sends it: JSON is still asked for.
+        for path in ("/orders/x-1/resubmit", "/resubmissions", f"/alerts/{alert['AlertId']}/ack"):
+            r = c.post(path)
+            assert r.status_code == 415 and "not none" in r.json()["error"], (path, r.text)
+        # A browser names the page's origin on every POST: another site's, or none ("null",
+        # a sandboxed frame), is refused whatever the other headers say.
+        for origin in ("https://evil.example", "null", f"http://127.0.0.1:{h.port + 1}"):
+            r = c.post("/orders/x-1/resubmit", json={}, headers={"Origin": origin})
+            assert r.status_code == 403 and "another site" in r.json()["error"], origin
         assert c.get("/orders/x-1").json()["ProcessState"] == "Error"  # nothing changed
         # The console's own request (same origin, JSON) goes through.
         r = c.post("/orders/x-1/resubmit", json={"reason": "fixed"},
-                   headers={"Sec-Fetch-Site": "same-origin"})
+                   headers={"Sec-Fetch-Site": "same-origin",
+                            "Origin": f"http://127.0.0.1:{h.port}"})
         assert r.status_code == 202, r.text

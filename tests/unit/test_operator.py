@@ -199,3 +199,24 @@ def test_an_order_of_a_version_the_app_no_longer_runs_is_not_resubmitted() -> No
     old = operator_over(store, clock)
     with pytest.raises(ResubmitRefused, match="newer release of the app"):
         old.resubmit("o-v2", "try again")
+
+
+def test_the_overview_lists_rejected_intake_without_the_bodies() -> None:
+    """Each body is up to 30,000 units from anyone: sixty of them made an overview of 1.5 MB.
+    The overview names them; the rejected listing carries the bodies."""
+    from shared.adapters.rejections import Rejection, RejectionKind
+
+    clock, store = FakeClock(T0), FakeOrderStore()
+    alerts, rejections = FakeAlertStore(), FakeRejections()
+    relay = EffectRelay(store=store, sender=FakeQueues(clock), alerts=alerts,
+                        workflows=Registry.of([WF]), agent_queues={}, scheduler_queue="cmds",
+                        clock=clock)
+    op = Operator(store=store, relay=relay, alerts=alerts, rejections=rejections,
+                  health=HealthProbe({}), pending_grace=timedelta(seconds=30), clock=clock)
+    for n in range(3):
+        rejections.record(Rejection(RejectionKind.INVALID, "not JSON", f"m-{n}", b"x" * 30_000,
+                                    1, T0, T0))
+    listed = op.overview().Rejected
+    assert sorted(r.MessageId or "" for r in listed) == ["m-0", "m-1", "m-2"]
+    assert all(r.Body is None and r.BodyBytes == 30_000 for r in listed)
+    assert all(r.Body == "x" * 30_000 for r in op.rejected(10).rejected)
