@@ -47,12 +47,18 @@ def alerts(ctx: typer.Context,
            as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
            wide: Annotated[bool, typer.Option(
                "--wide", help="Also show the alert id (what `alerts ack` takes).")] = False,
+           kind: Annotated[str | None, typer.Option(
+               help="Only alerts of this kind (OrderFailed, RequestRefused, ...).")] = None,
            ) -> None:
-    """Operator alerts: the recent ones (the last 7 days), newest first; `alerts ack`
-    acknowledges one."""
+    """Operator alerts: the recent ones (the last 7 days), newest first, each day's orders'
+    before those raised by what anyone may send (made-up requests, conflicting bodies: one
+    line a day per source, counted); `alerts ack` acknowledges one."""
     if ctx.invoked_subcommand is not None:
         return
-    page = opts.container().operator.alerts(limit, acknowledged=acknowledged)
+    try:
+        page = opts.container().operator.alerts(limit, acknowledged=acknowledged, kind=kind)
+    except ValueError as e:  # a kind the app does not raise
+        raise CliError(str(e), 2) from None
     rows = [api_shape(a) for a in page.alerts]
     if page.truncated:  # on stderr, so that --json stays the list it was
         err().print(f"read the newest {ALERT_SCAN:,} alerts of the last 7 days and stopped: "
@@ -61,6 +67,9 @@ def alerts(ctx: typer.Context,
         print_rows(rows, (), True)
         return
     columns: tuple[str, ...] = ("RaisedAt", "Kind", "OrderID", "Step", "Reason")
+    rows = [{**r, "Reason": f"{r['Reason']} (the latest of {r['Count']} that day from "
+                            f"{r['Source']}, at {r['LastRaisedAt']})"} if r.get("Count")
+            else r for r in rows]
     if acknowledged is not False:  # who and when, in one column
         columns += ("Acknowledged",)
         rows = [{**r, "Acknowledged": f"by {r['AcknowledgedBy']} at {r['AcknowledgedAt']}"

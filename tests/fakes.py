@@ -45,7 +45,7 @@ from shared.adapters.state_store import (
     state_to_entity,
 )
 from shared.domain import budget, due_index
-from shared.domain.alerts import OperatorAlert
+from shared.domain.alerts import ROLLED_UP, OperatorAlert
 from shared.domain.due_index import IndexKey
 from shared.domain.messages import Action
 from shared.domain.outages import TickLog
@@ -284,13 +284,25 @@ class FakeAlertStore:
     fault: Fault = no_fault
     alerts: dict[str, OperatorAlert] = field(default_factory=dict)
     rows: dict[str, StoredAlert] = field(default_factory=dict)
+    latest_keys: dict[str, str] = field(default_factory=dict)  # a rolled-up row's latest
 
     def raise_alert(self, alert: OperatorAlert) -> None:
         self.fault("alerts.raise")
+        alert_id = f"{alert_partition(alert.at)}.{alert_row_key(alert)}"
+        if alert.kind in ROLLED_UP:
+            self.alerts.setdefault(alert.key or repr(alert), alert)
+            row = self.rows.get(alert_id)
+            if row is not None and alert.key and self.latest_keys.get(alert_id) == alert.key:
+                return  # a copy of the latest
+            self.latest_keys[alert_id] = alert.key
+            self.rows[alert_id] = StoredAlert(
+                alert_id, row.raised_at if row else alert.at, alert.kind.value,
+                alert.order_id, alert.step or "", alert.reason[:4000], source=alert.source,
+                count=(row.count or 1) + 1 if row else 1, last_raised_at=alert.at)
+            return
         if (alert.key or repr(alert)) in self.alerts:
             return
         self.alerts[alert.key or repr(alert)] = alert
-        alert_id = f"{alert_partition(alert.at)}.{alert_row_key(alert)}"
         self.rows[alert_id] = StoredAlert(alert_id, alert.at, alert.kind.value, alert.order_id,
                                           alert.step or "", alert.reason[:4000])
 
@@ -298,9 +310,9 @@ class FakeAlertStore:
         return [a for a in self.alerts.values()
                 if a.order_id == order_id and (kind is None or a.kind == kind)]
 
-    def recent(self, today: datetime, days: int) -> AlertScan:
+    def recent(self, today: datetime, days: int, kind: str | None = None) -> AlertScan:
         self.fault("alerts.recent")
-        return _FakeScan(self, days_back(today, days))
+        return _FakeScan(self, days_back(today, days), kind)
 
     def of_order(self, order_id: str, today: datetime, days: int) -> list[StoredAlert]:
         self.fault("alerts.of_order")
@@ -327,14 +339,16 @@ class FakeAlertStore:
 
 
 class _FakeScan:
-    def __init__(self, store: FakeAlertStore, days: list[str]) -> None:
-        self._store, self._days = store, days
+    def __init__(self, store: FakeAlertStore, days: list[str], kind: str | None) -> None:
+        self._store, self._days, self._kind = store, days, kind
         self.cut = False
 
     def __iter__(self) -> Iterator[StoredAlert]:
         read = 0
         for day in self._days:
             for a in self._store._of_day(day):
+                if self._kind is not None and a.kind != self._kind:
+                    continue
                 if read == alerts_adapter.ALERT_SCAN:
                     self.cut = True
                     return

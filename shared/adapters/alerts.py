@@ -27,7 +27,7 @@ from azure.core.exceptions import (
 )
 from azure.data.tables import TableClient, UpdateMode
 
-from shared.domain.alerts import OperatorAlert
+from shared.domain.alerts import ROLLED_UP, OperatorAlert
 
 log = logging.getLogger("order_pipeline.alerts")
 
@@ -58,6 +58,11 @@ class StoredAlert:
     acknowledged_by: str | None = None
     acknowledged_at: datetime | None = None
     ack_note: str | None = None
+    # A rolled-up row (domain.alerts.ROLLED_UP): what raised them, how many that day, when the
+    # latest came (its order, step and reason are the latest's). None for a single alert.
+    source: str | None = None
+    count: int | None = None
+    last_raised_at: datetime | None = None
 
 
 # How many alert rows one listing reads at most, filtered or not: a bound on a listing's cost
@@ -76,9 +81,12 @@ class AlertScan(Protocol):
 
 class AlertStore(AlertSink, Protocol):
     """The alerts an operator reads and acknowledges; ``today`` and ``days``: the UTC days
-    read, today's and those before it."""
+    read, today's and those before it. An alert of a kind in ROLLED_UP is one row per kind and
+    source a day, counted; one raised again after its acknowledgement is open again."""
 
-    def recent(self, today: datetime, days: int) -> AlertScan: ...
+    def recent(self, today: datetime, days: int, kind: str | None = None) -> AlertScan:
+        """``kind``: only alerts of it, chosen before the scan's cap."""
+        ...
 
     def of_order(self, order_id: str, today: datetime, days: int) -> list[StoredAlert]:
         """The order's alerts, oldest first."""
@@ -98,9 +106,17 @@ def days_back(today: datetime, days: int) -> list[str]:
 
 def alert_row_key(alert: OperatorAlert) -> str:
     # Newest first within a day: the row key counts down; the key's hash makes a replay collide.
+    # A rolled-up alert's row is the day's last, after every single alert of that day.
+    if alert.kind in ROLLED_UP:
+        digest = hashlib.sha256(f"{alert.kind.value}.{alert.source}".encode()).hexdigest()[:12]
+        return f"{'9' * 13}-{digest}"
     countdown = 10**13 - int(alert.at.timestamp() * 1000)
     digest = hashlib.sha256((alert.key or repr(alert)).encode()).hexdigest()[:12]
     return f"{countdown:013d}-{digest}"
+
+
+# Tries of a rolled-up row's conditional update, when others raise the same kind at once.
+ROLL_UP_TRIES = 5
 
 
 # Rows past their retention that one alert raised deletes: a flood drains what an earlier one
@@ -118,7 +134,8 @@ def _stored(e: Any) -> StoredAlert:
         alert_id=f"{e['PartitionKey']}.{e['RowKey']}", raised_at=e.get("RaisedAt"),
         kind=str(e.get("Kind", "")), order_id=e.get("OrderID"), step=e.get("Step"),
         reason=e.get("Reason"), acknowledged_by=e.get("AcknowledgedBy"),
-        acknowledged_at=e.get("AcknowledgedAt"), ack_note=e.get("AckNote"))
+        acknowledged_at=e.get("AcknowledgedAt"), ack_note=e.get("AckNote"),
+        source=e.get("Source"), count=e.get("Count"), last_raised_at=e.get("LastRaisedAt"))
 
 
 def _iso(value: Any) -> str:
@@ -126,14 +143,16 @@ def _iso(value: Any) -> str:
 
 
 class _TableScan:
-    def __init__(self, table: TableClient, partitions: list[str]) -> None:
-        self._table, self._partitions = table, partitions
+    def __init__(self, table: TableClient, partitions: list[str], kind: str | None) -> None:
+        self._table, self._partitions, self._kind = table, partitions, kind
         self.cut = False
 
     def __iter__(self) -> Iterator[StoredAlert]:
         read = 0
+        where = "PartitionKey eq @d" + (" and Kind eq @k" if self._kind else "")
         for day in self._partitions:
-            for e in self._table.query_entities("PartitionKey eq @d", parameters={"d": day},
+            parameters = {"d": day, **({"k": self._kind} if self._kind else {})}
+            for e in self._table.query_entities(where, parameters=parameters,
                                                 results_per_page=200):
                 if read == ALERT_SCAN:
                     self.cut = True
@@ -152,7 +171,7 @@ class TableAlertStore:
     def raise_alert(self, alert: OperatorAlert) -> None:
         # Raised before, its row is there, and its log event went before the row was written:
         # nothing to do (an alert rule would otherwise notify again in a later window).
-        if self._raised_before(alert):
+        if alert.kind not in ROLLED_UP and self._raised_before(alert):
             return
         # The log event goes first: at least once is what an alert rule needs (a replay may log
         # it twice, with the same key); the row is written once.
@@ -165,6 +184,10 @@ class TableAlertStore:
                    "step": alert.step or "", "reason": alert.reason,
                    "alert_key": alert.key or ""},
         )
+        if alert.kind in ROLLED_UP:
+            self._roll_up(alert)
+            self._expire(min(alert.at, datetime.now(UTC)) - self._retention)
+            return
         # Raised before (a replay at the same time) when the row exists: the operator has it.
         with contextlib.suppress(ResourceExistsError):
             self._table.create_entity({
@@ -179,6 +202,41 @@ class TableAlertStore:
             })
         # Never past now: an alert's time that lay in the future would expire today's rows.
         self._expire(min(alert.at, datetime.now(UTC)) - self._retention)
+
+    def _roll_up(self, alert: OperatorAlert) -> None:
+        """Count the alert on its kind's and source's row of the day, which then shows it as
+        the latest; a copy of the latest (the same key) is not counted again."""
+        day, row = alert_partition(alert.at), alert_row_key(alert)
+        latest = {"OrderID": alert.order_id, "Step": alert.step or "",
+                  "Reason": alert.reason[:4000], "LastRaisedAt": alert.at,
+                  "AlertKey": alert.key}
+        for _ in range(ROLL_UP_TRIES):
+            try:
+                e = self._table.get_entity(day, row)
+            except ResourceNotFoundError:
+                with contextlib.suppress(ResourceExistsError):  # else another's came first
+                    self._table.create_entity({
+                        "PartitionKey": day, "RowKey": row, "Kind": alert.kind.value,
+                        "Source": alert.source, "RaisedAt": alert.at, "Count": 1, **latest})
+                    return
+                continue
+            if alert.key and e.get("AlertKey") == alert.key:
+                return
+            # Replaced whole: an acknowledgement of the earlier ones goes, as new ones came.
+            counted = {"PartitionKey": day, "RowKey": row, "Kind": e.get("Kind"),
+                       "Source": e.get("Source"), "RaisedAt": e.get("RaisedAt"),
+                       "Count": int(e.get("Count") or 1) + 1, **latest}
+            try:
+                self._table.update_entity(counted, mode=UpdateMode.REPLACE,
+                                          etag=e.metadata["etag"],
+                                          match_condition=MatchConditions.IfNotModified)
+                return
+            except ResourceModifiedError:
+                continue
+        # The row is there, counted by the others at once: this one's count is lost, not the
+        # alert.
+        log.warning("alert %s from %s: its day's row was busy; not counted", alert.kind.value,
+                    alert.source)
 
     def _raised_before(self, alert: OperatorAlert) -> bool:
         """Whether a row of this key is there from the same day or the day before: an alert
@@ -222,8 +280,8 @@ class TableAlertStore:
         except AzureError as e:  # the alert itself is recorded; the next one tries again
             log.warning("expiring operator alerts: %s", e)
 
-    def recent(self, today: datetime, days: int) -> AlertScan:
-        return _TableScan(self._table, days_back(today, days))
+    def recent(self, today: datetime, days: int, kind: str | None = None) -> AlertScan:
+        return _TableScan(self._table, days_back(today, days), kind)
 
     def of_order(self, order_id: str, today: datetime, days: int) -> list[StoredAlert]:
         out: list[StoredAlert] = []

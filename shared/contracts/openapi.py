@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from shared.domain.alerts import AlertKind
 from shared.domain.state import ProcessState
 from shared.domain.workflow_message import ORDER_ID_PATTERN
 from shared.handlers.operator_requests import (
@@ -156,6 +157,8 @@ def openapi_document() -> dict[str, Any]:
                 "parameters": [
                     {"name": "acknowledged", "in": "query", "required": False,
                      "schema": {"type": "string", "enum": ["true", "false"]}},
+                    {"name": "kind", "in": "query", "required": False,
+                     "schema": {"type": "string", "enum": [k.value for k in AlertKind]}},
                     _LIMIT],
                 "responses": {"200": _json(AlertPage, "The alerts."),
                               **_operator_errors(400, 401)},

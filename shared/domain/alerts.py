@@ -21,6 +21,12 @@ class AlertKind(StrEnum):
     REQUEST_REFUSED = "RequestRefused"
 
 
+# Raised by what anyone who can send may send (a made-up request or reply, a conflicting body),
+# each distinct one an alert of its own: kept as one row per kind and source a day, with a
+# count and the latest example, so that a flood of them cannot hide an order's alerts.
+ROLLED_UP = frozenset({AlertKind.REQUEST_REFUSED, AlertKind.ORDER_CONFLICT})
+
+
 @dataclass(frozen=True)
 class OperatorAlert:
     kind: AlertKind
@@ -31,3 +37,5 @@ class OperatorAlert:
     # The same alert raised twice (a retried message, a crash and a replay) has the same key, so
     # the operator sees it once.
     key: str = ""
+    # What refused it (an Agent, the Scheduler, intake): a rolled-up alert's row is per source.
+    source: str = ""

@@ -70,7 +70,8 @@ def operator_api() -> func.Blueprint:
         if which is not None and which not in _ACKNOWLEDGED:
             raise ValueError("acknowledged must be true or false (or left out for both)")
         return op.alerts(limit_of(req),
-                         acknowledged=None if which is None else _ACKNOWLEDGED[which])
+                         acknowledged=None if which is None else _ACKNOWLEDGED[which],
+                         kind=req.params.get("kind"))
 
     # Acknowledging acts on what operators share, as resubmitting does: the same role (a reader
     # only looks). A role of its own would need the app registration's roles changed everywhere

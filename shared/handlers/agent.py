@@ -206,7 +206,7 @@ class Agent:
                 # Copies of the request are one alert by its key.
                 reason, budget.ERROR_TEXT), self._clock(),
             step=text.inert(budget.clip(req.step, 128)),
-            key=f"refused.{fingerprint}"))
+            key=f"refused.{fingerprint}", source=f"{self.name} Agent"))
         return None
 
     def _call_with_retries(self, req: AgentRequest,

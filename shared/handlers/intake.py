@@ -127,7 +127,7 @@ class IntakeHandler:
                       "nothing was changed")
             self._rejections.record(replace(conflict, reason=reason))
             self._alerts.raise_alert(OperatorAlert(
-                AlertKind.ORDER_CONFLICT, order.order_id, reason, conflict.at,
+                AlertKind.ORDER_CONFLICT, order.order_id, reason, conflict.at, source="intake",
                 key=f"{order.order_id}.conflict.{order.fingerprint()[:16]}"))
             return IntakeResult(IntakeOutcome.CONFLICT, order.order_id, reason)
         # The same order again. If the first delivery died before handing the order on, its

@@ -16,6 +16,7 @@ from shared.adapters.alerts import AlertStore
 from shared.adapters.rejections import RejectionStore
 from shared.adapters.state_store import ConcurrencyConflict, CorruptRecord, OrderStore
 from shared.clock import Clock
+from shared.domain.alerts import AlertKind
 from shared.domain.resubmission import resubmit
 from shared.domain.state import (
     CompensationState,
@@ -260,15 +261,17 @@ class Operator:
         return BulkResult(DryRun=ask.dry_run, Items=items, Scanned=scanned, More=more,
                           Skipped=skipped)
 
-    def alerts(self, limit: int = 50, days: int = 7,
-               acknowledged: bool | None = None) -> AlertPage:
+    def alerts(self, limit: int = 50, days: int = 7, acknowledged: bool | None = None,
+               kind: str | None = None) -> AlertPage:
         """The newest alerts first (one partition a day, newest row first within it);
         ``acknowledged``: only those (True) or only those not yet (False). ``truncated``:
         fewer than ``limit`` were found in the rows one scan reads, and rows were left."""
         if not 1 <= limit <= MAX_PAGE:
             raise ValueError(f"limit must be between 1 and {MAX_PAGE}")
         out: list[AlertView] = []
-        scan = self._alerts.recent(self._clock(), days)
+        if kind is not None and kind not in set(AlertKind):
+            raise ValueError(f"kind must be one of {', '.join(AlertKind)}, not {kind[:40]!r}")
+        scan = self._alerts.recent(self._clock(), days, kind)
         for a in scan:
             if acknowledged is None or (a.acknowledged_at is not None) == acknowledged:
                 out.append(AlertView.of(a))

@@ -77,7 +77,7 @@ class Scheduler:
             AlertKind.REQUEST_REFUSED, state.order_id, budget.clip(str(e), budget.ERROR_TEXT),
             # Filed at the clock's time: the attempt's due time lies ahead, and near midnight in
             # a day no listing reads yet. Its key, not its time, makes copies one alert.
-            self._clock(), e.step, key=f"refused.{cause}.{e.attempt_due}"))
+            self._clock(), e.step, key=f"refused.{cause}.{e.attempt_due}", source="Scheduler"))
 
     def _defer_if_newer(self, e: UnknownWorkflow, queue: str, body: str) -> SchedulerResult:
         """A newer release's order, met while both releases run in a rolling deployment: the

@@ -123,12 +123,20 @@ class AlertView(_View):
                                                          "(null: not acknowledged).")
     AcknowledgedAt: datetime | None = None
     AckNote: str | None = Field(None, description="What they said, if anything.")
+    Source: str | None = Field(None, description=(
+        "Of a rolled-up alert (RequestRefused, OrderConflict: raised by what anyone who may "
+        "send can send), what raised them: one alert a day per kind and source."))
+    Count: int | None = Field(None, description=(
+        "How many that day (null: a single alert); OrderID, Step and Reason are the latest's, "
+        "RaisedAt the first's."))
+    LastRaisedAt: datetime | None = Field(None, description="When the latest came.")
 
     @classmethod
     def of(cls, a: StoredAlert) -> AlertView:
         return cls(AlertId=a.alert_id, RaisedAt=a.raised_at, Kind=a.kind, OrderID=a.order_id,
                    Step=a.step, Reason=a.reason, AcknowledgedBy=a.acknowledged_by,
-                   AcknowledgedAt=a.acknowledged_at, AckNote=a.ack_note)
+                   AcknowledgedAt=a.acknowledged_at, AckNote=a.ack_note, Source=a.source,
+                   Count=a.count, LastRaisedAt=a.last_raised_at)
 
 
 class AlertPage(_View):

@@ -62,8 +62,8 @@ def test_an_alert_raised_again_is_kept_once_and_keyless_ones_apart(alerts: Alert
     alerts.raise_alert(first)  # a replay
     alerts.raise_alert(OperatorAlert(first.kind, "o-1", "card declined", T0 + timedelta(hours=3),
                                      key="o-1.3.0"))  # raised again later the same day
-    alerts.raise_alert(OperatorAlert(AlertKind.ORDER_CONFLICT, "o-2", "another body", T0))
-    alerts.raise_alert(OperatorAlert(AlertKind.ORDER_CONFLICT, "o-2", "a third body", T0))
+    alerts.raise_alert(OperatorAlert(AlertKind.RECORD_UNREADABLE, "o-2", "another body", T0))
+    alerts.raise_alert(OperatorAlert(AlertKind.RECORD_UNREADABLE, "o-2", "a third body", T0))
     assert sorted(_listed(alerts, T0 + timedelta(hours=4))) == [
         ("o-1", "card declined"), ("o-2", "a third body"), ("o-2", "another body")]
 
@@ -85,7 +85,7 @@ def test_alerts_are_listed_newest_first_by_day_and_an_order_s_oldest_first(
 def test_a_scan_stops_at_its_cap_and_says_so(alerts: AlertStore,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     for n in range(3):
-        alerts.raise_alert(OperatorAlert(AlertKind.REQUEST_REFUSED, f"o-{n}", "made up",
+        alerts.raise_alert(OperatorAlert(AlertKind.SUPERVISION_FAILING, f"o-{n}", "stuck",
                                          T0 + timedelta(seconds=n), key=f"r{n}"))
     monkeypatch.setattr(alerts_adapter, "ALERT_SCAN", 2)
     scan = alerts.recent(T0, 7)
@@ -132,3 +132,37 @@ def test_rejections_page_newest_first_and_are_found_by_message(
         RejectionKind.INVALID, "reason 1", '{"n": 1}', 8, 1)
     assert found.rejected_at == T0 + timedelta(seconds=1)
     assert rejections.of_message("m-9") is None
+
+
+def test_alerts_raised_by_what_anyone_may_send_are_one_row_a_day_per_kind_and_source(
+        alerts: AlertStore) -> None:
+    """A flood of made-up requests is one row, counted, showing the latest: it cannot push an
+    order's alert out of a listing, and an acknowledged flood that goes on is open again."""
+    failed = OperatorAlert(AlertKind.ORDER_FAILED, "o-real", "declined", T0, key="real")
+    alerts.raise_alert(failed)
+    for n in range(30):
+        refused = OperatorAlert(AlertKind.REQUEST_REFUSED, f"x-{n}", f"made up {n}",
+                                T0 + timedelta(seconds=n + 1), step="take", key=f"r{n}",
+                                source="beta Agent")
+        alerts.raise_alert(refused)
+    alerts.raise_alert(refused)  # a copy of the latest: not counted again
+    alerts.raise_alert(OperatorAlert(AlertKind.REQUEST_REFUSED, "x-s", "forged reply",
+                                     T0 + timedelta(minutes=5), key="s", source="Scheduler"))
+    listed = list(alerts.recent(T0, 1))
+    # The order's alert first: the day's rolled-up rows come after its single alerts.
+    assert (listed[0].kind, listed[0].count) == ("OrderFailed", None)
+    assert sorted((a.kind, a.source or "", a.count) for a in listed[1:]) == [
+        ("RequestRefused", "Scheduler", 1), ("RequestRefused", "beta Agent", 30)]
+    beta = next(a for a in listed if a.source == "beta Agent")
+    assert (beta.order_id, beta.reason, beta.raised_at, beta.last_raised_at) == (
+        "x-29", "made up 29", T0 + timedelta(seconds=1), T0 + timedelta(seconds=30))
+    # Only one kind, chosen before the scan's cap.
+    assert [a.order_id for a in alerts.recent(T0, 1, "OrderFailed")] == ["o-real"]
+    # Acknowledged, then more come: open again, counted on.
+    day, row = beta.alert_id.split(".")
+    alerts.acknowledge(day, row, "ops", None, T0 + timedelta(minutes=1))
+    alerts.raise_alert(OperatorAlert(AlertKind.REQUEST_REFUSED, "x-99", "again",
+                                     T0 + timedelta(minutes=2), key="r99", source="beta Agent"))
+    again = next(a for a in alerts.recent(T0, 1) if a.source == "beta Agent")
+    assert (again.alert_id, again.count, again.acknowledged_at, again.order_id) == (
+        beta.alert_id, 31, None, "x-99")

@@ -27,8 +27,8 @@ def test_a_listing_cut_short_by_its_scan_says_so(pipeline: Pipeline,
     op = pipeline.container.operator
     for n in range(6):
         pipeline.clock.now = start + timedelta(minutes=n + 1)
-        sink.raise_alert(OperatorAlert(AlertKind.REQUEST_REFUSED, f"o-{n}", "made up",
-                                       pipeline.clock.now, key=f"refused.{n}"))
+        sink.raise_alert(OperatorAlert(AlertKind.SUPERVISION_FAILING, f"o-{n}", "stuck",
+                                       pipeline.clock.now, key=f"stuck.{n}"))
     for a in op.alerts(50, acknowledged=False).alerts:
         if a.OrderID != "o-open":
             op.acknowledge(a.AlertId, "ops@example.com")
@@ -66,9 +66,9 @@ def test_an_alert_raised_again_later_is_the_same_row(pipeline: Pipeline) -> None
 
 def test_a_made_up_request_from_the_far_future_is_filed_today_and_expires_nothing(
         pipeline: Pipeline) -> None:
-    """The red team's R1: the refused request's alert took the request's complete-by for its
-    time, which the sender chooses: year 9999 filed it where no listing looks, and its expiry
-    deleted every real alert as older than 90 days before it."""
+    """A refused request's alert is filed at the app's time, never the request's complete-by,
+    which the sender chooses: year 9999 would file it where no listing looks, and its expiry
+    delete every real alert as older than 90 days before it."""
     sink = TableAlertStore(pipeline.container.tables.get_table_client(
         pipeline.env["OperatorAlertsTableName"]))
     now = pipeline.clock.now
@@ -81,15 +81,17 @@ def test_a_made_up_request_from_the_far_future_is_filed_today_and_expires_nothin
                               operation=HOLD.compensation or "", attempt=1, complete_by=far,
                               idempotency_key=f"x-{n}.{HOLD.name}.undo", order={})
         assert pipeline.container.agents[HOLD.service].handle(forged.to_json()) is None
-        # ... and a copy of the same request is the same alert
+        # ... and a copy of the same request is not counted again
         pipeline.container.agents[HOLD.service].handle(forged.to_json())
     listed = pipeline.container.operator.alerts(100).alerts
+    # The two refused requests are one row of the day, counted, showing the latest.
     assert sorted(a.OrderID or "" for a in listed) == sorted(
-        [f"real-{i}" for i in range(12)] + ["x-1", "x-2"])
-    refused = [a for a in listed if a.Kind == AlertKind.REQUEST_REFUSED.value]
-    assert {a.RaisedAt for a in refused} == {now}
-    for a in refused:  # acknowledged by the id it is listed with
-        pipeline.container.operator.acknowledge(a.AlertId, "ops@example.com")
+        [f"real-{i}" for i in range(12)] + ["x-2"])
+    (refused,) = [a for a in listed if a.Kind == AlertKind.REQUEST_REFUSED.value]
+    assert (refused.RaisedAt, refused.LastRaisedAt, refused.Count) == (now, now, 2)
+    assert refused.Source == f"{HOLD.service} Agent"
+    # Acknowledged by the id it is listed with.
+    pipeline.container.operator.acknowledge(refused.AlertId, "ops@example.com")
 
 
 def test_an_alert_is_recorded_though_the_look_for_it_fails(
@@ -111,3 +113,30 @@ def test_an_alert_is_recorded_though_the_look_for_it_fails(
     monkeypatch.undo()
     (row,) = pipeline.container.operator.alerts(10).alerts
     assert row.OrderID == "o-9"
+
+
+def test_a_flood_of_made_up_requests_cannot_hide_an_orders_alert(
+        pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each distinct made-up request was an alert row of its own, newest first: more of them
+    than a listing reads, and an OrderFailed raised before them no longer showed, while the
+    listing said it was complete. They are one row a day per source now, after the orders'."""
+    sink = TableAlertStore(pipeline.container.tables.get_table_client(
+        pipeline.env["OperatorAlertsTableName"]))
+    start = pipeline.clock.now
+    sink.raise_alert(OperatorAlert(AlertKind.ORDER_FAILED, "o-real", "card declined", start,
+                                   step="charge", key="real"))
+    monkeypatch.setattr(alerts_adapter, "ALERT_SCAN", 5)
+    for n in range(12):
+        pipeline.clock.now = start + timedelta(seconds=n + 1)
+        forged = AgentRequest(order_id=f"junk-{n}", step=HOLD.name, action=Action.DO,
+                              operation=HOLD.operation, attempt=1,
+                              complete_by=pipeline.clock.now + timedelta(seconds=30),
+                              idempotency_key=f"junk-{n}.{HOLD.name}.do", order={})
+        assert pipeline.container.agents[HOLD.service].handle(forged.to_json()) is None
+    op = pipeline.container.operator
+    page = op.alerts(50, acknowledged=False)
+    assert [(a.Kind, a.OrderID, a.Count) for a in page.alerts] == [
+        ("OrderFailed", "o-real", None), ("RequestRefused", "junk-11", 12)]
+    assert not page.truncated
+    assert [a.OrderID for a in op.overview().Alerts] == ["o-real", "junk-11"]
+    assert [a.OrderID for a in op.alerts(50, kind="OrderFailed").alerts] == ["o-real"]

@@ -16,8 +16,9 @@ T0 = datetime(2026, 6, 1, 12, tzinfo=UTC)
 
 
 def alert(order_id: str, at: datetime) -> OperatorAlert:
-    return OperatorAlert(AlertKind.REQUEST_REFUSED, order_id, "a request nobody sent", at,
-                         key=f"refused.{order_id}")
+    # A kind of its own row per alert (those raised from outside are one row a day besides).
+    return OperatorAlert(AlertKind.RECORD_UNREADABLE, order_id, "a record nobody can read", at,
+                         key=f"unreadable.{order_id}")
 
 
 def test_alerts_past_their_retention_go_as_new_ones_come_in_bounded_per_alert(
