@@ -47,7 +47,9 @@ def main(
     account: Annotated[str | None, typer.Option(
         help="Storage account name, reached with your Entra ID (az login).")] = None,
     settings: Annotated[Path, typer.Option(
-        help="local.settings.json to read app settings from.")] = ROOT / "local.settings.json",
+        help="local.settings.json to read app settings from.",
+        # As a user types it, not the clone's absolute path (which depends on where it lies).
+        show_default="./local.settings.json")] = ROOT / "local.settings.json",
     api: Annotated[str | None, typer.Option(
         envvar="ORDERS_API_URL",
         help="The operator API (https://<app>.azurewebsites.net/api): resubmit through it, "
