@@ -8,7 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml  # a development dependency: this script is not part of the running app
+try:
+    import yaml  # a development dependency: this script is not part of the running app
+except ModuleNotFoundError:  # `make demo` installs only what the demo runs
+    sys.exit("python -m shared.contracts writes YAML with the development packages, which are "
+             "not installed: run `.venv/bin/pip install -r requirements-dev.txt` (or "
+             "`make install`) first")
 
 from shared.contracts.messages import asyncapi_document, order_schema
 from shared.contracts.services import services_document

@@ -230,7 +230,15 @@ class Registry:
             workflow = self.get(name)
         except UnknownWorkflow as e:
             raise InvalidOrder(f"workflow: {e}") from None
-        return validate_as(workflow.message, body)
+        try:
+            return validate_as(workflow.message, body)
+        except InvalidOrder as e:
+            # Which model it was read by, and why: an order of another workflow that forgot to
+            # name it reads as the default's, and its reason would otherwise not say so.
+            read_as = (f"read as workflow {workflow.name!r}" if name is not None else
+                       f"read as workflow {workflow.name!r}, the default (it names no "
+                       "\"workflow\")")
+            raise InvalidOrder(f"{e} ({read_as})") from None
 
     @property
     def customer_columns(self) -> list[str]:

@@ -220,3 +220,18 @@ def test_help_writes_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert e.value.code == 0 and "--check" in out and "wrote" not in out
     assert {p: p.stat().st_mtime_ns for p in rendered()} == mtimes
+
+
+def test_without_the_development_packages_the_generator_says_what_to_install() -> None:
+    """After `make demo` alone (which installs what the demo runs), the walk-through's next
+    command ended in a bare ModuleNotFoundError for yaml."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-c", "import runpy, sys; sys.modules['yaml'] = None; "
+         "runpy.run_module('shared.contracts', run_name='__main__')"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines() == [run.stderr.strip()]  # one line, no traceback
+    assert "requirements-dev.txt" in run.stderr and "Traceback" not in run.stderr

@@ -36,6 +36,17 @@ def test_another_workflows_fields_are_refused_with_the_reason() -> None:
         BOTH.parse(json.dumps({"order_id": "p-3", "workflow": "pings"}))
 
 
+def test_the_reason_says_which_workflow_the_order_was_read_as() -> None:
+    """A ping that forgot to name its workflow reads as the default's order: its reason said
+    "target: Extra inputs are not permitted" and never that the workflow was missing."""
+    with pytest.raises(InvalidOrder, match=r"target: Extra inputs.*\(read as workflow "
+                                           rf"'{FLOW.name}', the default \(it names no "
+                                           r'"workflow"\)\)$'):
+        BOTH.parse(json.dumps({"order_id": "p-4", "target": "x"}))
+    with pytest.raises(InvalidOrder, match=r"\(read as workflow 'pings'\)$"):
+        BOTH.parse(json.dumps({"order_id": "p-5", "workflow": "pings"}))
+
+
 def test_a_workflow_the_app_does_not_run_or_a_body_that_is_no_object_is_a_reason() -> None:
     with pytest.raises(InvalidOrder, match="workflow: no workflow 'nope'"):
         BOTH.parse(json.dumps({"order_id": "x", "workflow": "nope"}))
