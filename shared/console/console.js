@@ -10,16 +10,27 @@ class ApiError extends Error {
   constructor(message, status) { super(message); this.status = status; }
 }
 
+// What would act on the page rather than show in text from outside (a bidi override reversing
+// what follows, zero-width characters, controls, line separators): written out, as `orders`
+// writes it (shared/domain/text.py).
+const ACTING = /[\u0000-\u001f\u007f-\u009f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]/g;
+// lines: its line breaks are the page's own (JSON laid out), kept.
+const inert = (v, lines = false) => v === null || v === undefined ? v : String(v).replace(
+  ACTING, c => lines && c === "\n" ? c
+    : c.charCodeAt(0) < 0x100 ? "\\x" + c.charCodeAt(0).toString(16).padStart(2, "0")
+    : "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
+
 // Every piece of data goes in as text: nothing from the store is ever parsed as HTML.
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
-    if (k === "text") e.textContent = v;
+    if (k === "text") e.textContent = inert(v);
+    else if (k === "lines") e.textContent = inert(v, true);
     else if (k === "onclick" || k === "onsubmit") e[k] = v;
     else e.setAttribute(k, v);
   }
   for (const c of children) if (c !== null && c !== undefined)
-    e.append(typeof c === "string" ? document.createTextNode(c) : c);
+    e.append(typeof c === "string" ? document.createTextNode(inert(c)) : c);
   return e;
 }
 
@@ -61,7 +72,7 @@ function table(testid, columns, rows, rowFn) {
 }
 function cell(value, cls) {
   const td = el("td", cls ? {class: cls} : {});
-  td.append(value instanceof Node ? value : String(value ?? ""));
+  td.append(value instanceof Node ? value : inert(String(value ?? "")));
   return td;
 }
 
@@ -175,7 +186,7 @@ function renderOrder(o, message) {
     el("section", {}, el("h2", {text: "Resubmissions"}), history),
     resubmitForm(o, message),
     el("section", {}, el("h2", {text: "The order"}),
-       el("pre", {text: JSON.stringify(o.Order, null, 2)})),
+       el("pre", {lines: JSON.stringify(o.Order, null, 2)})),
   );
 }
 
@@ -249,7 +260,7 @@ async function show(message) {
     stamp.className = "meta";
   } catch (e) {
     if (mine !== shown) return;
-    stamp.textContent = "could not refresh: " + e.message;
+    stamp.textContent = "could not refresh: " + inert(e.message);
     stamp.className = "meta error";
     if (e.status === 401)  // not signed in (or the session ended): the platform's sign-in
       stamp.append(" ", el("a", {href: signIn, "data-testid": "sign-in", text: "sign in"}));

@@ -23,6 +23,7 @@ from shared.domain.workflow_message import (
     Envelope,
     InvalidOrder,
     WorkflowMessage,
+    refuse_duplicate_keys,
     validate_as,
 )
 
@@ -225,6 +226,7 @@ class Registry:
         """A message as the model of the workflow it names reads it (the default workflow's
         when it names none); raise InvalidOrder with the reason, a workflow the app does not
         run among them."""
+        refuse_duplicate_keys(body)
         name = validate_as(Envelope, body).workflow
         try:
             workflow = self.get(name)

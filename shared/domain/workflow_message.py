@@ -104,6 +104,25 @@ class Envelope(BaseModel):
     workflow: Annotated[str, Field(pattern=WORKFLOW_NAME_PATTERN)] | None = None
 
 
+def refuse_duplicate_keys(body: bytes | str) -> None:
+    """InvalidOrder naming a key an object of the body holds twice: JSON parsers disagree on
+    which one counts (this app's takes the last), so such an order means two things."""
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: set[str] = set()
+        for key, _ in items:
+            if key in seen:
+                raise InvalidOrder(f"body: the key {key[:40]!r} is given twice in one object")
+            seen.add(key)
+        return dict(items)
+
+    try:
+        json.loads(body, object_pairs_hook=pairs)
+    except (ValueError, RecursionError, UnicodeDecodeError) as e:
+        if isinstance(e, InvalidOrder):
+            raise
+        # Not JSON (or too deep to read here): the model's reading says why.
+
+
 def validate_as(model: type[M], body: bytes | str) -> M:
     """Parse and validate a body; raise InvalidOrder with a reason a person can act on."""
     try:

@@ -60,7 +60,8 @@ def h(run_host: Any) -> RunningHost:
     compensation_failed(h, "f-2")
     h.container.scheduler.handle_command(accept("o-fresh"))  # in flight, due in the budget
     accept("o-late")  # nobody takes it
-    function("intake")(msg=sb_message(b'{"order_id": "<b>x</b>"}', message_id="<i>bad</i>"))
+    function("intake")(msg=sb_message(b'{"order_id": "<b>x</b>"}',
+                                      message_id="<i>bad</i>\u202eevil\u200b"))
     due = due_at(h.container.store.get_state("o-late"), timedelta(seconds=1))
     time.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()) + 0.2)  # a time, not a sync
     return h
@@ -203,6 +204,9 @@ def test_failures_alerts_and_rejections_are_listed_as_text(page: Page) -> None:
     rejected = page.get_by_test_id("rejected")
     expect(rejected).to_contain_text("<i>bad</i>")  # shown as text, never as markup
     assert rejected.locator("i, b").count() == 0
+    # A bidi override (it would reverse what follows) and a zero-width space: written out.
+    expect(rejected).to_contain_text("<i>bad</i>\\u202eevil\\u200b")
+    assert "\u202e" not in rejected.inner_text()
 
 
 def test_the_overview_refreshes_by_itself(page: Page) -> None:

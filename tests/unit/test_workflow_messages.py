@@ -59,3 +59,15 @@ def test_a_workflow_the_app_does_not_run_or_a_body_that_is_no_object_is_a_reason
 def test_a_declaration_must_name_its_message_model() -> None:
     with pytest.raises(TypeError, match="message"):
         Workflow(name="x", steps=FLOW.steps)  # type: ignore[call-arg]
+
+
+def test_a_key_given_twice_is_refused_naming_it() -> None:
+    """Parsers disagree on which one counts (Python's and pydantic's take the last, others the
+    first): a sender's "amount" twice would mean one thing here and another to a service."""
+    for body in ('{"order_id": "d-1", "customer_id": "c", "customer_id": "d", "items": []}',
+                 '{"order_id": "d-2", "customer_id": "c", "items": [{"sku": "A", "sku": "B"}]}'):
+        with pytest.raises(InvalidOrder, match="given twice"):
+            BOTH.parse(body)
+    assert BOTH.parse('{"order_id": "d-3", "customer_id": "c", "items": []}').order_id == "d-3"
+    with pytest.raises(InvalidOrder, match="Invalid JSON"):  # not JSON: the model says why
+        BOTH.parse(b'{"a": 1, "a": ')
