@@ -37,6 +37,9 @@ param operatorAuthClientId string = ''
 @description('The Entra ID tenant of that app registration (default: this subscription\'s).')
 param operatorAuthTenantId string = tenant().tenantId
 
+@description('Client ids of the applications an operator\'s token may come from besides the app registration itself (the console\'s sign-in): by default the Azure CLI\'s, whose token `orders --api` sends (az account get-access-token). A token any other application got for the API is refused.')
+param operatorClientApps array = ['04b07795-8ddb-461a-bbee-02f9e1bf7b46']
+
 @description('Each real remote service\'s settings by name (remoteServices=real): the URL of each HTTP service (urlSettings in services.json) and the settings each code service declares (codeSettings), a secret as a Key Vault reference (@Microsoft.KeyVault(SecretUri=...)); the app will not start without every one.')
 param serviceUrls object = {}
 
@@ -239,6 +242,7 @@ module function 'app/function.bicep' = {
     serviceUrls: serviceUrls
     operatorAuthClientId: operatorAuthClientId
     operatorAuthTenantId: operatorAuthTenantId
+    operatorClientApps: operatorClientApps
     appSubnetId: appSubnetId
   }
 }

@@ -90,8 +90,10 @@ def call_api(method: str, path: str, body: Any = None,
                        "network in clear", 2) from None
     headers = {"Authorization": f"Bearer {opts.token}"} if opts.token else {}
     try:
+        # trust_env=False: no proxy from the environment, which would read the token in clear
+        # on its way to http://localhost.
         r = httpx.request(method, opts.api.rstrip("/") + path, json=body, headers=headers,
-                          timeout=30, follow_redirects=False)
+                          timeout=30, follow_redirects=False, trust_env=False)
     except httpx.HTTPError as e:
         raise CliError(f"cannot reach the operator API at {opts.api}: "
                        f"{without_python(first_line(e)) or 'no connection'}", 2) from None

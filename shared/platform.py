@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
@@ -31,10 +32,29 @@ def not_local(headers: Mapping[str, str]) -> str | None:
         name = urlsplit(f"//{host}").hostname
     except ValueError:
         name = None
-    if name not in LOOPBACK_HOSTS:
+    if not _loopback(name):
         return f"it was sent to {host[:100]!r}, not to this machine"
-    forwarded = [a.strip().lower() for a in (header(headers, "x-forwarded-for") or "").split(",")
-                 if a.strip()]
-    if any(a.removeprefix("[").split("]")[0] not in LOOPBACK_HOSTS for a in forwarded):
+    forwarded = [a.strip() for a in (header(headers, "x-forwarded-for") or "").split(",")]
+    if any(not _loopback(_address(a)) for a in forwarded if a):
         return "it came from another machine (X-Forwarded-For)"
     return None
+
+
+def _address(entry: str) -> str | None:
+    """The address of an X-Forwarded-For entry: ``a``, ``a:port``, ``[v6]`` or ``[v6]:port``."""
+    if entry.startswith("["):
+        address, bracket, rest = entry[1:].partition("]")
+        return address if bracket and (not rest or (rest[1:].isdigit() and rest[0] == ":")) \
+            else None
+    return entry.split(":")[0] if entry.count(":") == 1 else entry
+
+
+def _loopback(name: str | None) -> bool:
+    if name is None:
+        return False
+    if name.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False

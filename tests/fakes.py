@@ -45,7 +45,7 @@ from shared.adapters.state_store import (
     state_to_entity,
 )
 from shared.domain import budget, due_index
-from shared.domain.alerts import ROLLED_UP, OperatorAlert
+from shared.domain.alerts import OperatorAlert, rolled_up
 from shared.domain.due_index import IndexKey
 from shared.domain.messages import Action
 from shared.domain.outages import TickLog
@@ -289,7 +289,7 @@ class FakeAlertStore:
     def raise_alert(self, alert: OperatorAlert) -> None:
         self.fault("alerts.raise")
         alert_id = f"{alert_partition(alert.at)}.{alert_row_key(alert)}"
-        if alert.kind in ROLLED_UP:
+        if rolled_up(alert):
             self.alerts.setdefault(alert.key or repr(alert), alert)
             row = self.rows.get(alert_id)
             if row is not None and alert.key and self.latest_keys.get(alert_id) == alert.key:
@@ -375,11 +375,11 @@ class FakeRejections:
             body_bytes=len(r.body), body_sha256=hashlib.sha256(r.body).hexdigest())
             for r in sorted(self.rows, key=rejection_row_key)]
 
-    def page(self, limit: int, continuation: str | None
+    def page(self, limit: int, continuation: str | None, bodies: bool = True
              ) -> tuple[list[StoredRejection], str | None]:
         self.fault("rejections.page")
         start = int(continuation or 0)
-        rows = self._stored()
+        rows = [r if bodies else replace(r, body=None) for r in self._stored()]
         more = start + limit < len(rows)
         return rows[start:start + limit], str(start + limit) if more else None
 

@@ -29,6 +29,8 @@ param simulatorKey string
 param operatorAuthClientId string
 @description('The Entra ID tenant of that app registration.')
 param operatorAuthTenantId string
+@description('Client ids of the applications an operator\'s token may come from, besides the registration itself.')
+param operatorClientApps array
 @description('The subnet for the app\'s outbound traffic (virtual network integration), where storage and Service Bus take private endpoints only; empty: none.')
 param appSubnetId string
 
@@ -179,6 +181,11 @@ resource authSettings 'Microsoft.Web/sites/config@2024-04-01' = {
             'api://${operatorAuthClientId}'
             operatorAuthClientId
           ]
+          // A token for the API that another application of the tenant got (any app may ask
+          // for one) is refused: only the console's sign-in and the named clients.
+          defaultAuthorizationPolicy: {
+            allowedApplications: concat([operatorAuthClientId], operatorClientApps)
+          }
         }
       }
     }

@@ -125,12 +125,14 @@ def serve_http(host: HttpHost, functions: list[_Function],
                 # values percent-decoded.
                 req = TriggerData(triggers.http_request, dict(
                     method=self.command, url=f"http://127.0.0.1:{port}{self.path}",
-                    # X-Forwarded-For as App Service's front end sets it: the peer's address,
-                    # never a client's own value (the app trusts an identity off the platform
-                    # only from this machine: shared/platform.py).
+                    # X-Forwarded-For as a proxy sets it: what came (a local proxy's word of
+                    # where its request came from), then the peer's address (the app trusts an
+                    # identity off the platform only from this machine: shared/platform.py).
                     headers={**{k: v for k, v in self.headers.items()
                                 if k.lower() != "x-forwarded-for"},
-                             "X-Forwarded-For": self.client_address[0]},
+                             "X-Forwarded-For": ", ".join(
+                                 [*self.headers.get_all("X-Forwarded-For", []),
+                                  self.client_address[0]])},
                     query={k: ",".join(v) for k, v in query.items()},
                     route={k: unquote(v) for k, v in m.groupdict().items() if v is not None},
                     body=body))

@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import random
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -27,7 +29,7 @@ from azure.core.exceptions import (
 )
 from azure.data.tables import TableClient, UpdateMode
 
-from shared.domain.alerts import ROLLED_UP, OperatorAlert
+from shared.domain.alerts import OperatorAlert, rolled_up
 
 log = logging.getLogger("order_pipeline.alerts")
 
@@ -81,8 +83,9 @@ class AlertScan(Protocol):
 
 class AlertStore(AlertSink, Protocol):
     """The alerts an operator reads and acknowledges; ``today`` and ``days``: the UTC days
-    read, today's and those before it. An alert of a kind in ROLLED_UP is one row per kind and
-    source a day, counted; one raised again after its acknowledgement is open again."""
+    read, today's and those before it. An alert rolled up (domain.alerts.rolled_up) is one
+    row per kind and source a day, counted; raised again after its acknowledgement, it is open
+    again (the acknowledgement covers what came before it)."""
 
     def recent(self, today: datetime, days: int, kind: str | None = None) -> AlertScan:
         """``kind``: only alerts of it, chosen before the scan's cap."""
@@ -107,7 +110,7 @@ def days_back(today: datetime, days: int) -> list[str]:
 def alert_row_key(alert: OperatorAlert) -> str:
     # Newest first within a day: the row key counts down; the key's hash makes a replay collide.
     # A rolled-up alert's row is the day's last, after every single alert of that day.
-    if alert.kind in ROLLED_UP:
+    if rolled_up(alert):
         digest = hashlib.sha256(f"{alert.kind.value}.{alert.source}".encode()).hexdigest()[:12]
         return f"{'9' * 13}-{digest}"
     countdown = 10**13 - int(alert.at.timestamp() * 1000)
@@ -115,8 +118,10 @@ def alert_row_key(alert: OperatorAlert) -> str:
     return f"{countdown:013d}-{digest}"
 
 
-# Tries of a rolled-up row's conditional update, when others raise the same kind at once.
-ROLL_UP_TRIES = 5
+# Tries of a rolled-up row's conditional update, when others raise the same kind at once,
+# each after a wait of up to ROLL_UP_PAUSE seconds times its number, at random.
+ROLL_UP_TRIES = 8
+ROLL_UP_PAUSE = 0.02
 
 
 # Rows past their retention that one alert raised deletes: a flood drains what an earlier one
@@ -171,7 +176,7 @@ class TableAlertStore:
     def raise_alert(self, alert: OperatorAlert) -> None:
         # Raised before, its row is there, and its log event went before the row was written:
         # nothing to do (an alert rule would otherwise notify again in a later window).
-        if alert.kind not in ROLLED_UP and self._raised_before(alert):
+        if not rolled_up(alert) and self._raised_before(alert):
             return
         # The log event goes first: at least once is what an alert rule needs (a replay may log
         # it twice, with the same key); the row is written once.
@@ -184,7 +189,7 @@ class TableAlertStore:
                    "step": alert.step or "", "reason": alert.reason,
                    "alert_key": alert.key or ""},
         )
-        if alert.kind in ROLLED_UP:
+        if rolled_up(alert):
             self._roll_up(alert)
             self._expire(min(alert.at, datetime.now(UTC)) - self._retention)
             return
@@ -210,7 +215,9 @@ class TableAlertStore:
         latest = {"OrderID": alert.order_id, "Step": alert.step or "",
                   "Reason": alert.reason[:4000], "LastRaisedAt": alert.at,
                   "AlertKey": alert.key}
-        for _ in range(ROLL_UP_TRIES):
+        for attempt in range(ROLL_UP_TRIES):
+            if attempt:
+                time.sleep(random.uniform(0, ROLL_UP_PAUSE * attempt))
             try:
                 e = self._table.get_entity(day, row)
             except ResourceNotFoundError:

@@ -61,9 +61,10 @@ class StoredRejection:
 class RejectionStore(Protocol):
     def record(self, r: Rejection) -> None: ...
 
-    def page(self, limit: int, continuation: str | None
+    def page(self, limit: int, continuation: str | None, bodies: bool = True
              ) -> tuple[list[StoredRejection], str | None]:
-        """Newest sent first, and the token of the next page (None: the last)."""
+        """Newest sent first, and the token of the next page (None: the last); without
+        ``bodies``, none is read (``body`` None)."""
         ...
 
     def of_message(self, message_id: str) -> StoredRejection | None:
@@ -123,11 +124,12 @@ class TableRejectionStore:
         }, mode=UpdateMode.REPLACE)
         self._expire(r.at - self._retention, r.at)
 
-    def page(self, limit: int, continuation: str | None
+    def page(self, limit: int, continuation: str | None, bodies: bool = True
              ) -> tuple[list[StoredRejection], str | None]:
+        columns = _COLUMNS if bodies else [c for c in _COLUMNS if c != "Body"]
         pages = self._table.query_entities(
             "PartitionKey eq @p", parameters={"p": REJECTED_PARTITION}, results_per_page=limit,
-            select=_COLUMNS).by_page(continuation_token=decode_token(continuation))
+            select=columns).by_page(continuation_token=decode_token(continuation))
         rows = [_stored(e) for e in next(pages, [])]
         token = pages.continuation_token  # type: ignore[attr-defined]
         return rows, encode_token(token) if token else None

@@ -13,12 +13,13 @@ class ApiError extends Error {
 // What would act on the page rather than show in text from outside (a bidi override reversing
 // what follows, zero-width characters, controls, line separators): written out, as `orders`
 // writes it (shared/domain/text.py).
-const ACTING = /[\u0000-\u001f\u007f-\u009f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]/g;
+const ACTING = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\p{Cs}]/gu;
+const escaped = code => code < 0x100 ? "\\x" + code.toString(16).padStart(2, "0")
+  : code < 0x10000 ? "\\u" + code.toString(16).padStart(4, "0")
+  : "\\U" + code.toString(16).padStart(8, "0");
 // lines: its line breaks are the page's own (JSON laid out), kept.
 const inert = (v, lines = false) => v === null || v === undefined ? v : String(v).replace(
-  ACTING, c => lines && c === "\n" ? c
-    : c.charCodeAt(0) < 0x100 ? "\\x" + c.charCodeAt(0).toString(16).padStart(2, "0")
-    : "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
+  ACTING, c => lines && c === "\n" ? c : escaped(c.codePointAt(0)));
 
 // Every piece of data goes in as text: nothing from the store is ever parsed as HTML.
 function el(tag, attrs = {}, ...children) {

@@ -23,8 +23,10 @@ class AlertKind(StrEnum):
 
 # Raised by what anyone who can send may send (a made-up request or reply, a conflicting body),
 # each distinct one an alert of its own: kept as one row per kind and source a day, with a
-# count and the latest example, so that a flood of them cannot hide an order's alerts.
+# count and the latest example, so that a flood of them cannot hide an order's alerts. Only
+# an alert that names its source is (rolled_up).
 ROLLED_UP = frozenset({AlertKind.REQUEST_REFUSED, AlertKind.ORDER_CONFLICT})
+
 
 
 @dataclass(frozen=True)
@@ -39,3 +41,7 @@ class OperatorAlert:
     key: str = ""
     # What refused it (an Agent, the Scheduler, intake): a rolled-up alert's row is per source.
     source: str = ""
+
+
+def rolled_up(alert: OperatorAlert) -> bool:
+    return alert.kind in ROLLED_UP and bool(alert.source)

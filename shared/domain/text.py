@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
-import re
+import unicodedata
 
-# What a terminal acts on rather than shows: C0 controls (line breaks and tabs too: a value must
-# not fake a line), DEL, C1 (CSI, OSC: clear the screen, a link, a clipboard write), and the
-# format characters that reorder or hide text (bidi embeddings, overrides and isolates,
-# zero-width, line and paragraph separators, the byte-order mark).
-ACTING = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+# What a terminal or a page acts on rather than shows: controls (C0 and C1: line breaks and
+# tabs too, since a value must not fake a line; CSI and OSC clear the screen, make a link,
+# write the clipboard), format characters (bidi embeddings, overrides, isolates and marks,
+# zero-width ones, soft hyphens, tags, interlinear annotations: they reorder or hide text, or
+# make two ids look alike), line and paragraph separators, and lone surrogates.
+ACTING_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 
 
-def _escape(m: re.Match[str]) -> str:
-    code = ord(m.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+def acts(ch: str) -> bool:
+    return unicodedata.category(ch) in ACTING_CATEGORIES
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    return (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000
+            else f"\\U{code:08x}")
 
 
 def inert(text: str) -> str:
     """``text`` with each character a terminal would act on written as its escape (``\\x1b``,
-    ``\\u202e``)."""
-    return ACTING.sub(_escape, text)
+    ``\\u202e``, ``\\U000e0041``)."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(_escape(ch) if acts(ch) else ch for ch in text)

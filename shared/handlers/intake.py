@@ -127,7 +127,10 @@ class IntakeHandler:
                       "nothing was changed")
             self._rejections.record(replace(conflict, reason=reason))
             self._alerts.raise_alert(OperatorAlert(
-                AlertKind.ORDER_CONFLICT, order.order_id, reason, conflict.at, source="intake",
+                AlertKind.ORDER_CONFLICT, order.order_id, reason, conflict.at,
+                # A body of other content is a sender's: rolled up with the rest. A record
+                # without its order row is the store's fault: an alert of its own.
+                source="intake" if fingerprint else "",
                 key=f"{order.order_id}.conflict.{order.fingerprint()[:16]}"))
             return IntakeResult(IntakeOutcome.CONFLICT, order.order_id, reason)
         # The same order again. If the first delivery died before handing the order on, its

@@ -299,11 +299,12 @@ class Operator:
         r = self._rejections.of_message(message_id)
         return None if r is None else RejectionView.of(r)
 
-    def rejected(self, limit: int = 50, continuation: str | None = None) -> RejectedPage:
-        """One page of rejected intake, newest sent first."""
+    def rejected(self, limit: int = 50, continuation: str | None = None,
+                 bodies: bool = True) -> RejectedPage:
+        """One page of rejected intake, newest sent first (``bodies``: with them)."""
         if not 1 <= limit <= MAX_PAGE:
             raise ValueError(f"limit must be between 1 and {MAX_PAGE}")
-        rows, token = self._rejections.page(limit, continuation)
+        rows, token = self._rejections.page(limit, continuation, bodies)
         return RejectedPage(rejected=[RejectionView.of(r) for r in rows], continuation=token)
 
     def overview(self, rows: int = OVERVIEW_ROWS) -> Overview:
@@ -352,10 +353,9 @@ class Operator:
             ByCompensation={c: by_comp[c] for c in CompensationState},
             InFlight=in_flight[:rows], Failed=failed[:rows], CompensationFailed=stuck[:rows],
             Alerts=open_alerts, Acknowledged=acknowledged, AlertsComplete=not scan.cut,
-            # Without their bodies (up to 30,000 units each, from anyone): GET /rejected and
-            # the message's own look-up give them.
-            Rejected=[r.model_copy(update={"Body": None})
-                      for r in self.rejected(rows).rejected])
+            # Without their bodies (up to 30,000 units each, from anyone), not even read: GET
+            # /rejected and the message's own look-up give them.
+            Rejected=self.rejected(rows, bodies=False).rejected)
 
     def health(self, detailed: bool = False) -> HealthReport | HealthDetails:
         """Whether storage answers; ``detailed`` (an operator's): why not, the breakers, the

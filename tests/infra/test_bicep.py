@@ -156,6 +156,9 @@ def test_operators_sign_in_with_entra_id_and_the_app_roles_are_the_ones_the_code
     assert aad["enabled"] == on and aad["registration"]["clientId"] == "operatorAuthClientId"
     assert aad["registration"]["openIdIssuer"].endswith("${operatorAuthTenantId}/v2.0")
     assert "api://${operatorAuthClientId}" in aad["validation"]["allowedAudiences"]
+    # Tokens from the console's sign-in and the named clients only (the Azure CLI's by default).
+    allowed = aad["validation"]["defaultAuthorizationPolicy"]["allowedApplications"]
+    assert "operatorAuthClientId" in str(allowed) and "operatorClientApps" in str(allowed)
     assert "clientSecretSettingName" not in aad["registration"]  # no secret to keep
     # Unauthenticated requests reach the app, which refuses them on every operator route; the
     # machine routes (health, simulated services) take a function key.

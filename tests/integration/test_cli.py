@@ -758,9 +758,11 @@ def test_watch_follows_a_corrected_resend_of_an_id_rejected_before(
 
 # What a terminal acts on (clear the screen, a clipboard write, a link, a colour, reversed or
 # hidden text, a fake line), as a service's error, a result's value and a message id carry it.
-HOSTILE = "\x1b[2J\x1b]52;c;aGk=\x07\x1b]8;;http://x\x1b\\\x9b31m\u202eevil\u2028fake\u200b"
+HOSTILE = ("\x1b[2J\x1b]52;c;aGk=\x07\x1b]8;;http://x\x1b\\\x9b31m\u202eevil\u2028fake\u200b"
+           "\u061c\u180e\ufff9\U000e0041\u00ad\u206a")
 # Raw in what the CLI printed: any of them (the line ends Rich writes aside).
-ACTING = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+ACTING = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e"
+                    "\u2060-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]")
 
 
 def test_text_from_outside_reaches_the_terminal_inert(

@@ -148,3 +148,17 @@ def test_a_stopped_host_closes_its_kept_alive_connections(app_env: Any) -> None:
         with host():
             r = client.get(f"http://127.0.0.1:{port}/api/who/any")
     assert (r.status_code, r.text) == (200, "any")
+
+
+def test_the_host_passes_on_where_a_local_proxy_says_a_request_came_from(
+        h: RunningHost) -> None:
+    """A proxy on this machine (nginx rewrites Host to its upstream's, ngrok can) connects from
+    127.0.0.1: the host adds that address to the proxy's X-Forwarded-For, never in its place,
+    so a request from elsewhere is not taken for this machine's."""
+    for forwarded in ("203.0.113.5", "127.0.0.1, 198.51.100.7"):
+        r = httpx.get(f"http://127.0.0.1:{h.port}/api/orders/nope",
+                      headers={"X-Forwarded-For": forwarded}, timeout=10)
+        assert r.status_code == 401 and "another machine" in r.json()["error"], forwarded
+    r = httpx.get(f"http://127.0.0.1:{h.port}/api/orders/nope",
+                  headers={"X-Forwarded-For": "127.0.0.1"}, timeout=10)
+    assert r.status_code == 401 and "sign in" in r.json()["error"]  # local: no identity given

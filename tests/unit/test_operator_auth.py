@@ -98,10 +98,12 @@ def test_the_development_principal_is_local_only() -> None:
         authorise({}, READ_ROLE, AZURE, READ_ROLE)
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1:7071", "localhost", "LocalHost:80", "[::1]:7071"])
+@pytest.mark.parametrize("host", ["127.0.0.1:7071", "localhost", "LocalHost:80", "[::1]:7071",
+                                  "localhost.:7071", "127.0.0.2"])
 def test_off_the_platform_a_request_to_and_from_this_machine_is_taken_at_its_word(
         host: str) -> None:
-    for headers in ({"Host": host}, {"host": host, "X-Forwarded-For": "127.0.0.1, ::1"}):
+    for headers in ({"Host": host}, {"host": host, "X-Forwarded-For": "127.0.0.1, ::1"},
+                    {"host": host, "X-Forwarded-For": "[::1]:5555, 127.0.0.1:80"}):
         assert authorise(headers, READ_ROLE, {}, READ_ROLE).name == "local developer"
         assert authorise({**headers, "x-ms-client-principal": principal(READ_ROLE)},
                          READ_ROLE, {}).roles == {READ_ROLE}
@@ -115,6 +117,8 @@ def test_off_the_platform_a_request_to_and_from_this_machine_is_taken_at_its_wor
     {"host": "127.0.0.1.example"},
     {"host": "localhost", "x-forwarded-for": "203.0.113.7"},  # a proxy says: from elsewhere
     {"host": "localhost", "x-forwarded-for": "127.0.0.1, 203.0.113.7"},
+    {"host": "localhost", "x-forwarded-for": "[::1]evil"},  # no address a proxy would write
+    {"host": "[::ffff:127.0.0.1]"},
 ])
 def test_off_the_platform_nothing_else_is(headers: dict[str, str]) -> None:
     """Off App Service no platform vouches for X-MS-CLIENT-PRINCIPAL, and a func start or a
