@@ -12,7 +12,7 @@ from typing import Any
 from opentelemetry.trace import SpanKind
 
 from shared import tracing
-from shared.adapters.alerts import AlertStore
+from shared.adapters.alerts import AckRefused, AlertStore
 from shared.adapters.rejections import RejectionStore
 from shared.adapters.state_store import ConcurrencyConflict, CorruptRecord, OrderStore
 from shared.clock import Clock
@@ -26,6 +26,7 @@ from shared.domain.state import (
     due_at,
 )
 from shared.domain.workflow import Registry, UnknownWorkflow
+from shared.handlers.audit import OperatorAction, audit
 from shared.handlers.failures import without_python
 from shared.handlers.health import HealthProbe
 from shared.handlers.operator_requests import (
@@ -187,7 +188,14 @@ class Operator:
                           attributes=tracing.order_attributes(
                               order_id, None, None, state.generation + 1,
                               **{"order.forced": force})):
-            return self._resubmit(state, reason, force, by)
+            action = OperatorAction.RESUBMIT_WITH_FORCE if force else OperatorAction.RESUBMIT
+            try:
+                view = self._resubmit(state, reason, force, by)
+            except ResubmitRefused as e:
+                audit(action, order_id, by, reason, f"refused: {e}", self._clock())
+                raise
+            audit(action, order_id, by, reason, "done", self._clock())
+            return view
 
     def _resubmit(self, state: OrderState, reason: str, force: bool,
                   by: str | None) -> OrderView:
@@ -211,8 +219,6 @@ class Operator:
         except ConcurrencyConflict:
             raise ResubmitRefused(f"order {order_id} changed meanwhile; look again") from None
         saved = self._relay.carry_out(saved).state
-        log.warning("order %s resubmitted%s (%s)", order_id, " with force" if force else "",
-                    reason or "no reason given")
         return state_view(saved)
 
     def resubmit_many(self, ask: BulkResubmitRequest, by: str | None) -> BulkResult:
@@ -285,8 +291,12 @@ class Operator:
         day, row = check_alert_id(alert_id)
         if len(note) > MAX_NOTE:
             raise ValueError(f"the note is {len(note)} characters; at most {MAX_NOTE}")
-        acked = self._alerts.acknowledge(day, row, by, note or None, self._clock())
-        log.warning("alert %s acknowledged by %s", alert_id, by)
+        try:
+            acked = self._alerts.acknowledge(day, row, by, note or None, self._clock())
+        except AckRefused as e:
+            audit(OperatorAction.ACKNOWLEDGE, alert_id, by, note, f"refused: {e}", self._clock())
+            raise
+        audit(OperatorAction.ACKNOWLEDGE, alert_id, by, note, "done", self._clock())
         return AlertView.of(acked)
 
     def alerts_for(self, order_id: str, days: int = 7) -> list[AlertView]:

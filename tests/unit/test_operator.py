@@ -220,3 +220,37 @@ def test_the_overview_lists_rejected_intake_without_the_bodies() -> None:
     assert sorted(r.MessageId or "" for r in listed) == ["m-0", "m-1", "m-2"]
     assert all(r.Body is None and r.BodyBytes == 30_000 for r in listed)
     assert all(r.Body == "x" * 30_000 for r in op.rejected(10).rejected)
+
+
+def test_every_operator_action_is_an_audit_event_of_its_own(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The order's history is capped and rewritten with the record: who did what, when and why,
+    done or refused, goes out besides, as a log record the app only adds."""
+    from shared.adapters.alerts import AckRefused
+    from shared.domain.alerts import AlertKind, OperatorAlert
+    from shared.handlers.operator_requests import ResubmitRefused
+
+    clock, store = FakeClock(T0), FakeOrderStore()
+    o = parse_order(json.dumps({"order_id": "a-1", "customer_id": "c",
+                                "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
+    s = store.create(o, receive("a-1", WF, T0))
+    s.process_state, s.compensation = ProcessState.ERROR, CompensationState.DONE
+    store.save(s)
+    op = operator_over(store, clock)
+    who = "Ada (oid 00000000-0000-0000-0000-00000000000a)"
+    with caplog.at_level("WARNING", logger="order_pipeline.audit"):
+        op.resubmit("a-1", "card fixed", by=who)
+        with pytest.raises(ResubmitRefused):
+            op.resubmit("a-1", "again", force=True, by=who)
+        op._alerts.raise_alert(OperatorAlert(AlertKind.ORDER_FAILED, "a-1", "x", T0, key="k"))
+        (alert,) = op.alerts(10).alerts
+        op.acknowledge(alert.AlertId, who, "on it")
+        with pytest.raises(AckRefused):
+            op.acknowledge(alert.AlertId, who)
+    events = [(r.audit_action, r.audit_target, r.audit_by, r.audit_why,  # type: ignore[attr-defined]
+               r.audit_outcome.split(":")[0])  # type: ignore[attr-defined]
+              for r in caplog.records if r.name == "order_pipeline.audit"]
+    assert events == [("resubmit", "a-1", who, "card fixed", "done"),
+                      ("resubmit_with_force", "a-1", who, "again", "refused"),
+                      ("acknowledge", alert.AlertId, who, "on it", "done"),
+                      ("acknowledge", alert.AlertId, who, "", "refused")]
