@@ -72,8 +72,13 @@ def list_(
         return
     # The workflow and its version: which orders a version still has (docs/adapting.md).
     listed = inert(page["orders"])
-    t = Table(id_column("order", [o["OrderID"] for o in listed]), "workflow", "state",
-              "failures", "current step", "last error", "updated")
+    # Nothing is cut at 80 columns ("Proces…"): the state's word whole, and what does not fit
+    # a column folds onto the next line.
+    t = Table(id_column("order", [o["OrderID"] for o in listed]),
+              Column("workflow", overflow="fold"),
+              Column("state", min_width=len("Processing"), overflow="fold"),
+              *(Column(c, overflow="fold") for c in ("failures", "current step", "last error",
+                                                      "updated")))
     for o in listed:
         t.add_row(o["OrderID"], f"{o['Workflow'] or 'default'} v{o['WorkflowVersion'] or 1}",
                   o["ProcessState"] + (f"/{o['Compensation']}" if o["Compensation"] else ""),

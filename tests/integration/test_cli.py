@@ -804,3 +804,19 @@ def test_the_token_goes_over_plain_http_only_to_this_machine(
     # To this machine it goes (and says what it found there: nothing listening).
     assert orders("--api", "http://127.0.0.1:9/api", "--token", "t0ken", "health") == 2
     assert "cannot reach the operator API" in capsys.readouterr().err
+
+
+def test_list_fits_80_columns_without_cutting_a_state(
+        run_host: Any, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    h: RunningHost = run_host(only=set())
+    failed_and_compensated(h, "a-rather-long-order-id-0001")
+    from tests.integration.test_operator_api import accept
+
+    h.container.scheduler.handle_command(accept("a-rather-long-order-id-0002"))
+    monkeypatch.setenv("COLUMNS", "80")
+    assert orders("list") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    text = "\n".join(lines)
+    assert "Processing" in text and "Error/" in text and "…" not in text, text
