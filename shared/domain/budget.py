@@ -8,7 +8,7 @@ outside or grows is held to its budget here before it is written (docs/limits.md
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeVar
 
 # Table Storage's limit on one string property (64 KiB of UTF-16), which no budget may reach.
 STRING_PROPERTY = 32_768
@@ -85,7 +85,10 @@ def json_units(value: Any) -> int:
     return utf16_units(json.dumps(value, ensure_ascii=False))
 
 
-def newest_within(entries: list[dict[str, Any]], units: int) -> list[dict[str, Any]]:
+T = TypeVar("T")
+
+
+def newest_within(entries: list[T], units: int) -> list[T]:
     """The newest entries whose JSON fits in ``units`` (the oldest are dropped first)."""
     kept = list(entries)
     while kept and json_units(kept) > units:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypedDict
 
 from shared.domain.effects import (
     Effect,
@@ -141,6 +141,19 @@ class Event:
     detail: str | None = None
 
 
+class TimelineEvent(TypedDict, total=False):
+    """One line of an order's story as its record keeps it (``Timeline``): when, what caused
+    it, what happened, and, where they say something, the step, the attempt, a detail and who
+    (an operator)."""
+    at: str
+    cause: str
+    event: str
+    step: str
+    attempt: int
+    detail: str
+    by: str
+
+
 # The shapes of the record this release writes (shared/domain/legacy.py reads the older ones).
 # 2: steps record their work key (and, read by this release, their result and undo key); the
 # record names its schema version. 3: a step may be learning (StepStatus.LEARNING), which a
@@ -175,7 +188,7 @@ class OrderState:
     history: list[dict[str, Any]] = field(default_factory=list)
     # What happened to the order, oldest first, held to budget.TIMELINE (newest kept): each
     # transition's cause, events, dispatch and the reason the Supervisor or an operator gave.
-    timeline: list[dict[str, Any]] = field(default_factory=list)
+    timeline: list[TimelineEvent] = field(default_factory=list)
     # The effects of the last transition not yet known to be carried out (see effects.py).
     outbox: list[Effect] = field(default_factory=list)
     outbox_seq: int = 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from shared.domain import budget
 from shared.domain.alerts import AlertKind
@@ -43,6 +43,7 @@ from shared.domain.state import (
     ProcessState,
     StepState,
     StepStatus,
+    TimelineEvent,
     reply_cause,
 )
 from shared.domain.workflow import Workflow
@@ -263,7 +264,7 @@ def _record(new: OrderState, cause: str, now: datetime, events: list[Event],
             note: str | None, by: str | None) -> None:
     """Add the transition to the order's timeline."""
     at = now.isoformat()
-    entries: list[dict[str, Any]] = []
+    entries: list[dict[str, Any]] = []  # a TimelineEvent each, once its empty fields go
     if note is not None:
         entries.append({"at": at, "cause": cause, "event": "note",
                         "detail": budget.clip(note, budget.ERROR_TEXT), "by": by})
@@ -273,7 +274,8 @@ def _record(new: OrderState, cause: str, now: datetime, events: list[Event],
                  "attempt": d.attempt} for d in new.outbox if isinstance(d, Dispatch)]
     if not entries:  # a claim with nothing else to say, say
         entries.append({"at": at, "cause": cause, "event": new.process_state.value})
-    compact = [{k: v for k, v in e.items() if v is not None} for e in entries]
+    compact = [cast(TimelineEvent, {k: v for k, v in e.items() if v is not None})
+               for e in entries]
     new.timeline = budget.newest_within([*new.timeline, *compact], budget.TIMELINE)
 
 
