@@ -326,7 +326,9 @@ def resubmit(order_id: str, reason: str) -> None:
     answer = function("resubmit_order")(req=func.HttpRequest(
         method="POST", url=f"/api/orders/{order_id}/resubmit", body=body,
         # The longest name a principal's label keeps: the record holds it with each resubmit.
-        headers=signed_in(RESUBMIT_ROLE, name="n" * 300),
+        # Sent to this machine and JSON, as every operator request off the platform must be.
+        headers={**signed_in(RESUBMIT_ROLE, name="n" * 300), "Host": "localhost",
+                 "Content-Type": "application/json"},
         route_params={"order_id": order_id}))
     assert answer.status_code == 202, answer.get_body()[:300]
 
