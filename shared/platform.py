@@ -55,6 +55,9 @@ def _loopback(name: str | None) -> bool:
     if name.lower().rstrip(".") == "localhost":
         return True
     try:
-        return ipaddress.ip_address(name).is_loopback
+        address = ipaddress.ip_address(name)
     except ValueError:
         return False
+    # An IPv4 address written as IPv6 (::ffff:127.0.0.1) is the IPv4 one, on every Python.
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return (mapped or address).is_loopback

@@ -165,7 +165,7 @@ class Bench(Ceiling):
         for i in range(self.scale.expired_steps):
             o = parse_order(json.dumps(_order(f"late-{i:04d}")))
             s = store.create(o, receive(o.order_id, c.workflow, past))
-            claimed = claim(s, "bench", past, c.workflow).state
+            claimed = claim(s, "bench", past, c.workflow)
             claimed.outbox = []  # its request was sent (and lost): a timeout that counts
             store.save(claimed)
 

@@ -20,13 +20,13 @@ from shared.domain.state import (
     ProcessState,
     StepStatus,
 )
-from shared.domain.transitions import Transition, emit
+from shared.domain.transitions import emit
 
 MAX_HISTORY = 20
 
 
 def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
-             reason: str = "", force: bool = False, by: str | None = None) -> Transition:
+             reason: str = "", force: bool = False, by: str | None = None) -> OrderState:
     """An operator sends a failed order round again, once its compensation has settled.
 
     Nothing is applied twice: a step keeps the key its work was done under unless that work was
@@ -99,4 +99,4 @@ def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
                                                      reason="resubmitted"),
           note=f"resubmitted{' with force' if force else ''}: {reason or 'no reason given'}",
           by=by)
-    return Transition(new)
+    return new

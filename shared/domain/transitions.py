@@ -62,11 +62,6 @@ _ALERTS: dict[str, AlertKind] = {
 }
 
 
-@dataclass(frozen=True)
-class Transition:
-    state: OrderState
-
-
 def receive(order_id: str, workflow: Workflow, now: datetime,
             reply_to: str | None = None) -> OrderState:
     """A new order's first state: Pending, with a start command (and "received") to send."""
@@ -106,7 +101,7 @@ UNPROVEN = Delivery()
 
 
 def claim(state: OrderState, scheduler_id: str, now: datetime, workflow: Workflow,
-          delivery: Delivery = UNPROVEN) -> Transition:
+          delivery: Delivery = UNPROVEN) -> OrderState:
     """A Scheduler takes a free Pending order and starts its next step; ``delivery``: how its
     start command came."""
     if state.process_state is not ProcessState.PENDING or state.locked_by is not None:
@@ -122,7 +117,7 @@ def claim(state: OrderState, scheduler_id: str, now: datetime, workflow: Workflo
         raise IllegalTransition(f"order {state.order_id} has no step left to run")
     _run(new, nxt, now, workflow)
     emit(new, Cause.START, now, [], delivery=delivery)
-    return Transition(new)
+    return new
 
 
 def _check_token(state: OrderState, step: StepState, reply: AgentReply) -> None:
@@ -135,7 +130,7 @@ def _check_token(state: OrderState, step: StepState, reply: AgentReply) -> None:
 
 def apply_reply(
     state: OrderState, reply: AgentReply, scheduler_id: str, now: datetime, workflow: Workflow
-) -> Transition:
+) -> OrderState:
     """Record an Agent's reply. A reply that does not match the step's current attempt is stale."""
     try:
         step = state.step(reply.step)
@@ -153,7 +148,7 @@ def apply_reply(
         events, note = _after_learning(new, new.step(step.name), reply, scheduler_id, now,
                                        workflow)
         emit(new, reply_cause(reply), now, events, delivery=_replied(reply), note=note)
-        return Transition(new)
+        return new
     if reply.action is Action.DO:
         if (state.process_state is not ProcessState.PROCESSING
                 or step.status is not StepStatus.RUNNING or step.attempt != reply.attempt):
@@ -166,7 +161,7 @@ def apply_reply(
         new.rescues = 0
         events = _after_do(new, new.step(step.name), reply, scheduler_id, now, workflow)
         emit(new, reply_cause(reply), now, events, delivery=_replied(reply))
-        return Transition(new)
+        return new
     if (state.process_state is not ProcessState.ERROR
             or state.compensation is not CompensationState.RUNNING
             or step.status is not StepStatus.COMPENSATING or step.attempt != reply.attempt):
@@ -189,7 +184,7 @@ def apply_reply(
         step.last_error = error
         events = give_up_compensation(new, step.name, error)
     emit(new, reply_cause(reply), now, events, delivery=_replied(reply))
-    return Transition(new)
+    return new
 
 
 def _replied(reply: AgentReply) -> Delivery:
@@ -198,7 +193,7 @@ def _replied(reply: AgentReply) -> Delivery:
 
 
 def begin_compensation(state: OrderState, scheduler_id: str, now: datetime, workflow: Workflow,
-                       delivery: Delivery = UNPROVEN) -> Transition:
+                       delivery: Delivery = UNPROVEN) -> OrderState:
     """A Scheduler takes a requested compensation and undoes the latest step still to undo;
     ``delivery``: how its command came."""
     if (state.process_state is not ProcessState.ERROR
@@ -210,7 +205,7 @@ def begin_compensation(state: OrderState, scheduler_id: str, now: datetime, work
     new.rescues = 0
     emit(new, Cause.COMPENSATE, now, _next_compensation(new, scheduler_id, now, workflow, []),
          delivery=delivery)
-    return Transition(new)
+    return new
 
 
 def _run(state: OrderState, step: StepState, now: datetime, workflow: Workflow) -> None:

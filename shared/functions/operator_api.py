@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from shared import bootstrap
 from shared.contracts.openapi import openapi_document
-from shared.functions.web import NO_STORE, Reply, json_answer, limit_of, operator_route
+from shared.functions.web import ANSWER_HEADERS, Reply, json_answer, limit_of, operator_route
 from shared.handlers.operator import Operator
 from shared.handlers.operator_requests import AckRequest, BulkResubmitRequest, ResubmitRequest
 from shared.handlers.principal import READ_ROLE, RESUBMIT_ROLE, Principal
@@ -101,9 +101,9 @@ def operator_api() -> func.Blueprint:
         elif asset in CONSOLE_ASSETS:
             body, mimetype = (CONSOLE / asset).read_bytes(), CONSOLE_ASSETS[asset]
         else:
-            return func.HttpResponse(b"", status_code=404, headers=NO_STORE)
+            return func.HttpResponse(b"", status_code=404, headers=ANSWER_HEADERS)
         return func.HttpResponse(body, mimetype=mimetype, headers={
-            "Content-Security-Policy": CONSOLE_POLICY, **NO_STORE,
+            "Content-Security-Policy": CONSOLE_POLICY, **ANSWER_HEADERS,
             "Referrer-Policy": "no-referrer"})
 
     @bp.function_name("openapi")

@@ -23,16 +23,18 @@ from shared.handlers.operator import Operator
 from shared.handlers.operator_requests import MAX_PAGE, OrderNotFound, ResubmitRefused
 from shared.handlers.principal import Forbidden, Principal, Unauthenticated, authorise
 
-# On every answer of the API: nothing of an operator's data kept in a cache on the way or in
-# the browser, and a JSON body never taken for something else (a script, a page).
-NO_STORE = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+# On every answer of the API and the console: nothing of an operator's data kept in a cache on
+# the way or in the browser, a JSON body never taken for something else (a script, a page),
+# and the browser told to come back over https only (it heeds that only over https).
+ANSWER_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff",
+                  "Strict-Transport-Security": "max-age=31536000; includeSubDomains"}
 
 log = logging.getLogger(__name__)
 
 
 def json_answer(body: Any, status: int = 200) -> func.HttpResponse:
     return func.HttpResponse(json.dumps(body, default=str), status_code=status,
-                             mimetype="application/json", headers=NO_STORE)
+                             mimetype="application/json", headers=ANSWER_HEADERS)
 
 
 def error(status: int, message: str) -> func.HttpResponse:

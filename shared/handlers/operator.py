@@ -210,12 +210,12 @@ class Operator:
         if why is not None:
             raise ResubmitRefused(why)
         try:
-            t = resubmit(state, self._clock(), self._pending_grace, reason, force, by)
+            new = resubmit(state, self._clock(), self._pending_grace, reason, force, by)
         except IllegalTransition as e:
             raise ResubmitRefused(str(e)) from None
         try:
             # The new generation is indexed first: never lost to the Supervisor.
-            saved = self._store.save(t.state)
+            saved = self._store.save(new)
         except ConcurrencyConflict:
             raise ResubmitRefused(f"order {order_id} changed meanwhile; look again") from None
         saved = self._relay.carry_out(saved).state

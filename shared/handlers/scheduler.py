@@ -22,7 +22,7 @@ from shared.domain import budget
 from shared.domain.alerts import AlertKind, OperatorAlert
 from shared.domain.messages import AgentReply, Arrival, CommandKind, SchedulerCommand
 from shared.domain.state import Cause, ForgedReply, IllegalTransition, OrderState, reply_cause
-from shared.domain.transitions import Delivery, Transition, apply_reply, begin_compensation, claim
+from shared.domain.transitions import Delivery, apply_reply, begin_compensation, claim
 from shared.domain.workflow import Registry, UnknownWorkflow, Workflow
 from shared.handlers.relay import EffectRelay, InHand
 
@@ -138,7 +138,7 @@ class Scheduler:
                                                         self._workflow_of(s)))
 
     def _transact(self, order_id: str, cause: str, redelivered: bool,
-                  transition: Callable[[OrderState], Transition],
+                  transition: Callable[[OrderState], OrderState],
                   known: InHand | None = None) -> SchedulerResult:
         for _ in range(MAX_CONFLICT_RETRIES):
             if known is None:
@@ -150,7 +150,7 @@ class Scheduler:
             current, known = known, None
             tracing.annotate(**tracing.order_attributes(None, None, None, current.state.generation))
             try:
-                t = transition(current.state)
+                new = transition(current.state)
             except IllegalTransition as e:
                 if redelivered and current.state.outbox and current.state.outbox_cause == cause:
                     # This message's transition was saved by an earlier delivery that failed
@@ -167,7 +167,7 @@ class Scheduler:
                 tracing.outcome(Outcome.IGNORED.value)
                 return SchedulerResult(Outcome.IGNORED, str(e))
             try:
-                saved = self._store.save(t.state)
+                saved = self._store.save(new)
             except ConcurrencyConflict:
                 log.info("order %s changed under us; reading it again", order_id)
                 continue

@@ -63,6 +63,7 @@ def check_headers(r: httpx.Response) -> None:
     assert r.headers["content-type"].startswith("application/json"), (r.request.url, r.text)
     assert r.headers["cache-control"] == "no-store", r.request.url
     assert r.headers["x-content-type-options"] == "nosniff", r.request.url
+    assert r.headers["strict-transport-security"].startswith("max-age="), r.request.url
 
 
 def test_every_json_answer_is_not_stored_and_not_sniffed(run_host: Any) -> None:

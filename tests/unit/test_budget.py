@@ -43,11 +43,11 @@ def test_clip_fits_and_keeps_what_fits(text: str, units: int) -> None:
 
 
 def failed_order(error: str) -> OrderState:
-    s = claim(receive("o-1", WF, T0), "s1", T0, WF).state
+    s = claim(receive("o-1", WF, T0), "s1", T0, WF)
     s = apply_reply(s, AgentReply(order_id="o-1", step="reserve_inventory", action="do",
                                   attempt=1, outcome=ReplyOutcome.PERMANENT_ERROR, error=error,
                                   outbox_seq=s.outbox_seq,
-                                  token=s.step("reserve_inventory").token), "s1", T0, WF).state
+                                  token=s.step("reserve_inventory").token), "s1", T0, WF)
     assert s.process_state is ProcessState.ERROR
     return s
 
@@ -72,7 +72,7 @@ def test_a_record_stays_writable_through_any_errors_and_resubmits(
     Unicode, as often as an operator likes: every string property of the record fits."""
     s = settle(failed_order(errors[0]))
     for i, error in enumerate(errors[1:] or errors):
-        s = resubmit(s, T0 + timedelta(minutes=i), timedelta(seconds=30), reason).state
+        s = resubmit(s, T0 + timedelta(minutes=i), timedelta(seconds=30), reason)
         s = settle(_fail_again(s, error))
     entity = state_to_entity(s)
     for name, value in entity.items():
@@ -83,13 +83,13 @@ def test_a_record_stays_writable_through_any_errors_and_resubmits(
 
 
 def _fail_again(s: OrderState, error: str) -> OrderState:
-    s = claim(s, "s1", T0, WF).state
+    s = claim(s, "s1", T0, WF)
     step = s.current_step
     assert step is not None
     return apply_reply(s, AgentReply(order_id="o-1", step=step.name, action="do",
                                      attempt=step.attempt, outcome=ReplyOutcome.PERMANENT_ERROR,
                                      error=error, outbox_seq=s.outbox_seq, token=step.token),
-                       "s1", T0, WF).state
+                       "s1", T0, WF)
 
 
 # --- What the budgets make of each stored property, by arithmetic (docs/limits.md) ------------
@@ -113,7 +113,7 @@ def _reply(s: OrderState, step: str, action: Action, error: str | None = None,
         error=budget.clip_error(error), outbox_seq=s.outbox_seq if seq is None else seq,
         token=s.step(step).token, result=None if error or action is Action.UNDO else _largest(
             WF.result_budget(step))),
-        "s1", T0, WF).state
+        "s1", T0, WF)
 
 
 def _largest(limit: int) -> dict[str, str]:
@@ -124,7 +124,7 @@ def _largest(limit: int) -> dict[str, str]:
 def _refused_charge(error: str) -> OrderState:
     """The widest record's path to its failure: reserved, then the charge refused."""
     s = receive(LONGEST_ID, WF, T0, reply_to="r" * 63)
-    s = claim(s, "s1", T0, WF, Delivery(s.outbox_seq)).state
+    s = claim(s, "s1", T0, WF, Delivery(s.outbox_seq))
     s = _reply(s, "reserve_inventory", Action.DO)
     return _reply(s, "charge_payment", Action.DO, error)
 
@@ -177,7 +177,7 @@ def test_the_newest_resubmit_is_kept_in_the_history_whatever_its_text() -> None:
     if s.compensation is not CompensationState.FAILED:
         pytest.fail("the undo was not refused")
     reason = ESCAPED * budget.REASON_TEXT  # an operator's longest, 1,000 characters
-    s = resubmit(s, T0, timedelta(seconds=30), reason, force=True).state
+    s = resubmit(s, T0, timedelta(seconds=30), reason, force=True)
     assert s.history and s.history[-1]["reason"] == reason
 
 

@@ -75,9 +75,9 @@ def answer(state: OrderState) -> AgentReply:
 
 
 def two_done_third_running() -> OrderState:
-    s = claim(receive("o-1", WF, T0), "s1", T0, WF).state
-    s = apply_reply(s, ok(s, "reserve_inventory"), "s1", T0, WF).state
-    return apply_reply(s, ok(s, "charge_payment"), "s1", T0, WF).state
+    s = claim(receive("o-1", WF, T0), "s1", T0, WF)
+    s = apply_reply(s, ok(s, "reserve_inventory"), "s1", T0, WF)
+    return apply_reply(s, ok(s, "charge_payment"), "s1", T0, WF)
 
 
 def undo_requests(state: OrderState) -> list[str]:
@@ -94,11 +94,11 @@ def test_an_old_record_failing_undoes_its_completed_work_under_the_keys_it_was_d
         "arrange_shipping": "o-1.arrange_shipping.do"}
     failed = supervise(old, T0 + timedelta(minutes=5), POLICY, WF)
     assert failed is not None and failed.state.compensation is CompensationState.PENDING
-    s = begin_compensation(failed.state, "s2", T0 + timedelta(minutes=5), WF).state
+    s = begin_compensation(failed.state, "s2", T0 + timedelta(minutes=5), WF)
     undone = []
     while s.compensation is CompensationState.RUNNING:
         undone += undo_requests(s)
-        s = apply_reply(s, answer(s), "s2", T0, WF).state
+        s = apply_reply(s, answer(s), "s2", T0, WF)
     assert s.compensation is CompensationState.DONE
     assert undone == ["arrange_shipping:o-1.arrange_shipping.do",
                       "charge_payment:o-1.charge_payment.do",
@@ -106,7 +106,7 @@ def test_an_old_record_failing_undoes_its_completed_work_under_the_keys_it_was_d
 
 
 def test_a_step_waiting_for_its_retry_keeps_the_key_of_the_work_that_may_stand() -> None:
-    s = claim(receive("o-1", WF, T0), "s1", T0, WF).state
+    s = claim(receive("o-1", WF, T0), "s1", T0, WF)
     s.steps[0].status, s.steps[0].in_doubt, s.steps[0].complete_by = (
         StepStatus.NOT_STARTED, True, None)
     assert as_written_before_work_keys(s).steps[0].work_key == "o-1.reserve_inventory.do"
@@ -121,10 +121,10 @@ def _resubmitted_once(completed_before: bool) -> OrderState:
     if not completed_before:
         s.steps[0].status = StepStatus.COMPENSATED
     s.locked_by = s.complete_by = None
-    s = resubmit(s, T0, timedelta(seconds=30)).state
+    s = resubmit(s, T0, timedelta(seconds=30))
     if not completed_before:
-        s = claim(s, "s1", T0, WF).state
-        s = apply_reply(s, ok(s, "reserve_inventory"), "s1", T0, WF).state
+        s = claim(s, "s1", T0, WF)
+        s = apply_reply(s, ok(s, "reserve_inventory"), "s1", T0, WF)
     return s
 
 
@@ -140,13 +140,13 @@ def test_work_whose_key_was_never_recorded_goes_to_an_operator_not_to_done() -> 
     compensation fails naming the step, with an alert; never "compensation Done"."""
     old = as_written_before_work_keys(_resubmitted_once(completed_before=True))
     assert old.step("reserve_inventory").work_key is None
-    s = claim(old, "s1", T0, WF).state
+    s = claim(old, "s1", T0, WF)
     s.outbox = []  # its request was sent
     failed = supervise(s, T0 + timedelta(minutes=5), POLICY, WF)
     assert failed is not None
-    s = begin_compensation(failed.state, "s2", T0 + timedelta(minutes=5), WF).state
+    s = begin_compensation(failed.state, "s2", T0 + timedelta(minutes=5), WF)
     while s.compensation is CompensationState.RUNNING:
-        s = apply_reply(s, answer(s), "s2", T0, WF).state
+        s = apply_reply(s, answer(s), "s2", T0, WF)
     assert s.compensation is CompensationState.FAILED
     assert s.step("reserve_inventory").status is StepStatus.COMPENSATION_FAILED
     assert s.step("reserve_inventory").last_error == UNKNOWN_WORK_KEY

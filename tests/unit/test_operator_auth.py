@@ -99,7 +99,7 @@ def test_the_development_principal_is_local_only() -> None:
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1:7071", "localhost", "LocalHost:80", "[::1]:7071",
-                                  "localhost.:7071", "127.0.0.2"])
+                                  "localhost.:7071", "127.0.0.2", "[::ffff:127.0.0.1]:7071"])
 def test_off_the_platform_a_request_to_and_from_this_machine_is_taken_at_its_word(
         host: str) -> None:
     for headers in ({"Host": host}, {"host": host, "X-Forwarded-For": "127.0.0.1, ::1"},
@@ -118,7 +118,7 @@ def test_off_the_platform_a_request_to_and_from_this_machine_is_taken_at_its_wor
     {"host": "localhost", "x-forwarded-for": "203.0.113.7"},  # a proxy says: from elsewhere
     {"host": "localhost", "x-forwarded-for": "127.0.0.1, 203.0.113.7"},
     {"host": "localhost", "x-forwarded-for": "[::1]evil"},  # no address a proxy would write
-    {"host": "[::ffff:127.0.0.1]"},
+    {"host": "[::ffff:10.0.0.5]"},
 ])
 def test_off_the_platform_nothing_else_is(headers: dict[str, str]) -> None:
     """Off App Service no platform vouches for X-MS-CLIENT-PRINCIPAL, and a func start or a

@@ -45,7 +45,7 @@ def test_two_supervisors_keep_every_gap_either_saw() -> None:
 def _running(order_id: str = "o-1") -> tuple[FakeOrderStore, str]:
     store = FakeOrderStore()
     s = accepted(store, order_id, T0, WF)
-    running = claim(s, "s1", T0, WF).state
+    running = claim(s, "s1", T0, WF)
     running.outbox = []  # its request went out
     store.save(running)
     return store, order_id
@@ -106,7 +106,7 @@ def test_a_tick_that_hangs_on_storage_excuses_what_fell_due_meanwhile() -> None:
     store, ticks = Hangs(), FakeTickLog()
     sup = supervisor_over_fakes(store, clock, POLICY, ticks=ticks)
     s = accepted(store, "o-1", T0, WF)
-    running = claim(s, "s1", T0, WF).state
+    running = claim(s, "s1", T0, WF)
     running.outbox = []
     store.save(running)
     ticks.log = TickLog(T0)  # the Supervisor was ticking when the step began

@@ -100,7 +100,7 @@ def test_a_status_update_the_role_refuses_does_not_stop_the_orders_work() -> Non
     o = parse_order(json.dumps({"order_id": "o-1", "customer_id": "c", "reply_to": "partner-x",
                                 "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
     stored = store.create(o, receive("o-1", FLOW, NOW, "partner-x"))
-    claimed = store.save(claim(stored, "s1", NOW, FLOW).state)
+    claimed = store.save(claim(stored, "s1", NOW, FLOW))
     assert claimed.outbox and claimed.dispatch_unconfirmed
     done = relay.carry_out(claimed, ORDER).state
     assert [q for q, _ in queues.sent] == ["a"]  # the first step's request, and no status

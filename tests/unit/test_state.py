@@ -22,7 +22,6 @@ from shared.domain.state import (
 from shared.domain.supervision import DecisionKind, supervise
 from shared.domain.transitions import (
     Delivery,
-    Transition,
     apply_reply,
     begin_compensation,
     claim,
@@ -62,9 +61,8 @@ def fresh() -> OrderState:
     return receive("o-1", WF, T0, reply_to="status-x")
 
 
-def events(t: Transition | OrderState) -> list[str]:
+def events(state: OrderState) -> list[str]:
     """The status events in a transition's outbox."""
-    state = t.state if isinstance(t, Transition) else t
     return [e.event for e in state.outbox if isinstance(e, SendStatus)]
 
 
@@ -87,7 +85,7 @@ def sup(state: OrderState, now: datetime):  # type: ignore[no-untyped-def]
 
 def start(state: OrderState, now: datetime = T0, by: str = "s1") -> OrderState:
     """Claim with the start command the record's own outbox sent."""
-    return claim(state, by, now, WF, Delivery(state.outbox_seq)).state
+    return claim(state, by, now, WF, Delivery(state.outbox_seq))
 
 
 def claimed() -> OrderState:
@@ -97,7 +95,7 @@ def claimed() -> OrderState:
 def after_steps(n: int) -> OrderState:
     s = claimed()
     for name in STEPS[:n]:
-        s = apply_reply(s, ok(s, name), "s1", T0, WF).state
+        s = apply_reply(s, ok(s, name), "s1", T0, WF)
     return s
 
 
@@ -143,28 +141,28 @@ def test_claim_does_not_change_the_state_it_was_given() -> None:
 def test_each_ok_reply_completes_its_step_and_starts_the_next() -> None:
     s = claimed()
     t = apply_reply(s, ok(s, "hold"), "s2", T0 + timedelta(seconds=1), WF)
-    assert t.state.step("hold").status is StepStatus.COMPLETED
-    nxt = t.state.step("take")
+    assert t.step("hold").status is StepStatus.COMPLETED
+    nxt = t.step("take")
     assert (nxt.status, nxt.attempt) == (StepStatus.RUNNING, 1)
-    assert t.state.complete_by == T0 + timedelta(seconds=1) + WF.steps[1].budget
+    assert t.complete_by == T0 + timedelta(seconds=1) + WF.steps[1].budget
     assert events(t) == ["step_completed"]
-    assert t.state.outbox[-1] == Dispatch(step="take", action=Action.DO, attempt=1)
+    assert t.outbox[-1] == Dispatch(step="take", action=Action.DO, attempt=1)
 
 
 def test_last_ok_reply_processes_the_order_and_frees_it() -> None:
     s = after_steps(2)
     t = apply_reply(s, ok(s, "send"), "s1", T0, WF)
-    assert t.state.process_state is ProcessState.PROCESSED
-    assert t.state.locked_by is None and t.state.complete_by is None
-    assert t.state.is_settled
+    assert t.process_state is ProcessState.PROCESSED
+    assert t.locked_by is None and t.complete_by is None
+    assert t.is_settled
     assert events(t) == ["step_completed", "completed"]
-    assert t.state.outbox[-1] == Forget(generation=0)  # the in-flight entry goes last
+    assert t.outbox[-1] == Forget(generation=0)  # the in-flight entry goes last
 
 
 def test_duplicate_reply_is_stale() -> None:
     s = claimed()
     reply = ok(s, "hold")
-    s2 = apply_reply(s, reply, "s1", T0, WF).state
+    s2 = apply_reply(s, reply, "s1", T0, WF)
     with pytest.raises(IllegalTransition, match="stale"):
         apply_reply(s2, reply, "s1", T0, WF)
 
@@ -174,7 +172,7 @@ def test_reply_from_an_older_attempt_is_stale() -> None:
     old = ok(s, "hold")
     s.outbox = []  # its dispatch was confirmed sent
     s = sup(s, T0 + timedelta(minutes=5)).state  # reset
-    s = claim(s, "s2", T0 + timedelta(minutes=6), WF).state  # attempt 2
+    s = claim(s, "s2", T0 + timedelta(minutes=6), WF)  # attempt 2
     assert s.step("hold").attempt == 2
     with pytest.raises(IllegalTransition):
         apply_reply(s, old, "s2", T0, WF)
@@ -199,7 +197,7 @@ def test_reply_for_an_unknown_step_is_illegal() -> None:
 def test_permanent_error_fails_the_order_and_starts_undoing_completed_steps() -> None:
     s = after_steps(1)
     t = apply_reply(s, refused(s, "take"), "s1", T0, WF)
-    st = t.state
+    st = t
     assert st.process_state is ProcessState.ERROR
     assert st.failed_step == "take"
     assert st.compensation is CompensationState.RUNNING
@@ -209,28 +207,28 @@ def test_permanent_error_fails_the_order_and_starts_undoing_completed_steps() ->
     assert st.step("hold").status is StepStatus.COMPENSATING
     assert st.step("hold").undo_key == "o-1.hold.undo"
     assert "refused by the service" in (st.last_error or "")
-    assert events(t) == ["failed"] and alerts(t.state) == [AlertKind.ORDER_FAILED]
-    assert t.state.outbox[-1] == Dispatch(step="hold", action=Action.UNDO, attempt=2)
+    assert events(t) == ["failed"] and alerts(t) == [AlertKind.ORDER_FAILED]
+    assert t.outbox[-1] == Dispatch(step="hold", action=Action.UNDO, attempt=2)
 
 
 def test_permanent_error_on_first_step_has_nothing_to_undo() -> None:
     s = claimed()
     t = apply_reply(s, refused(s, "hold"), "s1", T0, WF)
     assert events(t) == ["failed", "compensated"]
-    assert t.state.compensation is CompensationState.DONE and t.state.is_settled
+    assert t.compensation is CompensationState.DONE and t.is_settled
 
 
 def test_compensation_undoes_completed_steps_in_reverse_order() -> None:
     s = after_steps(2)
-    s = apply_reply(s, refused(s, "send"), "s1", T0, WF).state
+    s = apply_reply(s, refused(s, "send"), "s1", T0, WF)
     assert s.current_step.name == "take"  # type: ignore[union-attr]
-    s = apply_reply(s, ok(s, "take", Action.UNDO), "s1", T0, WF).state
+    s = apply_reply(s, ok(s, "take", Action.UNDO), "s1", T0, WF)
     assert s.step("take").status is StepStatus.COMPENSATED
     assert s.current_step.name == "hold"  # type: ignore[union-attr]
     t = apply_reply(s, ok(s, "hold", Action.UNDO), "s1", T0, WF)
-    assert t.state.compensation is CompensationState.DONE
-    assert t.state.is_settled and t.state.locked_by is None and t.state.complete_by is None
-    last = [e for e in t.state.outbox if isinstance(e, SendStatus)][-1]
+    assert t.compensation is CompensationState.DONE
+    assert t.is_settled and t.locked_by is None and t.complete_by is None
+    last = [e for e in t.outbox if isinstance(e, SendStatus)][-1]
     assert (last.event, last.detail) == (
         "compensated", "hold, take")
 
@@ -239,7 +237,7 @@ def test_a_submitter_hears_a_failures_category_and_the_operator_its_text() -> No
     """A service's error text stays with the app (record, timeline, alert): the submitter's
     status update says which step failed and what happens now."""
     s = after_steps(1)
-    s = apply_reply(s, refused(s, "take"), "s1", T0, WF).state
+    s = apply_reply(s, refused(s, "take"), "s1", T0, WF)
     (status,) = [e for e in s.outbox if isinstance(e, SendStatus) and e.event == "failed"]
     (alert,) = [e for e in s.outbox if isinstance(e, RaiseAlert)]
     error = s.step("take").last_error
@@ -256,13 +254,13 @@ def test_undo_reply_when_not_compensating_is_stale() -> None:
 
 def test_refused_undo_fails_compensation_and_alerts() -> None:
     s = after_steps(1)
-    s = apply_reply(s, refused(s, "take"), "s1", T0, WF).state
+    s = apply_reply(s, refused(s, "take"), "s1", T0, WF)
     t = apply_reply(s, refused(s, "hold", Action.UNDO), "s1", T0, WF)
-    assert t.state.compensation is CompensationState.FAILED
-    assert t.state.step("hold").status is StepStatus.COMPENSATION_FAILED
-    assert t.state.is_settled
+    assert t.compensation is CompensationState.FAILED
+    assert t.step("hold").status is StepStatus.COMPENSATION_FAILED
+    assert t.is_settled
     assert events(t) == ["compensation_failed"]
-    assert alerts(t.state) == [AlertKind.COMPENSATION_FAILED]
+    assert alerts(t) == [AlertKind.COMPENSATION_FAILED]
 
 
 def test_supervisor_leaves_work_that_is_not_overdue() -> None:
@@ -287,7 +285,7 @@ def test_supervisor_resets_an_overdue_step_with_growing_backoff() -> None:
         assert st.step("hold").status is StepStatus.NOT_STARTED
         assert st.step("hold").in_doubt
         delays.append(delay)
-        s = claim(st, "s1", now + delay, WF).state
+        s = claim(st, "s1", now + delay, WF)
     assert delays == [timedelta(seconds=5), timedelta(seconds=10)]
     assert s.step("hold").attempt == 3
 
@@ -307,7 +305,7 @@ def test_supervisor_fails_the_order_at_the_threshold_and_undoes_the_step_in_doub
     assert events(st) == ["failed"] and alerts(st) == [AlertKind.ORDER_FAILED]
     # The take may have gone through before the timeout: it is learned (asked again under its
     # key) before it is undone, since its undo needs the result.
-    c = begin_compensation(st, "s1", T0, WF).state
+    c = begin_compensation(st, "s1", T0, WF)
     assert c.current_step.name == "take"  # type: ignore[union-attr]
     assert c.step("take").status is StepStatus.LEARNING
     assert c.compensation is CompensationState.RUNNING
@@ -333,14 +331,14 @@ def test_supervisor_rescues_a_pending_order_nobody_took() -> None:
 
 def test_supervisor_retries_then_gives_up_an_overdue_compensation() -> None:
     s = after_steps(1)
-    s = apply_reply(s, refused(s, "take"), "s1", T0, WF).state
+    s = apply_reply(s, refused(s, "take"), "s1", T0, WF)
     for n in range(1, POLICY.compensation_threshold):
         s.outbox = []
         d = sup(s, s.complete_by + timedelta(seconds=1))  # type: ignore[operator]
         assert d is not None and d.kind is DecisionKind.RETRY
         assert command(d.state).command is CommandKind.COMPENSATE  # type: ignore[union-attr]
         assert d.state.compensation_failure_count == n
-        s = begin_compensation(d.state, "s1", T0, WF).state
+        s = begin_compensation(d.state, "s1", T0, WF)
     s.outbox = []
     d = sup(s, s.complete_by + timedelta(seconds=1))  # type: ignore[operator]
     assert d is not None and d.kind is DecisionKind.FAIL
@@ -363,9 +361,9 @@ def test_backoff_is_capped() -> None:
 def test_workflow_is_data_a_user_can_change() -> None:
     wf = Workflow("one-step", (Step("only", "alpha", "hold", None, timedelta(seconds=1)),),
                   message=WF.message)
-    s = claim(receive("o", wf, T0), "s", T0, wf).state
+    s = claim(receive("o", wf, T0), "s", T0, wf)
     t = apply_reply(s, ok(s, "only"), "s", T0, wf)
-    assert t.state.process_state is ProcessState.PROCESSED
+    assert t.process_state is ProcessState.PROCESSED
     with pytest.raises(ValueError, match="unique"):
         Workflow("dup", (WF.steps[0], WF.steps[0]), message=WF.message)
     with pytest.raises(ValueError, match="unknown steps"):
@@ -374,12 +372,12 @@ def test_workflow_is_data_a_user_can_change() -> None:
 
 def test_resubmit_sends_a_settled_failed_order_round_again_and_keeps_its_history() -> None:
     s = after_steps(1)
-    s = apply_reply(s, refused(s, "take"), "s1", T0, WF).state
-    s = apply_reply(s, ok(s, "hold", Action.UNDO), "s1", T0, WF).state
+    s = apply_reply(s, refused(s, "take"), "s1", T0, WF)
+    s = apply_reply(s, ok(s, "hold", Action.UNDO), "s1", T0, WF)
     assert s.is_settled
     later = T0 + timedelta(hours=1)
     t = resubmit(s, later, timedelta(seconds=30), "the service was fixed")
-    r = t.state
+    r = t
     assert (r.process_state, r.locked_by, r.failure_count, r.compensation) == (
         ProcessState.PENDING, None, 0, None)
     assert r.generation == 1 and r.complete_by == later + timedelta(seconds=30)
@@ -390,7 +388,7 @@ def test_resubmit_sends_a_settled_failed_order_round_again_and_keeps_its_history
     assert h["reason"] == "the service was fixed"
     assert "refused by the service" in h["previous_error"]
     assert h["steps"]["hold"].startswith("compensated")
-    assert claim(r, "s2", later, WF).state.process_state is ProcessState.PROCESSING
+    assert claim(r, "s2", later, WF).process_state is ProcessState.PROCESSING
 
 
 @pytest.mark.parametrize("state", [fresh(), claimed(), after_steps(3)],
@@ -402,7 +400,7 @@ def test_resubmit_refuses_an_order_that_has_not_failed(state: OrderState) -> Non
 
 def test_resubmit_waits_for_compensation_to_settle() -> None:
     s = after_steps(1)
-    s = apply_reply(s, refused(s, "take"), "s1", T0, WF).state  # undo running
+    s = apply_reply(s, refused(s, "take"), "s1", T0, WF)  # undo running
     with pytest.raises(IllegalTransition, match="settled"):
         resubmit(s, T0, timedelta(seconds=30))
 
@@ -414,22 +412,22 @@ def test_a_transition_not_proven_by_the_outbox_it_replaces_carries_its_alerts_an
     # A start command from elsewhere (a duplicate, an older rescue): "received" may never have
     # gone out, so it goes with the claim's outbox, under its own id.
     t = claim(s, "s1", T0, WF, Delivery(None))
-    assert events(t) == ["received"] and t.state.outbox[0] == s.outbox[0]
+    assert events(t) == ["received"] and t.outbox[0] == s.outbox[0]
     # The record's own start command shows "received" went before it.
     assert events(claim(s, "s1", T0, WF, Delivery(s.outbox_seq))) == []
     # A reply to an older outbox proves nothing of the newest one.
     s = claimed()
-    failed = apply_reply(s, refused(s, "hold"), "s1", T0, WF).state
+    failed = apply_reply(s, refused(s, "hold"), "s1", T0, WF)
     assert alerts(failed) == [AlertKind.ORDER_FAILED]
 
 
 def test_effects_go_in_order_alerts_status_command_dispatch_forget() -> None:
     s = after_steps(1)
     t = apply_reply(s, refused(s, "take"), "s1", T0, WF)
-    kinds = [e.kind for e in t.state.outbox]
+    kinds = [e.kind for e in t.outbox]
     assert kinds == ["alert", "status", "dispatch"]
-    keys = [e.key for e in t.state.outbox if isinstance(e, RaiseAlert)]
-    assert keys == [f"o-1.{t.state.outbox_seq}.0"]
+    keys = [e.key for e in t.outbox if isinstance(e, RaiseAlert)]
+    assert keys == [f"o-1.{t.outbox_seq}.0"]
 
 
 def test_work_key_is_recorded_once_and_named_by_the_undo() -> None:
@@ -495,8 +493,8 @@ def test_progress_resets_the_rescue_count() -> None:
 
 def _compensation_failed_after_take() -> OrderState:
     s = after_steps(2)
-    s = apply_reply(s, refused(s, "send"), "s1", T0, WF).state
-    s = apply_reply(s, refused(s, "take", Action.UNDO), "s1", T0, WF).state
+    s = apply_reply(s, refused(s, "send"), "s1", T0, WF)
+    s = apply_reply(s, refused(s, "take", Action.UNDO), "s1", T0, WF)
     assert s.compensation is CompensationState.FAILED
     return s
 
@@ -505,13 +503,13 @@ def test_resubmit_after_a_failed_compensation_needs_force() -> None:
     s = _compensation_failed_after_take()
     with pytest.raises(IllegalTransition, match="force"):
         resubmit(s, T0, timedelta(seconds=30))
-    assert resubmit(s, T0, timedelta(seconds=30), force=True).state.generation == 1
+    assert resubmit(s, T0, timedelta(seconds=30), force=True).generation == 1
 
 
 def test_forced_resubmit_never_redoes_standing_work_under_a_new_key() -> None:
     s = _compensation_failed_after_take()
     keys = {st.name: st.work_key for st in s.steps}
-    r = resubmit(s, T0, timedelta(seconds=30), force=True).state
+    r = resubmit(s, T0, timedelta(seconds=30), force=True)
     held, taken, sent = (r.step(n) for n in STEPS)
     # Never undone: still done, under its key.
     assert (held.status, held.work_key) == (StepStatus.COMPLETED,
@@ -525,18 +523,18 @@ def test_forced_resubmit_never_redoes_standing_work_under_a_new_key() -> None:
     assert sent.work_key is None
     r = start(r)
     assert r.step("take").work_key == "o-1.take.do"
-    r = apply_reply(r, ok(r, "take"), "s1", T0, WF).state
+    r = apply_reply(r, ok(r, "take"), "s1", T0, WF)
     assert r.step("send").work_key == "o-1.send.g1.do"
 
 
 def test_a_refused_step_is_not_undone_and_a_resubmit_gives_it_a_new_key() -> None:
     s = after_steps(1)
-    t = apply_reply(s, refused(s, "take"), "s1", T0, WF).state
+    t = apply_reply(s, refused(s, "take"), "s1", T0, WF)
     assert t.current_step is t.step("hold")
-    t = apply_reply(t, ok(t, "hold", Action.UNDO), "s1", T0, WF).state
-    r = start(resubmit(t, T0, timedelta(seconds=30)).state)
+    t = apply_reply(t, ok(t, "hold", Action.UNDO), "s1", T0, WF)
+    r = start(resubmit(t, T0, timedelta(seconds=30)))
     assert r.step("hold").work_key == "o-1.hold.g1.do"
-    r = apply_reply(r, ok(r, "hold"), "s1", T0, WF).state
+    r = apply_reply(r, ok(r, "hold"), "s1", T0, WF)
     assert r.step("take").work_key == "o-1.take.g1.do"
 
 
@@ -547,7 +545,7 @@ def _failed_in_doubt() -> OrderState:
     s.outbox = []  # its request was sent
     d = sup(s, s.complete_by + timedelta(seconds=1))  # type: ignore[operator]
     assert d is not None and d.kind is DecisionKind.FAIL
-    c = begin_compensation(d.state, "s1", T0, WF).state
+    c = begin_compensation(d.state, "s1", T0, WF)
     c.outbox = []
     return c
 
@@ -556,19 +554,19 @@ def test_a_step_in_doubt_is_learned_then_undone_by_the_result_learned() -> None:
     s = _failed_in_doubt()
     learning = s.step("take")
     assert learning.status is StepStatus.LEARNING and learning.result is None
-    t = apply_reply(s, ok(s, "take"), "s1", T0, WF).state
+    t = apply_reply(s, ok(s, "take"), "s1", T0, WF)
     take = t.step("take")
     assert (take.status, take.result, take.undo_key) == (
         StepStatus.COMPENSATING, {"id": "take-1"}, "o-1.take.undo")
     assert t.outbox[-1] == Dispatch(step="take", action=Action.UNDO, attempt=3)
     assert any("learned" in (e.get("detail") or "") for e in t.timeline)
-    t = apply_reply(t, ok(t, "take", Action.UNDO), "s1", T0, WF).state
+    t = apply_reply(t, ok(t, "take", Action.UNDO), "s1", T0, WF)
     assert t.current_step is t.step("hold")
 
 
 def test_a_step_in_doubt_refused_when_asked_again_did_nothing_to_undo() -> None:
     s = _failed_in_doubt()
-    t = apply_reply(s, refused(s, "take"), "s1", T0, WF).state
+    t = apply_reply(s, refused(s, "take"), "s1", T0, WF)
     take = t.step("take")
     assert (take.status, take.in_doubt) == (StepStatus.FAILED, False)
     assert "nothing to undo" in (take.last_error or "")
@@ -580,7 +578,7 @@ def test_learning_that_times_out_is_asked_again_then_goes_to_an_operator() -> No
     for _ in range(POLICY.compensation_threshold - 1):
         d = sup(s, s.complete_by + timedelta(seconds=1))  # type: ignore[operator]
         assert d is not None and d.kind is DecisionKind.RETRY
-        s = begin_compensation(d.state, "s1", T0, WF).state
+        s = begin_compensation(d.state, "s1", T0, WF)
         s.outbox = []
         assert s.step("take").status is StepStatus.LEARNING
     d = sup(s, s.complete_by + timedelta(seconds=1))  # type: ignore[operator]
@@ -595,13 +593,13 @@ def test_an_answer_past_the_steps_result_budget_is_refused_and_undone_by_an_oper
     s = after_steps(1)
     big = {"blob": "x" * (WF.result_budget("take") + 1)}
     reply = ok(s, "take").model_copy(update={"result": big})
-    t = apply_reply(s, reply, "s1", T0, WF).state
+    t = apply_reply(s, reply, "s1", T0, WF)
     take = t.step("take")
     # Failed, in doubt, and so at once asked again under its key (learning) to be undone.
     assert (take.status, take.in_doubt, take.result) == (StepStatus.LEARNING, True, None)
     assert "bytes of JSON" in (t.last_error or "")
     assert t.current_step is take
-    t = apply_reply(t, ok(t, "take").model_copy(update={"result": big}), "s1", T0, WF).state
+    t = apply_reply(t, ok(t, "take").model_copy(update={"result": big}), "s1", T0, WF)
     assert t.compensation is CompensationState.FAILED
     assert t.step("take").status is StepStatus.COMPENSATION_FAILED
     assert alerts(t) == [AlertKind.COMPENSATION_FAILED]
@@ -621,13 +619,13 @@ def test_a_forced_resubmit_is_refused_while_an_undo_may_have_been_done() -> None
     """An undo given up unanswered may have gone through: run again under its key, the step
     would be answered with work since undone, and the order end Processed without it."""
     s = after_steps(2)
-    s = apply_reply(s, refused(s, "send"), "s1", T0, WF).state
+    s = apply_reply(s, refused(s, "send"), "s1", T0, WF)
     s.outbox = []  # the undo of take was sent
     policy = POLICY
     for _ in range(policy.compensation_threshold - 1):
         d = sup(s, s.complete_by + timedelta(seconds=1))  # type: ignore[operator]
         assert d is not None and d.kind is DecisionKind.RETRY
-        s = begin_compensation(d.state, "s1", T0, WF).state
+        s = begin_compensation(d.state, "s1", T0, WF)
         s.outbox = []
     d = sup(s, s.complete_by + timedelta(seconds=1))  # type: ignore[operator]
     assert d is not None and d.state.compensation is CompensationState.FAILED
@@ -636,7 +634,7 @@ def test_a_forced_resubmit_is_refused_while_an_undo_may_have_been_done() -> None
     with pytest.raises(IllegalTransition, match="may have been undone"):
         resubmit(d.state, T0, timedelta(seconds=30), force=True)
     # Refused outright (not in doubt), the work stands: forced, it is kept under its key.
-    s = apply_reply(s, refused(s, "take", Action.UNDO), "s1", T0, WF).state
+    s = apply_reply(s, refused(s, "take", Action.UNDO), "s1", T0, WF)
     assert not s.step("take").undo_in_doubt
-    r = resubmit(s, T0, timedelta(seconds=30), force=True).state
+    r = resubmit(s, T0, timedelta(seconds=30), force=True)
     assert r.step("take").work_key == "o-1.take.do" and r.step("take").result == {"id": "take-1"}

@@ -73,8 +73,8 @@ def test_a_reply_echoing_its_attempts_token_is_taken(fx: dict[str, Any]) -> None
     now = datetime.fromisoformat(fx["context"]["now"])
 
     t = apply_reply(state, reply, "scheduler-after", now, workflow)
-    assert t.state.step(reply.step).attempt == reply.attempt
-    assert t.state.outbox_seq > state.outbox_seq  # a transition, with its effects to send
+    assert t.step(reply.step).attempt == reply.attempt
+    assert t.outbox_seq > state.outbox_seq  # a transition, with its effects to send
 
     with pytest.raises(ForgedReply):
         apply_reply(state, reply.model_copy(update={"token": None}), "scheduler-after", now,
