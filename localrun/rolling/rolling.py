@@ -1,4 +1,4 @@
-"""`make rolling`: a rolling deployment, rehearsed on this machine (issue #30).
+"""`make rolling`: a rolling deployment, rehearsed on this machine.
 
 Flex Consumption's rolling update runs the previous release beside the new one, on the same
 tables and queues, for a while. This check does that under load on one Azurite:

@@ -1,6 +1,6 @@
 """A simulated provider's API, shaped as card processors' are, for local runs, demos and tests
-of code services (the example's payment, ``shared/workflows/orders/payment.py``). Each code
-service has its own, under ``sim/provider/<service>``: ``POST /charges`` and ``POST /refunds``.
+of code services (docs/adapting.md, A service as your own code). Each code service has its own,
+under ``sim/provider/<service>``: ``POST /charges`` and ``POST /refunds``.
 """
 
 from __future__ import annotations
