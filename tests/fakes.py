@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import itertools
 import json
 from collections.abc import Callable, Iterator
@@ -29,9 +28,9 @@ from shared.adapters.alerts import (
     days_back,
 )
 from shared.adapters.rejections import (
-    BODY_KEPT,
     Rejection,
     StoredRejection,
+    kept,
     rejection_row_key,
 )
 from shared.adapters.state_store import (
@@ -368,12 +367,8 @@ class FakeRejections:
         self.rows.append(r)
 
     def _stored(self) -> list[StoredRejection]:
-        return [StoredRejection(
-            rejected_at=r.at, kind=r.kind, message_id=r.message_id,
-            reason=budget.clip(r.reason, budget.ERROR_TEXT), delivery_count=r.delivery_count,
-            body=budget.clip(r.body.decode("utf-8", errors="replace"), BODY_KEPT),
-            body_bytes=len(r.body), body_sha256=hashlib.sha256(r.body).hexdigest())
-            for r in sorted(self.rows, key=rejection_row_key)]
+        # What the table keeps of each (kept), in its order.
+        return [kept(r) for r in sorted(self.rows, key=rejection_row_key)]
 
     def page(self, limit: int, continuation: str | None, bodies: bool = True
              ) -> tuple[list[StoredRejection], str | None]:

@@ -76,6 +76,16 @@ _COLUMNS = ["RejectedAt", "Kind", "MessageId", "Reason", "DeliveryCount", "Body"
             "BodySha256"]
 
 
+def kept(r: Rejection) -> StoredRejection:
+    """What is kept of a rejection: its texts within their budgets, the body's start (in
+    UTF-16 units), and the whole body's size and digest, which name it."""
+    return StoredRejection(
+        rejected_at=r.at, kind=r.kind, message_id=budget.clip(r.message_id, 1_000),
+        reason=budget.clip(r.reason, budget.ERROR_TEXT), delivery_count=r.delivery_count,
+        body=budget.clip(r.body.decode("utf-8", errors="replace"), BODY_KEPT),
+        body_bytes=len(r.body), body_sha256=hashlib.sha256(r.body).hexdigest())
+
+
 def _stored(e: Any) -> StoredRejection:
     return StoredRejection(
         rejected_at=e.get("RejectedAt"), kind=RejectionKind(e.get("Kind")),
@@ -106,19 +116,18 @@ class TableRejectionStore:
         self._retention = retention
 
     def record(self, r: Rejection) -> None:
-        body = r.body.decode("utf-8", errors="replace")
-        kept = budget.clip(body, BODY_KEPT)
+        k = kept(r)
         self._table.upsert_entity({
             "PartitionKey": REJECTED_PARTITION,
             "RowKey": rejection_row_key(r),
             "Kind": r.kind.value,
-            "Reason": budget.clip(r.reason, budget.ERROR_TEXT),
-            "MessageId": budget.clip(r.message_id, 1_000),
+            "Reason": k.reason,
+            "MessageId": k.message_id,
             # The body's start, within the property limit; its size and digest name the whole.
-            "Body": kept,
-            "BodyTruncated": kept != body,
-            "BodyBytes": len(r.body),
-            "BodySha256": hashlib.sha256(r.body).hexdigest(),
+            "Body": k.body,
+            "BodyTruncated": k.body != r.body.decode("utf-8", errors="replace"),
+            "BodyBytes": k.body_bytes,
+            "BodySha256": k.body_sha256,
             "DeliveryCount": r.delivery_count,
             "RejectedAt": r.at,
         }, mode=UpdateMode.REPLACE)
