@@ -196,6 +196,11 @@ def serve_http(host: HttpHost, functions: list[_Function],
     return _Server(("127.0.0.1", port), Handler)
 
 
+# How long a stopping host waits for its connections to close (an invocation under way on one
+# may take longer: it is not waited for past this).
+DRAIN_SECONDS = 2.0
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     # The default backlog of 5 drops bursts of connections; the client then waits seconds
@@ -205,7 +210,7 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
         # Before the bind: a port in use closes the server from within the constructor.
         self._open: set[socket.socket] = set()
-        self._open_lock = threading.Lock()
+        self._open_lock = threading.Condition()
         super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -214,18 +219,23 @@ class _Server(ThreadingHTTPServer):
         super().process_request(request, client_address)
 
     def shutdown_request(self, request: Any) -> None:
+        super().shutdown_request(request)
         with self._open_lock:
             self._open.discard(request)
-        super().shutdown_request(request)
+            self._open_lock.notify_all()
 
     def server_close(self) -> None:
         """A stopped host closes its kept-alive connections, as a process that exits does:
         a client's pooled connection then ends (it opens a new one to whoever listens next)
         rather than reaching a host that answers 503. Reads are shut, not writes, so an
-        invocation still under way sends its answer before its connection closes."""
+        invocation still under way sends its answer before its connection closes; and the
+        connections are waited for (a while) to close, so that a request sent after the stop
+        cannot reach one whose handler had not yet turned to read it."""
         super().server_close()
         with self._open_lock:
             held = list(self._open)
         for conn in held:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RD)
+        with self._open_lock:
+            self._open_lock.wait_for(lambda: not self._open, timeout=DRAIN_SECONDS)
