@@ -95,6 +95,17 @@ def serve_http(host: HttpHost, functions: list[_Function],
             log.debug(format, *args)
 
         def _dispatch(self) -> None:
+            # While a request is served its connection is busy: a stopping host does not wait
+            # for it (an invocation may hang), only for the idle ones to close.
+            server = self.server
+            assert isinstance(server, _Server)
+            server.serving(self.connection, True)
+            try:
+                self._serve_request()
+            finally:
+                server.serving(self.connection, False)
+
+        def _serve_request(self) -> None:
             # The body is read only for a caller the route lets in: a request refused before
             # (no route, no key, the host stopping) costs no more than its headers, and its
             # connection is closed rather than left with an unread body in it.
@@ -196,8 +207,7 @@ def serve_http(host: HttpHost, functions: list[_Function],
     return _Server(("127.0.0.1", port), Handler)
 
 
-# How long a stopping host waits for its connections to close (an invocation under way on one
-# may take longer: it is not waited for past this).
+# How long a stopping host waits at most for its idle connections to close.
 DRAIN_SECONDS = 2.0
 
 
@@ -210,6 +220,7 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
         # Before the bind: a port in use closes the server from within the constructor.
         self._open: set[socket.socket] = set()
+        self._busy: set[socket.socket] = set()
         self._open_lock = threading.Condition()
         super().__init__(address, handler)
 
@@ -217,6 +228,11 @@ class _Server(ThreadingHTTPServer):
         with self._open_lock:
             self._open.add(request)
         super().process_request(request, client_address)
+
+    def serving(self, conn: socket.socket, busy: bool) -> None:
+        with self._open_lock:
+            (self._busy.add if busy else self._busy.discard)(conn)
+            self._open_lock.notify_all()
 
     def shutdown_request(self, request: Any) -> None:
         super().shutdown_request(request)
@@ -228,7 +244,7 @@ class _Server(ThreadingHTTPServer):
         """A stopped host closes its kept-alive connections, as a process that exits does:
         a client's pooled connection then ends (it opens a new one to whoever listens next)
         rather than reaching a host that answers 503. Reads are shut, not writes, so an
-        invocation still under way sends its answer before its connection closes; and the
+        invocation still under way sends its answer before its connection closes; and the idle
         connections are waited for (a while) to close, so that a request sent after the stop
         cannot reach one whose handler had not yet turned to read it."""
         super().server_close()
@@ -238,4 +254,4 @@ class _Server(ThreadingHTTPServer):
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RD)
         with self._open_lock:
-            self._open_lock.wait_for(lambda: not self._open, timeout=DRAIN_SECONDS)
+            self._open_lock.wait_for(lambda: self._open <= self._busy, timeout=DRAIN_SECONDS)
