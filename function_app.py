@@ -14,8 +14,9 @@ bootstrap.configure(REGISTRY)
 config = startup.start()
 
 app = func.FunctionApp()
-# Intake, the Scheduler's queues, the Supervisor's timer: the pattern, whatever the workflows.
-app.register_functions(pipeline.pipeline())
+# Intake (one per declared sender too), the Scheduler's queues, the Supervisor's timer: the
+# pattern, whatever the workflows.
+app.register_functions(pipeline.pipeline(config.senders))
 # One Agent per service the workflows call.
 app.register_functions(agents.agents(REGISTRY.services))
 app.register_functions(operator_api.operator_api())

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from shared.domain import senders as sending
+from shared.domain.senders import Sender
 from shared.domain.services import CodeService
 from shared.domain.workflow import Registry
 from shared.settings import (
@@ -29,7 +31,7 @@ class ReplyQueues:
     """The queues an order's reply_to may name: one under a ReplyQueueAllowList prefix, and
     never one the app itself reads (its commands, replies and every service's requests, their
     poison queues, the host's own): a status update put there would be taken for the app's own
-    message."""
+    message; nor a declared sender's status queue, which only that sender's orders reach."""
     prefixes: tuple[str, ...]
     own: frozenset[str]
 
@@ -48,6 +50,8 @@ class Configuration:
     # simulators are).
     code_settings: Mapping[str, Mapping[str, str]]
     reply_queues: ReplyQueues
+    # The declared senders, each with a queue of its own (empty: the default sender only).
+    senders: tuple[Sender, ...] = ()
 
     @property
     def queues(self) -> list[str]:
@@ -76,10 +80,19 @@ def resolve(settings: Settings, workflows: Registry) -> Configuration:
         raise SettingsError(f"StepBudgetSeconds={settings.step_budgets!r}: {e}") from None
     own = {settings.scheduler_queue, settings.responses_queue,
            *(s.queue for s in services.values())}
+    try:
+        senders = sending.parse(settings.senders)
+    except ValueError as e:
+        raise SettingsError(f"Senders={settings.senders!r}: {e}") from None
+    taken = sorted(own & {s.status_queue for s in senders})
+    if taken:
+        raise SettingsError(f"Senders={settings.senders!r}: the status queue {taken[0]!r} is "
+                            "one the app reads")
     return Configuration(
         settings=settings, workflows=budgeted, services=services, code_settings=given,
-        reply_queues=ReplyQueues(reply_prefixes(settings.reply_allow_list),
-                                 frozenset(own | {f"{q}-poison" for q in own})))
+        reply_queues=ReplyQueues(reply_prefixes(settings.reply_allow_list), frozenset(
+            own | {f"{q}-poison" for q in own} | {s.status_queue for s in senders})),
+        senders=senders)
 
 
 def _services(settings: Settings, names: list[str]) -> dict[str, ServiceSettings]:

@@ -86,6 +86,8 @@ class Settings(BaseModel):
     # Prefixes of the queues an order's reply_to may name; empty: none. The app's own queues are
     # never among them, whatever this says (configuration.ReplyQueues).
     reply_allow_list: str = Field("", alias="ReplyQueueAllowList")
+    # The senders the deployment declares (shared/domain/senders.py); empty: the default one.
+    senders: str = Field("", alias="Senders")
     scheduler_instance_id: str = Field(
         default_factory=_default_instance_id, alias="SchedulerInstanceId", min_length=1
     )

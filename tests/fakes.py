@@ -142,14 +142,14 @@ class FakeOrderStore:
         if budget.json_units(order.document()) > budget.STRING_PROPERTY:
             if added:
                 self.drop(key)
-            raise OrderNotStorable(order.order_id, "PropertyValueTooLarge")
-        if order.order_id in self.states or order.order_id in self.orders:
+            raise OrderNotStorable(state.order_id, "PropertyValueTooLarge")
+        if state.order_id in self.states or state.order_id in self.orders:
             if added:
                 self.drop(key)
-            raise OrderAlreadyExists(order.order_id, self.orders[order.order_id][1]
-                                     if order.order_id in self.orders else None)
-        self.orders[order.order_id] = (order.document(), order.fingerprint())
-        self.columns[order.order_id] = order.columns()
+            raise OrderAlreadyExists(state.order_id, self.orders[state.order_id][1]
+                                     if state.order_id in self.orders else None)
+        self.orders[state.order_id] = (order.document(), order.fingerprint())
+        self.columns[state.order_id] = order.columns()
         return self._stamp(state)
 
     def load(self, order_id: str) -> StoredOrder | None:

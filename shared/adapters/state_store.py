@@ -274,7 +274,7 @@ class TableOrderStore:
         key, added = self._file(state, base="", exact=False)
         state = dataclasses.replace(state, index_key=key)
         details = {
-            "PartitionKey": order.order_id,
+            "PartitionKey": state.order_id,  # a declared sender's order: under its record id
             "RowKey": ORDER_ROW,
             # Not ASCII-escaped: a "\uXXXX" escape is six characters of the 32K a string may hold.
             "Document": json.dumps(order.document(), ensure_ascii=False),
@@ -291,14 +291,14 @@ class TableOrderStore:
             if code in NOT_STORABLE_CODES:
                 if added:
                     self.drop(key)
-                raise OrderNotStorable(order.order_id, code) from None
+                raise OrderNotStorable(state.order_id, code) from None
             if code != "EntityAlreadyExists":
                 raise  # the entry stays: the Supervisor drops it once nothing can follow it
             if added:  # not the order's: the one there already names its own
                 self.drop(key)
-            existing = self._get(order.order_id, ORDER_ROW)
+            existing = self._get(state.order_id, ORDER_ROW)
             raise OrderAlreadyExists(
-                order.order_id, existing.get("Fingerprint") if existing else None
+                state.order_id, existing.get("Fingerprint") if existing else None
             ) from None
         state.version, state.schema_version = results[1]["etag"], schema_of(state)
         return state

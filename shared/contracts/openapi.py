@@ -13,8 +13,8 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from shared.domain.alerts import AlertKind
+from shared.domain.senders import RECORD_ID_PATTERN
 from shared.domain.state import ProcessState
-from shared.domain.workflow_message import ORDER_ID_PATTERN
 from shared.handlers.operator_requests import (
     MAX_PAGE,
     AckRequest,
@@ -78,7 +78,7 @@ def _errors(*codes: int) -> dict[str, Any]:
 
 
 _ORDER_ID = {"name": "order_id", "in": "path", "required": True,
-             "schema": {"type": "string", "pattern": ORDER_ID_PATTERN}}
+             "schema": {"type": "string", "pattern": RECORD_ID_PATTERN}}
 _LIMIT = {"name": "limit", "in": "query", "required": False,
           "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 50}}
 _CONTINUATION = {"name": "continuation", "in": "query", "required": False,

@@ -95,11 +95,12 @@ class AgentReply(_Message):
 
 StatusEvent = Literal[
     "received", "step_completed", "completed", "failed", "step_compensated", "compensated",
-    "compensation_failed",
+    "compensation_failed", "rejected",
 ]
 
 
 class StatusUpdate(_Message):
+    # The id the sender gave the order ("" on a rejection of a message that named none).
     order_id: str
     event: StatusEvent
     at: datetime
@@ -107,6 +108,8 @@ class StatusUpdate(_Message):
     event_id: str = ""
     step: str | None = None
     detail: str | None = None
+    # The order message this answers (its Service Bus message id): one the receiver sent.
+    message_id: str | None = None
 
 
 def new_token() -> str:

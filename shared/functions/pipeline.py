@@ -1,5 +1,5 @@
 """The pattern's own functions, whatever the workflows: intake from the orders queue (Service
-Bus), the Scheduler's two queues, the Supervisor's timer.
+Bus) and from each declared sender's, the Scheduler's two queues, the Supervisor's timer.
 
 An exception leaves each on purpose: the host then retries the message (and in the end moves it
 to the poison or dead-letter queue), which is what a fault nobody expected should get.
@@ -12,22 +12,16 @@ from datetime import UTC
 import azure.functions as func
 
 from shared import bootstrap, tracing
+from shared.domain import senders
+from shared.domain.senders import Sender
 
 
-def pipeline() -> func.Blueprint:
+def pipeline(declared: tuple[Sender, ...] = ()) -> func.Blueprint:
+    """``declared``: the senders, each with an intake of its own on its own queue."""
     bp = func.Blueprint()  # type: ignore[no-untyped-call]
-
-    @bp.function_name("intake")
-    @bp.service_bus_queue_trigger(arg_name="msg", queue_name="%OrdersQueueName%",
-                                  connection="ServiceBusConnection")
-    def intake(msg: func.ServiceBusMessage) -> None:
-        sent = msg.enqueued_time_utc  # naive UTC, as the worker gives it
-        props = msg.application_properties or {}
-        bootstrap.container().intake.handle(
-            msg.message_id, msg.get_body(), msg.delivery_count or 1,
-            sent.replace(tzinfo=UTC) if sent else None,
-            # The sender's trace context: ours, or the one the Service Bus SDK sets when traced.
-            _text(props.get(tracing.TRACEPARENT) or props.get("Diagnostic-Id")))
+    _intake(bp, senders.DEFAULT, "%OrdersQueueName%")
+    for sender in declared:
+        _intake(bp, sender, sender.orders_queue)
 
     @bp.function_name("scheduler_commands")
     @bp.queue_trigger(arg_name="msg", queue_name="%SchedulerQueueName%",
@@ -49,6 +43,21 @@ def pipeline() -> func.Blueprint:
         bootstrap.container().supervisor.tick()
 
     return bp
+
+
+def _intake(bp: func.Blueprint, sender: Sender, queue: str) -> None:
+    @bp.function_name(sender.intake_function)
+    @bp.service_bus_queue_trigger(arg_name="msg", queue_name=queue,
+                                  connection="ServiceBusConnection")
+    def intake(msg: func.ServiceBusMessage) -> None:
+        sent = msg.enqueued_time_utc  # naive UTC, as the worker gives it
+        props = msg.application_properties or {}
+        bootstrap.container().intake.handle(
+            msg.message_id, msg.get_body(), msg.delivery_count or 1,
+            sent.replace(tzinfo=UTC) if sent else None,
+            # The sender's trace context: ours, or the one the Service Bus SDK sets when traced.
+            _text(props.get(tracing.TRACEPARENT) or props.get("Diagnostic-Id")),
+            sender=sender)
 
 
 def _text(value: object) -> str | None:

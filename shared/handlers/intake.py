@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -14,8 +15,10 @@ from shared.adapters.alerts import AlertSink
 from shared.adapters.rejections import Rejection, RejectionKind, RejectionStore
 from shared.adapters.state_store import OrderAlreadyExists, OrderNotStorable, OrderStore
 from shared.clock import Clock
+from shared.domain import senders
 from shared.domain.alerts import AlertKind, OperatorAlert
-from shared.domain.messages import Arrival, SchedulerCommand
+from shared.domain.messages import Arrival, SchedulerCommand, StatusUpdate
+from shared.domain.senders import Sender
 from shared.domain.state import Cause, OrderState
 from shared.domain.transitions import receive
 from shared.domain.workflow import Registry
@@ -64,75 +67,95 @@ class IntakeHandler:
         self._clock = clock
 
     def handle(self, message_id: str, body: bytes, delivery_count: int = 1,
-               sent_at: datetime | None = None, traceparent: str | None = None) -> IntakeResult:
+               sent_at: datetime | None = None, traceparent: str | None = None,
+               sender: Sender = senders.DEFAULT) -> IntakeResult:
         """Raises only for faults worth a redelivery (storage down); bad input is recorded.
 
         ``sent_at`` is when the message was enqueued: it orders the rejected list.
         ``traceparent``: the sender's trace context, which the order's trace continues.
+        ``sender``: whose queue the message came from; the order is kept under its record id.
         """
         with tracing.span("intake", parent=traceparent, attributes={
                 "messaging.message.id": message_id,
                 "messaging.message.delivery_count": delivery_count}):
-            result = self._handle(message_id, body, delivery_count, sent_at)
+            result = self._handle(message_id, body, delivery_count, sent_at, sender)
             tracing.annotate(**tracing.order_attributes(result.order_id))
             tracing.outcome(result.outcome.value)
             return result
 
     def _handle(self, message_id: str, body: bytes, delivery_count: int,
-                sent_at: datetime | None) -> IntakeResult:
+                sent_at: datetime | None, sender: Sender) -> IntakeResult:
         now = self._clock()
         try:
             order = self._workflows.parse(body)
-            if order.reply_to and not self._reply_allowed(order.reply_to):
-                raise InvalidOrder(f"reply_to: queue {order.reply_to!r} is not one this app sends "
-                                   "status updates to (ReplyQueueAllowList)")
+            reply_to = self._reply_queue(order, sender)
             workflow = self._workflows.get(order.workflow)
         except InvalidOrder as e:
-            reason = str(e)
+            reason = f"from {sender}: {e}" if sender.named else str(e)
             self._rejections.record(Rejection(RejectionKind.INVALID, reason, message_id, body,
                                               delivery_count, now, sent_at))
             log.warning("order message %s rejected: %s", message_id, reason)
+            if sender.named:  # where it came from is known, whatever the body says
+                self._tell(sender.status_queue, None, message_id, body, now, reason)
             return IntakeResult(IntakeOutcome.INVALID, None, reason)
 
-        state = receive(order.order_id, workflow, now, order.reply_to)
+        record_id = sender.record_id(order.order_id)
+        state = receive(record_id, workflow, now, reply_to)
         state.trace = tracing.current_traceparent()  # what the order's later work continues
         try:
             saved = self._store.create(order, state)  # indexed first: never lost to the Supervisor
         except OrderAlreadyExists as e:
-            return self._seen_before(order, e.fingerprint,
+            return self._seen_before(order, record_id, reply_to, e.fingerprint,
                                      Rejection(RejectionKind.CONFLICT, "", message_id, body,
-                                               delivery_count, now, sent_at))
+                                               delivery_count, now, sent_at), sender)
         except OrderNotStorable as e:
             # The same write fails on every delivery: record it once, for an operator to see.
-            reason = (f"order {order.order_id} is valid but storage refuses it ({e.reason}); "
+            reason = (f"order {record_id} is valid but storage refuses it ({e.reason}); "
                       "nothing was run")
             self._rejections.record(Rejection(RejectionKind.UNSTORABLE, reason, message_id, body,
                                               delivery_count, now, sent_at))
             self._alerts.raise_alert(OperatorAlert(
-                AlertKind.ORDER_NOT_STORABLE, order.order_id, reason, now,
-                key=f"{order.order_id}.unstorable.{order.fingerprint()[:16]}"))
+                AlertKind.ORDER_NOT_STORABLE, record_id, reason, now,
+                key=f"{record_id}.unstorable.{order.fingerprint()[:16]}"))
             log.error("order message %s not storable: %s", message_id, reason)
-            return IntakeResult(IntakeOutcome.UNSTORABLE, order.order_id, reason)
+            return IntakeResult(IntakeOutcome.UNSTORABLE, record_id, reason)
         self._hand_on(saved, order.document())
-        log.info("order %s accepted", order.order_id)
-        return IntakeResult(IntakeOutcome.ACCEPTED, order.order_id)
+        log.info("order %s accepted", record_id)
+        return IntakeResult(IntakeOutcome.ACCEPTED, record_id)
 
-    def _seen_before(self, order: WorkflowMessage, fingerprint: str | None,
-                     conflict: Rejection) -> IntakeResult:
-        current = self._store.get_state(order.order_id)
+    def _reply_queue(self, order: WorkflowMessage, sender: Sender) -> str | None:
+        """Where the order's status goes: a declared sender's own queue, whatever the body
+        says; the default sender's, the allowed queue its reply_to names."""
+        if sender.named:
+            if order.reply_to not in (None, sender.status_queue):
+                raise InvalidOrder(f"reply_to: {sender}'s status goes to its own queue "
+                                   f"{sender.status_queue!r}; leave reply_to out")
+            return sender.status_queue
+        if order.reply_to and not self._reply_allowed(order.reply_to):
+            raise InvalidOrder(f"reply_to: queue {order.reply_to!r} is not one this app sends "
+                               "status updates to (ReplyQueueAllowList)")
+        return order.reply_to
+
+    def _seen_before(self, order: WorkflowMessage, record_id: str, reply_to: str | None,
+                     fingerprint: str | None, conflict: Rejection, sender: Sender
+                     ) -> IntakeResult:
+        current = self._store.get_state(record_id)
         if fingerprint != order.fingerprint():
-            reason = (f"order {order.order_id} already exists with different content; "
+            reason = (f"order {record_id} already exists with different content; "
                       "the stored order was kept" if fingerprint else
-                      f"order {order.order_id} has a state record but no order row; "
+                      f"order {record_id} has a state record but no order row; "
                       "nothing was changed")
             self._rejections.record(replace(conflict, reason=reason))
             self._alerts.raise_alert(OperatorAlert(
-                AlertKind.ORDER_CONFLICT, order.order_id, reason, conflict.at,
-                # A body of other content is a sender's: rolled up with the rest. A record
-                # without its order row is the store's fault: an alert of its own.
-                source="intake" if fingerprint else "",
-                key=f"{order.order_id}.conflict.{order.fingerprint()[:16]}"))
-            return IntakeResult(IntakeOutcome.CONFLICT, order.order_id, reason)
+                AlertKind.ORDER_CONFLICT, record_id, reason, conflict.at,
+                # A body of other content is a sender's: rolled up with the rest of that
+                # sender's. A record without its order row is the store's fault: its own alert.
+                source=(f"intake {sender.name}".strip() if fingerprint else ""),
+                key=f"{record_id}.conflict.{order.fingerprint()[:16]}"))
+            if reply_to:  # told to whoever sent the conflicting message, never the first's
+                self._tell(reply_to, order.order_id, conflict.message_id, conflict.body,
+                           conflict.at, reason)
+            return IntakeResult(IntakeOutcome.CONFLICT, record_id, reason)
         # The same order again. If the first delivery died before handing the order on, its
         # outbox is still the record's: hand it on now. If it died after the Scheduler's claim
         # (which intake's relay runs in this process) but before the claim's request was known
@@ -142,7 +165,16 @@ class IntakeHandler:
                 current.outbox_cause == Cause.INTAKE
                 or (current.outbox_cause == Cause.START and current.dispatch_unconfirmed)):
             self._hand_on(current, order.document())
-        return IntakeResult(IntakeOutcome.DUPLICATE, order.order_id)
+        return IntakeResult(IntakeOutcome.DUPLICATE, record_id)
+
+    def _tell(self, queue: str, order_id: str | None, message_id: str, body: bytes,
+              at: datetime, reason: str) -> None:
+        """A ``rejected`` status update for a message intake did not take; every delivery of
+        the same message tells it under the same event id."""
+        event_id = hashlib.sha256(message_id.encode() + b"\0" + body).hexdigest()[:32]
+        self._relay.tell(queue, StatusUpdate(
+            order_id=order_id or "", event="rejected", at=at, event_id=event_id,
+            message_id=message_id[:128], detail=reason[:1024]))
 
     def _hand_on(self, state: OrderState, order: dict[str, Any]) -> None:
         carried = self._relay.carry_out(state, order, hold_command=True)

@@ -139,8 +139,8 @@ class Operator:
         if not 1 <= limit <= MAX_PAGE:
             raise ValueError(f"limit must be between 1 and {MAX_PAGE}")
         if prefix is not None and not ID_PREFIX.match(prefix):
-            raise ValueError(f"{prefix[:140]!r} is not the start of an order id (letters, "
-                             "digits and ._:- , up to 128 characters)")
+            raise ValueError(f"{prefix[:160]!r} is not the start of an order id (letters, "
+                             "digits and ._:~- , up to 149 characters)")
         if customer is not None:
             if not customer or len(customer) > 128:
                 raise ValueError("customer must be 1 to 128 characters")

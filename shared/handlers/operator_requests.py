@@ -10,16 +10,16 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from shared.domain import budget
+from shared.domain.senders import RECORD_ID_PATTERN
 from shared.domain.state import ProcessState
-from shared.domain.workflow_message import ORDER_ID_PATTERN
 
 MAX_PAGE = 1000
 
 
 # A resubmit reason is kept in the order's history: a sentence, not a document.
 MAX_REASON = budget.REASON_TEXT
-_ORDER_ID = re.compile(ORDER_ID_PATTERN)
-ID_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+_ORDER_ID = re.compile(RECORD_ID_PATTERN)
+ID_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:~-]{0,148}$")
 
 
 class ResubmitRequest(BaseModel):
@@ -52,8 +52,9 @@ def _first_problem(e: ValidationError) -> str:
 
 def check_order_id(order_id: str) -> None:
     if not _ORDER_ID.match(order_id):
-        raise ValueError(f"{order_id[:140]!r} is not an order id (letters, digits and ._:- , "
-                         "up to 128 characters, starting with a letter or digit)")
+        raise ValueError(f"{order_id[:160]!r} is not an order id (letters, digits and ._:- , "
+                         "up to 128 characters, starting with a letter or digit; a declared "
+                         "sender's order: its name and ~ first)")
 
 
 def check_state(process_state: str | None) -> None:

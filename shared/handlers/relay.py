@@ -16,6 +16,7 @@ from shared.adapters.alerts import AlertSink
 from shared.adapters.queues import MessageSender, QueueNotFound, QueueRefused
 from shared.adapters.state_store import ConcurrencyConflict, OrderStore
 from shared.clock import Clock
+from shared.domain import senders
 from shared.domain.alerts import OperatorAlert
 from shared.domain.effects import (
     Dispatch,
@@ -137,20 +138,23 @@ class EffectRelay:
     def _status(self, state: OrderState, effect: SendStatus, traceparent: str | None) -> None:
         if not state.reply_to:
             return
-        update = StatusUpdate(order_id=state.order_id, event=effect.event, at=effect.at,
-                              step=effect.step, detail=effect.detail, event_id=effect.id,
-                              traceparent=traceparent)
+        self.tell(state.reply_to, StatusUpdate(
+            order_id=senders.own_id(state.order_id), event=effect.event, at=effect.at,
+            step=effect.step, detail=effect.detail, event_id=effect.id, traceparent=traceparent))
+
+    def tell(self, queue: str, update: StatusUpdate) -> None:
+        """A status update to a sender's queue: a courtesy copy, never a reason to stop."""
         try:
-            self._sender.send(state.reply_to, update.to_json())
+            self._sender.send(queue, update.to_json())
         except QueueNotFound as e:
             # The submitter's queue is gone: their loss, and no reason to stop the order.
-            log.warning("status %s for %s not sent: %s", effect.event, state.order_id, e)
+            log.warning("status %s for %s not sent: %s", update.event, update.order_id, e)
         except QueueRefused as e:
             # Allowed by ReplyQueueAllowList, refused by the app's role (its condition lists the
-            # prefixes the Bicep was given): a courtesy copy, never a reason to stop the order.
+            # prefixes and the senders' queues the Bicep was given).
             log.error("status %s for %s not sent: %s; give the app's role the same reply queue "
-                      "prefixes as ReplyQueueAllowList (docs/settings.md)", effect.event,
-                      state.order_id, e)
+                      "prefixes as ReplyQueueAllowList and the same Senders (docs/settings.md)",
+                      update.event, update.order_id, e)
 
     def _dispatch(self, state: OrderState, effect: Dispatch, order: dict[str, Any] | None,
                   traceparent: str | None) -> dict[str, Any]:
