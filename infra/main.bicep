@@ -43,6 +43,9 @@ param operatorClientApps array = ['04b07795-8ddb-461a-bbee-02f9e1bf7b46']
 @description('Each real remote service\'s settings by name (remoteServices=real): the URL of each HTTP service (urlSettings in services.json) and the settings each code service declares (codeSettings), a secret as a Key Vault reference (@Microsoft.KeyVault(SecretUri=...)); the app will not start without every one.')
 param serviceUrls object = {}
 
+@description('Senders kept apart (docs/security.md, Senders): each {name, principalId, principalType}, the name a lower-case letter then up to 19 lower-case letters or digits. Each sends on the Service Bus queue orders-<name> and reads status-<name>; empty: one default sender on the orders queue.')
+param senders array = []
+
 @description('Whether storage and Service Bus take traffic from the internet (every request still needs Entra ID and an RBAC role). Enabled for the quickstart. Disabled: only through private endpoints, which you add with a virtual network (appSubnetId; docs/deploying.md), and Service Bus is Premium, the only tier with private endpoints.')
 @allowed(['Enabled', 'Disabled'])
 param publicNetworkAccess string = 'Enabled'
@@ -94,6 +97,8 @@ var tables = {
   simulator: 'SimulatedEffects'
 }
 var ordersQueueName = 'orders'
+var senderNames = [for s in senders: s.name]
+var statusQueueNames = [for s in senders: 'status-${s.name}']
 // The storage queues the app triggers on or sends to (each with its -poison queue).
 var appQueueNames = concat([queues.scheduler, queues.responses], services.queues)
 // Prefixes of the queues an order's reply_to may name (ReplyQueueAllowList); the app's identity
@@ -129,6 +134,7 @@ var appSettings = union(services.queueSettings, {
   PendingGraceSeconds: '60'
   StepBudgetSeconds: ''
   ReplyQueueAllowList: join(replyQueuePrefixes, ',')
+  Senders: join(senderNames, ',')
   // The share of fault-free orders whose whole trace is exported; orders in trouble are kept
   // whatever it says. '1' for full fidelity (docs/tracing.md).
   OrderTraceSampleRatio: '0.05'
@@ -172,6 +178,7 @@ module storage 'app/storage.bicep' = {
     tags: tags
     deploymentContainerName: deploymentContainerName
     queueNames: appQueueNames
+    statusQueueNames: statusQueueNames
     tableNames: tableNames
     publicNetworkAccess: publicNetworkAccess
   }
@@ -185,6 +192,7 @@ module serviceBus 'app/servicebus.bicep' = {
     location: location
     tags: tags
     ordersQueueName: ordersQueueName
+    senderNames: senderNames
     publicNetworkAccess: publicNetworkAccess
   }
 }
@@ -217,10 +225,21 @@ module rbac 'app/rbac.bicep' = {
   }
 }
 
+module senderRoles 'app/senders.bicep' = {
+  name: 'senders'
+  scope: rg
+  params: {
+    storageAccountName: storage.outputs.name
+    serviceBusNamespaceName: serviceBus.outputs.name
+    senders: senders
+    appPrincipalId: identity.outputs.principalId
+  }
+}
+
 module function 'app/function.bicep' = {
   name: 'function'
   scope: rg
-  dependsOn: [rbac]
+  dependsOn: [rbac, senderRoles]
   params: {
     name: functionAppName
     planName: 'plan-${prefix}'

@@ -7,6 +7,8 @@ param tags object
 param deploymentContainerName string
 @description('Storage queues the app uses; the host creates <name>-poison on demand, we create them up front.')
 param queueNames array
+@description('Each declared sender\'s status queue (status-<name>).')
+param statusQueueNames array = []
 param tableNames array
 @description('Enabled: reachable from the internet, with Entra ID and RBAC. Disabled: through private endpoints only (docs/deploying.md).')
 @allowed(['Enabled', 'Disabled'])
@@ -90,6 +92,14 @@ resource poisonQueues 'Microsoft.Storage/storageAccounts/queueServices/queues@20
   for q in queueNames: {
     parent: queueService
     name: '${q}-poison'
+  }
+]
+
+// A declared sender's status queue (status-<name>): the app only puts messages on it.
+resource statusQueues 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = [
+  for q in statusQueueNames: {
+    parent: queueService
+    name: q
   }
 ]
 

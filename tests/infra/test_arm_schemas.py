@@ -39,7 +39,7 @@ def test_every_type_and_version_in_the_bicep_has_a_model() -> None:
      "minimumTlsVersoin is not a property here"),
     ("app/storage.bicep", "  kind: 'StorageV2'\n", "  kind: 'StorageV3'\n",
      "'StorageV3' is not one of"),
-    ("app/servicebus.bicep", "    maxDeliveryCount: 10\n", "    maxDeliveryCount: '10'\n",
+    ("app/servicebus.bicep", "  maxDeliveryCount: 10\n", "  maxDeliveryCount: '10'\n",
      "the string '10' where the schema has integer"),
     ("app/function.bicep", "    httpsOnly: true\n", "    httpsOnly: 'yes'\n",
      "the string 'yes' where the schema has boolean"),
