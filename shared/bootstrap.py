@@ -77,7 +77,7 @@ class Container:
                      s.simulator_table):
             with contextlib.suppress(ResourceExistsError):
                 self.tables.create_table(name)
-        for name in self.config.queues:
+        for name in [*self.config.queues, *(s.status_queue for s in self.config.senders)]:
             with contextlib.suppress(ResourceExistsError):
                 self.queues.create_queue(name)
 

@@ -180,6 +180,9 @@ class OrderState:
     compensation: CompensationState | None = None
     compensation_failure_count: int = 0
     reply_to: str | None = None
+    # The order message the order was taken from (its Service Bus message id): every status
+    # update names it, so a receiver can check it answers a message it sent.
+    message_id: str | None = None
     last_error: str | None = None
     # The step whose failure put the order in Error.
     failed_step: str | None = None

@@ -63,7 +63,7 @@ _ALERTS: dict[str, AlertKind] = {
 
 
 def receive(order_id: str, workflow: Workflow, now: datetime,
-            reply_to: str | None = None) -> OrderState:
+            reply_to: str | None = None, message_id: str | None = None) -> OrderState:
     """A new order's first state: Pending, with a start command (and "received") to send."""
     # CompleteBy stays null, as the contract says; the Supervisor allows it the pending grace
     # from CreatedAt.
@@ -74,6 +74,7 @@ def receive(order_id: str, workflow: Workflow, now: datetime,
         created_at=now,
         updated_at=now,
         reply_to=reply_to,
+        message_id=message_id,
         workflow=workflow.name,
         workflow_version=workflow.version,
     )

@@ -27,6 +27,9 @@ from shared.handlers.relay import EffectRelay, InHand
 
 log = logging.getLogger(__name__)
 
+# Service Bus's own limit on a message id: what the record and a status update keep of it.
+MESSAGE_ID_KEPT = 128
+
 
 class IntakeOutcome(StrEnum):
     ACCEPTED = "accepted"
@@ -100,7 +103,7 @@ class IntakeHandler:
             return IntakeResult(IntakeOutcome.INVALID, None, reason)
 
         record_id = sender.record_id(order.order_id)
-        state = receive(record_id, workflow, now, reply_to)
+        state = receive(record_id, workflow, now, reply_to, message_id[:MESSAGE_ID_KEPT])
         state.trace = tracing.current_traceparent()  # what the order's later work continues
         try:
             saved = self._store.create(order, state)  # indexed first: never lost to the Supervisor
@@ -174,7 +177,7 @@ class IntakeHandler:
         event_id = hashlib.sha256(message_id.encode() + b"\0" + body).hexdigest()[:32]
         self._relay.tell(queue, StatusUpdate(
             order_id=order_id or "", event="rejected", at=at, event_id=event_id,
-            message_id=message_id[:128], detail=reason[:1024]))
+            message_id=message_id[:MESSAGE_ID_KEPT], detail=reason[:1024]))
 
     def _hand_on(self, state: OrderState, order: dict[str, Any]) -> None:
         carried = self._relay.carry_out(state, order, hold_command=True)

@@ -140,7 +140,8 @@ class EffectRelay:
             return
         self.tell(state.reply_to, StatusUpdate(
             order_id=senders.own_id(state.order_id), event=effect.event, at=effect.at,
-            step=effect.step, detail=effect.detail, event_id=effect.id, traceparent=traceparent))
+            step=effect.step, detail=effect.detail, event_id=effect.id, traceparent=traceparent,
+            message_id=state.message_id))
 
     def tell(self, queue: str, update: StatusUpdate) -> None:
         """A status update to a sender's queue: a courtesy copy, never a reason to stop."""

@@ -98,7 +98,8 @@ def _fail_again(s: OrderState, error: str) -> OrderState:
 
 # Per unit of a budget, the most JSON stores: a control character is a six-unit escape.
 ESCAPED = "\x01"
-LONGEST_ID = "o:" + "9" * 126
+# The longest record id: a declared sender's name at its longest, then the longest order id.
+LONGEST_ID = "s" * 20 + "~" + "o:" + "9" * 126
 ENTITY_BYTES = 1024 * 1024
 POLICY = RetryPolicy(failure_threshold=3, pending_grace=timedelta(seconds=60),
                      backoff=exponential_backoff(timedelta(seconds=5), timedelta(seconds=300)))
@@ -123,7 +124,7 @@ def _largest(limit: int) -> dict[str, str]:
 
 def _refused_charge(error: str) -> OrderState:
     """The widest record's path to its failure: reserved, then the charge refused."""
-    s = receive(LONGEST_ID, WF, T0, reply_to="r" * 63)
+    s = receive(LONGEST_ID, WF, T0, reply_to="r" * 63, message_id="m" * 128)
     s = claim(s, "s1", T0, WF, Delivery(s.outbox_seq))
     s = _reply(s, "reserve_inventory", Action.DO)
     return _reply(s, "charge_payment", Action.DO, error)
@@ -161,7 +162,7 @@ def test_keys_and_the_tick_log_are_small_whatever_they_hold() -> None:
     """A key may be 1 KiB (512 units): the index's row key holds the longest id and a
     generation past any resubmit count. The Supervisor's tick log keeps KEEP_GAPS gaps."""
     key = due_index.key_for(LONGEST_ID, 10**9, T0)
-    assert budget.utf16_units(key.row) <= 170 < 512
+    assert budget.utf16_units(key.row) <= 190 < 512
     gaps = tuple(Gap(T0 + timedelta(minutes=i, microseconds=1),
                      T0 + timedelta(minutes=i, seconds=30, microseconds=1))
                  for i in range(KEEP_GAPS + 5))
