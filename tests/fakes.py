@@ -186,8 +186,7 @@ class FakeOrderStore:
         current = self.states.get(state.order_id)
         if current is None or current.version != state.version:
             raise ConcurrencyConflict(f"order {state.order_id}: version {state.version}")
-        current.outbox = []
-        return self._stamp(current)
+        return self._stamp(current.confirmed())
 
     def due(self, now: datetime, limit: int) -> list[InFlightEntry]:
         self.fault("store.due")

@@ -176,7 +176,11 @@ resource appTelemetry 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
 }
 
 // The deploying user: send orders (Service Bus), read the app's queues' lengths and its tables
-// (state, rejections, alerts), the same queues and tables one by one.
+// (state, rejections, alerts), the same queues and tables one by one. Never a queued message:
+// an Agent's request carries its attempt's token, which answers for the Agent (peeking is
+// what the reader role would otherwise allow; nothing the CLI does needs it).
+var userQueueNote = 'Queue lengths (orders health), never a message.'
+var userQueueNoPeek = '((!(ActionMatches{\'Microsoft.Storage/storageAccounts/queueServices/queues/messages/read\'})))'
 resource userQueues 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
   for (q, i) in (empty(userPrincipalId) ? [] : queueNames): {
     name: guid(queues[i].id, userPrincipalId, roles.storageQueueDataReader)
@@ -185,6 +189,9 @@ resource userQueues 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
       principalId: userPrincipalId
       principalType: userPrincipalType
       roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataReader)
+      description: userQueueNote
+      conditionVersion: '2.0'
+      condition: userQueueNoPeek
     }
   }
 ]
@@ -197,6 +204,9 @@ resource userPoisonQueues 'Microsoft.Authorization/roleAssignments@2022-04-01' =
       principalId: userPrincipalId
       principalType: userPrincipalType
       roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageQueueDataReader)
+      description: userQueueNote
+      conditionVersion: '2.0'
+      condition: userQueueNoPeek
     }
   }
 ]

@@ -8,7 +8,6 @@ Every write keeps the due-time index true (shared/domain/due_index.py).
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import itertools
 import json
@@ -359,17 +358,17 @@ class TableOrderStore:
         Raises ConcurrencyConflict when the record moved on: the newer transition has its own
         outbox, and the old one needs no confirming.
         """
+        confirmed = state.confirmed()
         try:
             meta = self._states.update_entity(
                 {"PartitionKey": state.order_id, "RowKey": STATE_ROW,
-                 "Outbox": outbox_to_json([])},
+                 "Outbox": outbox_to_json([]),
+                 "Steps": state_to_entity(confirmed)["Steps"]},
                 mode=UpdateMode.MERGE, etag=state.version,
                 match_condition=MatchConditions.IfNotModified,
             )
         except (ResourceModifiedError, ResourceNotFoundError) as e:
             raise ConcurrencyConflict(f"order {state.order_id}: {e.reason}") from None
-        confirmed = copy.deepcopy(state)
-        confirmed.outbox = []
         confirmed.version = meta["etag"]
         return confirmed
 

@@ -6,6 +6,7 @@ Agent replies (one shared response queue) and status updates to a submitter's re
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from datetime import datetime
 from enum import StrEnum
@@ -115,6 +116,12 @@ class StatusUpdate(_Message):
 def new_token() -> str:
     """An attempt's token: 128 random bits, which nobody guesses from outside the app."""
     return secrets.token_urlsafe(16)
+
+
+def token_digest(token: str) -> str:
+    """What the record keeps of a token once its request is known sent: enough to check an
+    echo of it, nothing to echo."""
+    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
 
 
 def new_work_key(order_id: str, step: str, generation: int = 0) -> str:

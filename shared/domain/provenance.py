@@ -95,7 +95,7 @@ def judge(state: OrderState | None, req: AgentRequest, service: str,
         step.status is StepStatus.COMPENSATING
         and state.compensation is CompensationState.RUNNING)
     if req.attempt == step.attempt and in_flight:
-        if step.token is not None and req.token != step.token:
+        if not step.holds(req.token):
             return _forged(f"it lacks the token of {step.name}'s attempt {step.attempt}")
         if step.complete_by is not None and req.complete_by > step.complete_by:
             # A copy given more time would have the Agent work, and answer, past the step's.

@@ -11,13 +11,20 @@ from enum import StrEnum
 from typing import Any, TypedDict
 
 from shared.domain.effects import (
+    Dispatch,
     Effect,
     has_dispatch,
 )
 from shared.domain.messages import (
     AgentReply,
     StatusEvent,
+    new_token,
+    token_digest,
 )
+
+# The digests of an attempt's tokens kept (StepState.token): enough for the copies that can
+# still be answered, each 71 characters.
+KEPT_DIGESTS = 4
 
 
 class IllegalTransition(Exception):
@@ -88,9 +95,14 @@ class StepState:
     in_doubt: bool = False
     # The key the step's work is done under, recorded when it first runs; its undo names it.
     work_key: str | None = None
-    # This attempt's token (messages.new_token), sent in its request; a reply must echo it. None
-    # on a step last sent by a release before it: its reply is taken as before.
+    # This attempt's token (messages.new_token), sent in its request; a reply must echo it.
+    # Kept only while the request may still have to be sent (the outbox holds its dispatch):
+    # after that, only its digest, which nobody can echo. An attempt sent again once its
+    # token was forgotten (the Supervisor, after an outage) is sent with a new one, and a
+    # copy or reply of either is the attempt's own: the last few digests are kept. None of
+    # either on a step last sent by a release before them: its reply is taken as before.
     token: str | None = None
+    token_digests: tuple[str, ...] = ()
     # What its service answered when the work was done (a charge's id, say): handed to the
     # later steps and to its own undo. None: not done, or done by a release that kept none.
     result: dict[str, Any] | None = None
@@ -98,6 +110,23 @@ class StepState:
     undo_key: str | None = None
     # Its undo was given up unanswered (timed out): the work may or may not have been undone.
     undo_in_doubt: bool = False
+
+    def issue_token(self, *, again: bool = False) -> None:
+        """A token for the attempt: a new attempt's, or (``again``) one more for this attempt,
+        sent again once its token was forgotten."""
+        self.token = new_token()
+        kept = self.token_digests[-(KEPT_DIGESTS - 1):] if again else ()
+        self.token_digests = (*kept, token_digest(self.token))
+
+    @property
+    def token_forgotten(self) -> bool:
+        return self.token is None and bool(self.token_digests)
+
+    def holds(self, token: str | None) -> bool:
+        """Whether ``token`` is this attempt's (any is, on a step sent before tokens)."""
+        if self.token_digests:
+            return token is not None and token_digest(token) in self.token_digests
+        return self.token is None or token == self.token
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -109,6 +138,7 @@ class StepState:
             "in_doubt": self.in_doubt,
             "work_key": self.work_key,
             "token": self.token,
+            **({"token_digests": list(self.token_digests)} if self.token_digests else {}),
             **({"result": self.result} if self.result is not None else {}),
             **({"undo_key": self.undo_key} if self.undo_key is not None else {}),
             **({"undo_in_doubt": True} if self.undo_in_doubt else {}),
@@ -126,6 +156,7 @@ class StepState:
             in_doubt=bool(d.get("in_doubt", False)),
             work_key=d.get("work_key"),
             token=d.get("token"),
+            token_digests=tuple(str(t) for t in d.get("token_digests") or ()),
             result=d["result"] if isinstance(d.get("result"), dict) else None,
             undo_key=d.get("undo_key"),
             undo_in_doubt=bool(d.get("undo_in_doubt", False)),
@@ -235,6 +266,22 @@ class OrderState:
     @property
     def from_newer_release(self) -> bool:
         return self.schema_version is not None and self.schema_version > SCHEMA_VERSION
+
+    def forget_tokens(self) -> None:
+        """Keep a step's token only while the outbox may still send its request: then only
+        its digest (StepState.token)."""
+        pending = {e.step for e in self.outbox if isinstance(e, Dispatch)}
+        for step in self.steps:
+            if step.token_digests and step.name not in pending:
+                step.token = None
+
+    def confirmed(self) -> OrderState:
+        """This record once its outbox is known carried out: no outbox, and no token left that
+        a reader of the record could echo."""
+        new = copy.deepcopy(self)
+        new.outbox = []
+        new.forget_tokens()
+        return new
 
     @property
     def dispatch_unconfirmed(self) -> bool:

@@ -29,7 +29,6 @@ from shared.domain.messages import (
     AgentReply,
     CommandKind,
     ReplyOutcome,
-    new_token,
     new_work_key,
     undo_key,
 )
@@ -122,7 +121,7 @@ def claim(state: OrderState, scheduler_id: str, now: datetime, workflow: Workflo
 
 
 def _check_token(state: OrderState, step: StepState, reply: AgentReply) -> None:
-    if step.token is not None and reply.token != step.token:
+    if not step.holds(reply.token):
         raise ForgedReply(
             f"a {reply.action.value} reply for {state.order_id}/{step.name} attempt "
             f"{reply.attempt} without the token of the request the app sent: refused, the "
@@ -212,7 +211,7 @@ def begin_compensation(state: OrderState, scheduler_id: str, now: datetime, work
 def _run(state: OrderState, step: StepState, now: datetime, workflow: Workflow) -> None:
     step.status = StepStatus.RUNNING
     step.attempt += 1
-    step.token = new_token()
+    step.issue_token()
     step.complete_by = now + workflow.step(step.name).budget
     if step.work_key is None:
         step.work_key = new_work_key(state.order_id, step.name, state.generation)
@@ -280,10 +279,13 @@ def _finish(new: OrderState, cause: str, effects: list[Effect]) -> None:
     if step is not None and step.complete_by is not None:
         action = Action.UNDO if step.status is StepStatus.COMPENSATING else Action.DO
         effects.append(Dispatch(step=step.name, action=action, attempt=step.attempt))
+        if step.token_forgotten:  # its request is sent again: with a token that can be
+            step.issue_token(again=True)
     if new.is_settled:
         effects.append(Forget(generation=new.generation))
     new.outbox = effects
     new.outbox_cause = cause
+    new.forget_tokens()
 
 
 def _take_answer(new: OrderState, step: StepState, reply: AgentReply, scheduler_id: str,
@@ -415,7 +417,7 @@ def _next_compensation(new: OrderState, scheduler_id: str, now: datetime, workfl
     if step.status is StepStatus.COMPENSATING and step.undo_key is None and step.work_key:
         step.undo_key = undo_key(step.work_key)
     step.attempt += 1
-    step.token = new_token()
+    step.issue_token()
     step.complete_by = now + workflow.step(step.name).budget
     new.compensation = CompensationState.RUNNING
     new.locked_by = scheduler_id

@@ -94,7 +94,8 @@ def state_view(s: domain.OrderState, order: dict[str, Any] | None = None) -> Ord
         UpdatedAt=s.updated_at, Rescues=s.rescues,
         # Not the attempt's token: only the request and its reply may carry it (a reader of the
         # API could otherwise answer for the Agent).
-        Steps=[StepView.model_validate({k: v for k, v in st.to_dict().items() if k != "token"})
+        Steps=[StepView.model_validate({k: v for k, v in st.to_dict().items()
+                                            if k not in ("token", "token_digests")})
                for st in s.steps],
         History=s.history, Outbox=[e.model_dump(mode="json") for e in s.outbox],
         TraceId=tracing.trace_id(s.trace),

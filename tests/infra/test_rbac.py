@@ -173,3 +173,18 @@ def test_every_role_the_app_and_the_user_are_given_is_one_security_md_names() ->
                  "Storage Queue Data Reader", "Storage Table Data Reader",
                  "Azure Service Bus Data Sender"):
         assert role in page, role
+
+
+def test_the_deploying_user_reads_queue_lengths_never_a_message() -> None:
+    """An Agent's request carries its attempt's token, which answers for the Agent: the user's
+    queue reader role is held from peeking (the one message-reading action it has)."""
+    user_queues = [a for a in ASSIGNMENTS
+                   if a.principal == "userPrincipalId" and a.role == "storageQueueDataReader"]
+    assert {a.scope for a in user_queues} == {"queues", "poisonQueues"}
+    condition = str(_Resolver(RBAC, INFRA / "app")("userQueueNoPeek"))
+    for a in user_queues:
+        props = a.body["properties"]
+        assert (props["conditionVersion"], props["condition"]) == ("2.0", "userQueueNoPeek")
+    assert condition.replace("\\'", "'") == (
+        "((!(ActionMatches{'Microsoft.Storage/storageAccounts/queueServices/queues/"
+        "messages/read'})))")
