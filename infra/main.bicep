@@ -288,6 +288,7 @@ module alerts 'app/alerts.bicep' = {
     applicationInsightsId: monitoring.outputs.applicationInsightsId
     serviceBusNamespaceId: serviceBus.outputs.id
     ordersQueueName: ordersQueueName
+    senderNames: senderNames
     alertEmail: alertEmail
   }
 }

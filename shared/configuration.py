@@ -84,6 +84,11 @@ def resolve(settings: Settings, workflows: Registry) -> Configuration:
         senders = sending.parse(settings.senders)
     except ValueError as e:
         raise SettingsError(f"Senders={settings.senders!r}: {e}") from None
+    clash = [s for s in senders if s.orders_queue == settings.orders_queue]
+    if clash:
+        raise SettingsError(f"Senders={settings.senders!r}: OrdersQueueName "
+                            f"{settings.orders_queue!r} is {clash[0].name}'s queue; the default "
+                            "sender's queue must be another")
     taken = sorted(own & {s.status_queue for s in senders})
     if taken:
         raise SettingsError(f"Senders={settings.senders!r}: the status queue {taken[0]!r} is "

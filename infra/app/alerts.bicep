@@ -6,6 +6,10 @@ param location string
 param applicationInsightsId string
 param serviceBusNamespaceId string
 param ordersQueueName string
+@description('The declared senders\' names: each one\'s orders-<name> queue is watched too.')
+param senderNames array = []
+
+var senderQueues = [for s in senderNames: 'orders-${s}']
 @description('Where operator alerts are e-mailed; empty for none (alerts still fire in the portal).')
 param alertEmail string
 
@@ -92,7 +96,7 @@ resource deadLettered 'Microsoft.Insights/metricAlerts@2018-03-01' = {
             {
               name: 'EntityName'
               operator: 'Include'
-              values: [ordersQueueName]
+              values: concat([ordersQueueName], senderQueues)
             }
           ]
           operator: 'GreaterThan'

@@ -16,6 +16,7 @@ from shared.domain.alerts import AlertKind
 from shared.domain.senders import RECORD_ID_PATTERN
 from shared.domain.state import ProcessState
 from shared.handlers.operator_requests import (
+    ID_PREFIX_PATTERN,
     MAX_PAGE,
     AckRequest,
     BulkResubmitRequest,
@@ -119,8 +120,7 @@ def openapi_document() -> dict[str, Any]:
                      "schema": {"type": "string", "enum": [p.value for p in ProcessState]}},
                     {"name": "prefix", "in": "query", "required": False,
                      "description": "Only orders whose id starts with this.",
-                     "schema": {"type": "string",
-                                "pattern": r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"}},
+                     "schema": {"type": "string", "pattern": ID_PREFIX_PATTERN}},
                     {"name": "customer", "in": "query", "required": False,
                      "description": "Only this customer's orders (the stored order's "
                                     "CustomerId): at most 50, one page, no continuation; truncated "

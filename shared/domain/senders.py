@@ -20,6 +20,8 @@ SENDER_PATTERN = r"[a-z][a-z0-9]{0,19}"
 SEPARATOR = "~"
 # The id an order is kept under: a declared sender's name and its own id, or the default
 # sender's id alone.
+# The longest record id: the longest sender's name, the separator, the longest order id.
+RECORD_ID_MAX = 20 + 1 + 128
 RECORD_ID_PATTERN = rf"^(?:{SENDER_PATTERN}{SEPARATOR})?{ORDER_ID_PATTERN.removeprefix('^')}"
 
 

@@ -35,6 +35,7 @@ from shared.domain.messages import (
     legacy_compensates,
 )
 from shared.domain.provenance import Verdict, judge
+from shared.domain.senders import RECORD_ID_MAX
 from shared.domain.services import Call, InputFailed, step_input
 from shared.domain.workflow import Registry, UnknownWorkflow, Workflow
 
@@ -200,7 +201,8 @@ class Agent:
         log.error("agent %s: %s", self.name, reason)
         fingerprint = hashlib.sha256(req.to_json().encode()).hexdigest()[:16]
         self._check.alerts.raise_alert(OperatorAlert(
-            AlertKind.REQUEST_REFUSED, text.inert(budget.clip(req.order_id, 128)), budget.clip(
+            AlertKind.REQUEST_REFUSED,
+            text.inert(budget.clip(req.order_id, RECORD_ID_MAX)), budget.clip(
                 # The clock's time, never the request's: a sender chooses that one (a year 9999
                 # would file the alert where no listing looks, and expire every real one).
                 # Copies of the request are one alert by its key.

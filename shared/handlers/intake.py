@@ -108,7 +108,7 @@ class IntakeHandler:
         try:
             saved = self._store.create(order, state)  # indexed first: never lost to the Supervisor
         except OrderAlreadyExists as e:
-            return self._seen_before(order, record_id, reply_to, e.fingerprint,
+            return self._seen_before(order, record_id, e.fingerprint,
                                      Rejection(RejectionKind.CONFLICT, "", message_id, body,
                                                delivery_count, now, sent_at), sender)
         except OrderNotStorable as e:
@@ -121,6 +121,8 @@ class IntakeHandler:
                 AlertKind.ORDER_NOT_STORABLE, record_id, reason, now,
                 key=f"{record_id}.unstorable.{order.fingerprint()[:16]}"))
             log.error("order message %s not storable: %s", message_id, reason)
+            if sender.named:
+                self._tell(sender.status_queue, order.order_id, message_id, body, now, reason)
             return IntakeResult(IntakeOutcome.UNSTORABLE, record_id, reason)
         self._hand_on(saved, order.document())
         log.info("order %s accepted", record_id)
@@ -139,9 +141,8 @@ class IntakeHandler:
                                "status updates to (ReplyQueueAllowList)")
         return order.reply_to
 
-    def _seen_before(self, order: WorkflowMessage, record_id: str, reply_to: str | None,
-                     fingerprint: str | None, conflict: Rejection, sender: Sender
-                     ) -> IntakeResult:
+    def _seen_before(self, order: WorkflowMessage, record_id: str, fingerprint: str | None,
+                     conflict: Rejection, sender: Sender) -> IntakeResult:
         current = self._store.get_state(record_id)
         if fingerprint != order.fingerprint():
             reason = (f"order {record_id} already exists with different content; "
@@ -155,9 +156,12 @@ class IntakeHandler:
                 # sender's. A record without its order row is the store's fault: its own alert.
                 source=(f"intake {sender.name}".strip() if fingerprint else ""),
                 key=f"{record_id}.conflict.{order.fingerprint()[:16]}"))
-            if reply_to:  # told to whoever sent the conflicting message, never the first's
-                self._tell(reply_to, order.order_id, conflict.message_id, conflict.body,
-                           conflict.at, reason)
+            if sender.named:
+                # Told to whoever sent the conflicting message, known by its queue. A default
+                # sender's reply_to is the body's word, which may name the first order's queue:
+                # a "rejected" there would be taken for that order's.
+                self._tell(sender.status_queue, order.order_id, conflict.message_id,
+                           conflict.body, conflict.at, reason)
             return IntakeResult(IntakeOutcome.CONFLICT, record_id, reason)
         # The same order again. If the first delivery died before handing the order on, its
         # outbox is still the record's: hand it on now. If it died after the Scheduler's claim

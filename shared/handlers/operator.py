@@ -138,7 +138,7 @@ class Operator:
         check_state(process_state)
         if not 1 <= limit <= MAX_PAGE:
             raise ValueError(f"limit must be between 1 and {MAX_PAGE}")
-        if prefix is not None and not ID_PREFIX.match(prefix):
+        if prefix is not None and not ID_PREFIX.fullmatch(prefix):
             raise ValueError(f"{prefix[:160]!r} is not the start of an order id (letters, "
                              "digits and ._:~- , up to 149 characters)")
         if customer is not None:

@@ -19,7 +19,8 @@ MAX_PAGE = 1000
 # A resubmit reason is kept in the order's history: a sentence, not a document.
 MAX_REASON = budget.REASON_TEXT
 _ORDER_ID = re.compile(RECORD_ID_PATTERN)
-ID_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:~-]{0,148}$")
+ID_PREFIX_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:~-]{0,148}$"
+ID_PREFIX = re.compile(ID_PREFIX_PATTERN)
 
 
 class ResubmitRequest(BaseModel):
@@ -51,7 +52,7 @@ def _first_problem(e: ValidationError) -> str:
 
 
 def check_order_id(order_id: str) -> None:
-    if not _ORDER_ID.match(order_id):
+    if not _ORDER_ID.fullmatch(order_id):
         raise ValueError(f"{order_id[:160]!r} is not an order id (letters, digits and ._:- , "
                          "up to 128 characters, starting with a letter or digit; a declared "
                          "sender's order: its name and ~ first)")

@@ -21,6 +21,7 @@ from azure.core.exceptions import (
 from azure.data.tables import TableClient, UpdateMode
 
 from shared.clock import Clock
+from shared.domain import senders
 from shared.handlers.simulated_service import (
     APPLIED,
     HANG_PREFIX,
@@ -96,7 +97,8 @@ class SimulatedProvider:
                                             "message": "your card was declined"}})
         order = _order_of(body)
         if self._rng.random() < self._faults.hang_rate or (
-                order.startswith(f"{HANG_PREFIX}{service}-") and not self._exists(service, key)):
+                senders.own_id(order).startswith(f"{HANG_PREFIX}{service}-")
+                and not self._exists(service, key)):
             self._sleep(self._faults.hang_seconds)  # the caller gave up; the charge lands
         answer = {"id": charge_id(key), "object": "charge", "amount": str(body.get("amount")),
                   "currency": str(body.get("currency", "")), "status": "succeeded"}

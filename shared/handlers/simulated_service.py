@@ -21,6 +21,7 @@ from azure.core.exceptions import (
 from azure.data.tables import TableClient, UpdateMode
 
 from shared.clock import Clock
+from shared.domain import senders
 
 # An effect's Status in the effects table (one row per ``<service> / <do-key>``): applied, then
 # undone; or voided when the undo arrived before the work, so that late work is refused.
@@ -92,7 +93,8 @@ class SimulatedService:
         return self._undo(service, operation, target, body, key)
 
     def _hangs_until_landed(self, service: str, key: str, body: dict[str, Any]) -> bool:
-        if not str(body.get("order_id", "")).startswith(f"{HANG_PREFIX}{service}-"):
+        if not senders.own_id(str(body.get("order_id", ""))).startswith(
+                f"{HANG_PREFIX}{service}-"):
             return False
         try:
             self._table.get_entity(service, key)

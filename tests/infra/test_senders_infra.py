@@ -78,3 +78,11 @@ def test_the_app_is_told_the_senders_the_bicep_made() -> None:
     names = MAIN["variables"]["senderNames"]["value"]
     assert names["loop_type"]["detail"]["array_name"] == "senders"
     assert _accessor(names["config"]) == ("s", "name")
+
+
+def test_a_senders_dead_lettered_orders_raise_the_alert_the_default_ones_do() -> None:
+    alerts = parse(INFRA / "app" / "alerts.bicep")
+    assert _name_of(alerts["variables"]["senderQueues"]["value"]["config"], "shopa") == (
+        Sender("shopa").orders_queue)
+    assert "senderQueues" in str(alerts["resources"])
+    assert _find(MAIN["modules"]["alerts"]["config"]["params"], "senderNames") == "senderNames"

@@ -107,6 +107,17 @@ def test_a_conflict_is_told_to_the_sender_of_the_conflicting_message_only() -> N
     assert (alert.order_id, alert.source) == ("shopa~ORD-1", "intake shopa")
 
 
+def test_a_default_senders_conflict_is_told_to_no_queue_its_body_names() -> None:
+    """Its reply_to is the body's word: it could name the first order's queue, where a
+    "rejected" would be taken for that order's."""
+    w = World()
+    assert w.send(senders.DEFAULT, "d-1", reply_to="order-status-first") is (
+        IntakeOutcome.ACCEPTED)
+    assert w.send(senders.DEFAULT, "d-2", customer_id="other",
+                  reply_to="order-status-first") is IntakeOutcome.CONFLICT
+    assert [u.event for u in w.status("order-status-first")] == ["received"]
+
+
 def test_a_declared_sender_may_name_its_own_status_queue_and_nothing_else() -> None:
     w = World()
     assert w.send(SHOP_A, "a-1", reply_to="status-shopa") is IntakeOutcome.ACCEPTED
@@ -125,9 +136,11 @@ def test_record_ids_read_back_to_their_sender_and_are_operator_ids() -> None:
 
 
 @pytest.mark.parametrize(("declared", "problem"), [
-    ("shop-a", "not a sender's name"), ("a,a", "named twice"), ("A", "not a sender's name")])
+    ("shop-a", "not a sender's name"), ("a,a", "named twice"), ("A", "not a sender's name"),
+    ("x", "is x's queue")])
 def test_a_wrong_senders_setting_stops_the_start_naming_it(declared: str, problem: str) -> None:
-    settings = Settings.model_validate({"Senders": declared, "SimulatorBaseUrl": "http://localhost:1/sim"})
+    settings = Settings.model_validate({"Senders": declared, "OrdersQueueName": "orders-x",
+                                        "SimulatorBaseUrl": "http://localhost:1/sim"})
     with pytest.raises(SettingsError, match=problem):
         resolve(settings, Registry.of([FLOW]))
 
