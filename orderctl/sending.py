@@ -4,6 +4,7 @@ channel) and `orders watch` (until each is settled, rejected or refused as a con
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections import Counter
@@ -21,6 +22,8 @@ from orderctl.errors import CliError, first_line
 from orderctl.output import api_shape, err, id_column, inert, out, print_error
 from orderctl.samples import NoSamples, orders_from_file, sample_orders
 from orderctl.senders import LocalSender, OrderSender, ServiceBusSender
+from shared.domain import senders
+from shared.domain.senders import Sender
 from shared.domain.state import OrderState
 from shared.handlers.failures import describe, without_python
 from shared.handlers.operator import Operator
@@ -38,6 +41,10 @@ def send(
     ] = None,
     queue: Annotated[str | None, typer.Option(
         help="Queue name (default: the OrdersQueueName setting).")] = None,
+    sender_name: Annotated[str | None, typer.Option(
+        "--sender", metavar="NAME",
+        help="Send as this declared sender (the Senders setting), on its own queue: the ids "
+             "printed are the ones the app keeps its orders under (NAME~id).")] = None,
     # A short metavar: typer's own ("<float range> [x>=0.1]") narrows the help column until
     # an environment variable's name is cut at 80 columns.
     count: Annotated[int, typer.Option(
@@ -72,7 +79,16 @@ def send(
     if unknown:
         raise CliError(f"--workflow: no workflow {', '.join(unknown)} (this app runs "
                        f"{', '.join(REGISTRY.names)})", 2)
-    orders_queue = queue or opts.env().get("OrdersQueueName", "orders")
+    as_sender = senders.DEFAULT
+    if sender_name is not None:
+        if queue is not None:
+            raise CliError("choose one of --queue or --sender", 2)
+        if not re.fullmatch(senders.SENDER_PATTERN, sender_name):
+            raise CliError(f"--sender: {inert(sender_name[:40])!r} is not a sender's name (a "
+                           "lower-case letter, then up to 19 lower-case letters or digits)", 2)
+        as_sender = Sender(sender_name)
+    orders_queue = queue or (as_sender.orders_queue if as_sender.named
+                             else opts.env().get("OrdersQueueName", "orders"))
     sender: OrderSender
     if local:
         sender = LocalSender(opts.container().queues, orders_queue)
@@ -107,6 +123,7 @@ def send(
                 if not as_json:
                     print_error(f"order {item[0] or f'number {i + 1}'} not sent: {why}")
                 continue
+            ids = [as_sender.record_id(mid) for mid in ids]
             sent += ids
             if not as_json:
                 for mid in ids:

@@ -89,13 +89,16 @@ class IntakeHandler:
     def _handle(self, message_id: str, body: bytes, delivery_count: int,
                 sent_at: datetime | None, sender: Sender) -> IntakeResult:
         now = self._clock()
+        # Kept as the sender's orders are (senders.Sender.record_id): looked up the same way,
+        # and never taken for another sender's message of the same id.
+        kept_id = sender.record_id(message_id)
         try:
             order = self._workflows.parse(body)
             reply_to = self._reply_queue(order, sender)
             workflow = self._workflows.get(order.workflow)
         except InvalidOrder as e:
             reason = f"from {sender}: {e}" if sender.named else str(e)
-            self._rejections.record(Rejection(RejectionKind.INVALID, reason, message_id, body,
+            self._rejections.record(Rejection(RejectionKind.INVALID, reason, kept_id, body,
                                               delivery_count, now, sent_at))
             log.warning("order message %s rejected: %s", message_id, reason)
             if sender.named:  # where it came from is known, whatever the body says
@@ -109,13 +112,13 @@ class IntakeHandler:
             saved = self._store.create(order, state)  # indexed first: never lost to the Supervisor
         except OrderAlreadyExists as e:
             return self._seen_before(order, record_id, e.fingerprint,
-                                     Rejection(RejectionKind.CONFLICT, "", message_id, body,
+                                     Rejection(RejectionKind.CONFLICT, "", kept_id, body,
                                                delivery_count, now, sent_at), sender)
         except OrderNotStorable as e:
             # The same write fails on every delivery: record it once, for an operator to see.
             reason = (f"order {record_id} is valid but storage refuses it ({e.reason}); "
                       "nothing was run")
-            self._rejections.record(Rejection(RejectionKind.UNSTORABLE, reason, message_id, body,
+            self._rejections.record(Rejection(RejectionKind.UNSTORABLE, reason, kept_id, body,
                                               delivery_count, now, sent_at))
             self._alerts.raise_alert(OperatorAlert(
                 AlertKind.ORDER_NOT_STORABLE, record_id, reason, now,
@@ -160,7 +163,7 @@ class IntakeHandler:
                 # Told to whoever sent the conflicting message, known by its queue. A default
                 # sender's reply_to is the body's word, which may name the first order's queue:
                 # a "rejected" there would be taken for that order's.
-                self._tell(sender.status_queue, order.order_id, conflict.message_id,
+                self._tell(sender.status_queue, order.order_id, senders.own_id(conflict.message_id),
                            conflict.body, conflict.at, reason)
             return IntakeResult(IntakeOutcome.CONFLICT, record_id, reason)
         # The same order again. If the first delivery died before handing the order on, its
