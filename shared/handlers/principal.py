@@ -37,6 +37,9 @@ _NAME_TYPES = ("name", "preferred_username",
                "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/name",
                "http://schemas.xmlsoap.org/ws/2005/05/identity/claims/upn", "appid", "azp")
 _OID_TYPES = ("http://schemas.microsoft.com/identity/claims/objectidentifier", "oid")
+# The client application an access token was issued to (v2: azp; v1: appid). An ID token names
+# none: it says who signed in to the app, and is not for calling an API with.
+_CLIENT_APP_TYPES = ("azp", "appid")
 
 DEVELOPMENT_NAME = "local developer"
 DEVELOPMENT_OID = "development"
@@ -55,6 +58,8 @@ class Principal:
     name: str
     oid: str
     roles: frozenset[str]
+    # The client application its token was issued to (None: not an access token's principal).
+    client_app: str | None = None
 
     def label(self) -> str:
         """As kept in an order's history: who, and the object id that stays when names change.
@@ -99,7 +104,7 @@ def decode(header: str) -> Principal:
     name = first(((name_typ,) if isinstance(name_typ, str) else ()) + _NAME_TYPES)
     if not oid:
         raise Unauthenticated("the client principal has no object id (oid)")
-    return Principal(name or oid, oid, roles)
+    return Principal(name or oid, oid, roles, first(_CLIENT_APP_TYPES))
 
 
 def authorise(headers: Mapping[str, str], role: str, environ: Mapping[str, str],
@@ -120,6 +125,12 @@ def authorise(headers: Mapping[str, str], role: str, environ: Mapping[str, str],
     header = header_of(headers, HEADER)
     if header:
         principal = decode(header)
+        bearer = (header_of(headers, "authorization") or "").lower().startswith("bearer ")
+        if bearer and principal.client_app is None:
+            # The platform validated the token, and takes an ID token as a bearer one too.
+            raise Unauthenticated("the bearer token is an ID token: call the API with an access "
+                                  "token for it (az account get-access-token --resource "
+                                  "api://<client id>: docs/security-operators.md)")
     else:
         dev = None if in_azure else development_principal(development_roles)
         if dev is None:

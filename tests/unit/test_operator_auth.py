@@ -67,6 +67,21 @@ def test_an_application_caller_is_named_by_its_app_id() -> None:
     assert authorise({"x-ms-client-principal": header}, READ_ROLE, AZURE).name == "monitoring-app"
 
 
+def test_a_bearer_token_must_be_an_access_token_not_an_id_token() -> None:
+    """An ID token names no client application (azp, appid): it says who signed in to the
+    app, and is refused as a bearer token; the console's session (no bearer) is not held to it."""
+    id_token = principal(READ_ROLE)
+    bearer = {"authorization": "Bearer eyJ0eXAi.x.y", "x-ms-client-principal": id_token}
+    with pytest.raises(Unauthenticated, match="ID token"):
+        authorise(bearer, READ_ROLE, AZURE)
+    assert authorise({"x-ms-client-principal": id_token}, READ_ROLE, AZURE).oid == OID
+    doc = json.loads(base64.b64decode(id_token))
+    doc["claims"].append({"typ": "azp", "val": "04b07795-8ddb-461a-bbee-02f9e1bf7b46"})
+    access = base64.b64encode(json.dumps(doc).encode()).decode()
+    p = authorise({**bearer, "x-ms-client-principal": access}, READ_ROLE, AZURE)
+    assert p.client_app == "04b07795-8ddb-461a-bbee-02f9e1bf7b46"
+
+
 @pytest.mark.parametrize("header", ["not base64!", base64.b64encode(b"[1]").decode(),
                                     base64.b64encode(b'{"claims": [{"typ": "name", "val": "x"}]}'
                                                      ).decode(),
