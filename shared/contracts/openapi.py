@@ -19,7 +19,9 @@ from shared.handlers.operator_requests import (
     ID_PREFIX_PATTERN,
     MAX_PAGE,
     AckRequest,
+    BulkCancelRequest,
     BulkResubmitRequest,
+    CancelRequest,
     ResubmitRequest,
 )
 from shared.handlers.views import (
@@ -93,7 +95,8 @@ def openapi_document() -> dict[str, Any]:
         [(m, "serialization") for m in (OrderView, OrderPage, RejectedPage, Overview,
                                         HealthReport, HealthDetails, AlertPage, AlertView,
                                         BulkResult, ErrorBody)]
-        + [(m, "validation") for m in (ResubmitRequest, AckRequest, BulkResubmitRequest)],
+        + [(m, "validation") for m in (ResubmitRequest, AckRequest, BulkResubmitRequest,
+                                       CancelRequest, BulkCancelRequest)],
         ref_template=_REF)
     function_key: list[dict[str, list[str]]] = [{"functionKey": []}, {"functionKeyQuery": []}]
     operator: list[dict[str, list[str]]] = [{"operator": []}]
@@ -105,7 +108,8 @@ def openapi_document() -> dict[str, Any]:
             "description": "Look orders up, list them, resubmit a failed one, see what is in "
                            "flight, failed or rejected, and check health. An operator signs in "
                            "(App Service Authentication, Entra ID) and needs the app role "
-                           "Orders.Read to read, Orders.Resubmit to resubmit; no key opens "
+                           "Orders.Read to read, Orders.Resubmit to resubmit, Orders.Cancel "
+                           "to cancel; no key opens "
                            "those routes. Health and this document take a function key "
                            "(machine callers).",
         },
@@ -149,6 +153,21 @@ def openapi_document() -> dict[str, Any]:
                 "responses": {"202": _json(OrderView, "Resubmitted: the order as it is now."),
                               **_operator_errors(400, 401, 404, 409, 415, 500)},
             }},
+            "/orders/{order_id}/cancel": {"post": {
+                "operationId": "cancelOrder",
+                "summary": "Stop an order still running (Pending or Processing): nothing more "
+                           "is sent for it, and its done work is undone, latest first, each "
+                           "once. It ends Cancelled, with the operator and reason on its "
+                           "timeline. Needs Orders.Cancel.",
+                "description": "A Processed order is not cancelled (undoing a delivered order "
+                               "is a business process), nor a failed or cancelled one: 409, "
+                               "saying why.",
+                "parameters": [_ORDER_ID],
+                "requestBody": {"required": True, "content": {
+                    "application/json": {"schema": _ref(CancelRequest)}}},
+                "responses": {"202": _json(OrderView, "Cancelled: the order as it is now."),
+                              **_operator_errors(400, 401, 404, 409, 415, 500)},
+            }},
             "/alerts": {"get": {
                 "operationId": "listAlerts",
                 "summary": "Operator alerts of the last 7 days, newest first; "
@@ -183,6 +202,17 @@ def openapi_document() -> dict[str, Any]:
                            "by default a dry run that says what each would come to.",
                 "requestBody": {"required": True, "content": {
                     "application/json": {"schema": _ref(BulkResubmitRequest)}}},
+                "responses": {"200": _json(BulkResult, "A dry run: what would be done."),
+                              "202": _json(BulkResult, "Done: each order's outcome."),
+                              **_operator_errors(400, 401, 415)},
+            }},
+            "/cancellations": {"post": {
+                "operationId": "cancelOrders",
+                "summary": "Cancel the running orders a filter picks, a bounded batch at a "
+                           "time, each as a single cancel is; by default a dry run that says "
+                           "what each would come to. Needs Orders.Cancel.",
+                "requestBody": {"required": True, "content": {
+                    "application/json": {"schema": _ref(BulkCancelRequest)}}},
                 "responses": {"200": _json(BulkResult, "A dry run: what would be done."),
                               "202": _json(BulkResult, "Done: each order's outcome."),
                               **_operator_errors(400, 401, 415)},

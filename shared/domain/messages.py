@@ -96,7 +96,7 @@ class AgentReply(_Message):
 
 StatusEvent = Literal[
     "received", "step_completed", "completed", "failed", "step_compensated", "compensated",
-    "compensation_failed", "rejected",
+    "compensation_failed", "rejected", "cancelled",
 ]
 
 

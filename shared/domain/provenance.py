@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from shared.domain.messages import Action, AgentRequest, new_work_key, undo_key
-from shared.domain.state import CompensationState, OrderState, ProcessState, StepStatus
+from shared.domain.state import UNDONE, CompensationState, OrderState, ProcessState, StepStatus
 from shared.domain.workflow import Workflow
 
 _SENT = {Action.DO: {StepStatus.RUNNING, StepStatus.COMPLETED, StepStatus.FAILED,
@@ -79,7 +79,7 @@ def judge(state: OrderState | None, req: AgentRequest, service: str,
     # (Attempts count on across generations: such a copy's is at most the step's now.)
     carried = (req.action is Action.UNDO and req.attempt <= step.attempt
                and step.work_key in _earlier_do_keys(state, step.name))
-    if req.action is Action.UNDO and state.process_state is not ProcessState.ERROR:
+    if req.action is Action.UNDO and state.process_state not in UNDONE:
         if carried:
             return Judgement(Verdict.STALE, "an undo sent before the order was resubmitted")
         # Undo requests are sent only for a failed order (an order resubmitted since names its

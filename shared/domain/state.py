@@ -47,6 +47,13 @@ class ProcessState(StrEnum):
     PROCESSING = "Processing"
     PROCESSED = "Processed"
     ERROR = "Error"
+    # Stopped by an operator: nothing more is sent for it, and its work is undone, as a failed
+    # order's is; not a failure (no alert, no resubmit).
+    CANCELLED = "Cancelled"
+
+
+# The states whose completed work is undone (the compensation runs for them alone).
+UNDONE = frozenset({ProcessState.ERROR, ProcessState.CANCELLED})
 
 
 class StepStatus(StrEnum):
@@ -189,12 +196,14 @@ class TimelineEvent(TypedDict, total=False):
 # 2: steps record their work key (and, read by this release, their result and undo key); the
 # record names its schema version. 3: a step may be learning (StepStatus.LEARNING), which a
 # release of shape 2 cannot read: it leaves such a record to this one.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def schema_of(state: OrderState) -> int:
     """The shape ``state`` is written in: the oldest that holds it, so that the release before
     this one, running beside it, still reads every record it can run."""
+    if state.process_state is ProcessState.CANCELLED:
+        return 4  # a state the releases before it do not know: they leave the record alone
     return 3 if any(s.status is StepStatus.LEARNING for s in state.steps) else 2
 
 
@@ -299,7 +308,7 @@ def settled(process_state: ProcessState, compensation: CompensationState | None)
     for a reader that has only these two columns."""
     if process_state is ProcessState.PROCESSED:
         return True
-    return process_state is ProcessState.ERROR and compensation in (
+    return process_state in UNDONE and compensation in (
         CompensationState.DONE, CompensationState.FAILED)
 
 

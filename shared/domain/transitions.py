@@ -33,6 +33,7 @@ from shared.domain.messages import (
     undo_key,
 )
 from shared.domain.state import (
+    UNDONE,
     Cause,
     CompensationState,
     Event,
@@ -53,6 +54,7 @@ from shared.domain.workflow import Workflow
 _FOR_SUBMITTER: dict[str, str] = {
     "failed": "the step could not be done; what was done before it is being undone",
     "compensation_failed": "the step could not be undone; an operator has been alerted",
+    "cancelled": "cancelled by an operator; what was done is being undone",
 }
 
 _ALERTS: dict[str, AlertKind] = {
@@ -162,7 +164,7 @@ def apply_reply(
         events = _after_do(new, new.step(step.name), reply, scheduler_id, now, workflow)
         emit(new, reply_cause(reply), now, events, delivery=_replied(reply))
         return new
-    if (state.process_state is not ProcessState.ERROR
+    if (state.process_state not in UNDONE
             or state.compensation is not CompensationState.RUNNING
             or step.status is not StepStatus.COMPENSATING or step.attempt != reply.attempt):
         raise IllegalTransition(
@@ -196,7 +198,7 @@ def begin_compensation(state: OrderState, scheduler_id: str, now: datetime, work
                        delivery: Delivery = UNPROVEN) -> OrderState:
     """A Scheduler takes a requested compensation and undoes the latest step still to undo;
     ``delivery``: how its command came."""
-    if (state.process_state is not ProcessState.ERROR
+    if (state.process_state not in UNDONE
             or state.compensation is not CompensationState.PENDING):
         raise IllegalTransition(
             f"order {state.order_id} is {state.process_state}, compensation {state.compensation}"

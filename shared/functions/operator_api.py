@@ -18,8 +18,14 @@ from shared import bootstrap
 from shared.contracts.openapi import openapi_document
 from shared.functions.web import ANSWER_HEADERS, Reply, json_answer, limit_of, operator_route
 from shared.handlers.operator import Operator
-from shared.handlers.operator_requests import AckRequest, BulkResubmitRequest, ResubmitRequest
-from shared.handlers.principal import READ_ROLE, RESUBMIT_ROLE, Principal
+from shared.handlers.operator_requests import (
+    AckRequest,
+    BulkCancelRequest,
+    BulkResubmitRequest,
+    CancelRequest,
+    ResubmitRequest,
+)
+from shared.handlers.principal import CANCEL_ROLE, READ_ROLE, RESUBMIT_ROLE, Principal
 
 CONSOLE = Path(__file__).parent.parent / "console"
 # What the console page loads besides itself, by name (?asset=): its script and its styles live
@@ -59,6 +65,17 @@ def operator_api() -> func.Blueprint:
     def resubmit_orders(op: Operator, req: func.HttpRequest, who: Principal) -> BaseModel | Reply:
         ask = BulkResubmitRequest.from_body(req.get_body())
         return Reply(op.resubmit_many(ask, by=who.label()), 200 if ask.dry_run else 202)
+
+    @operator_route(bp, "cancel_order", "orders/{order_id}/cancel", "POST", CANCEL_ROLE)
+    def cancel_order(op: Operator, req: func.HttpRequest, who: Principal) -> BaseModel | Reply:
+        body = CancelRequest.from_body(req.get_body())
+        return Reply(op.cancel(req.route_params.get("order_id", ""), body.reason,
+                               by=who.label()), 202)
+
+    @operator_route(bp, "cancel_orders", "cancellations", "POST", CANCEL_ROLE)
+    def cancel_orders(op: Operator, req: func.HttpRequest, who: Principal) -> BaseModel | Reply:
+        ask = BulkCancelRequest.from_body(req.get_body())
+        return Reply(op.cancel_many(ask, by=who.label()), 200 if ask.dry_run else 202)
 
     @operator_route(bp, "list_rejected", "rejected", "GET", READ_ROLE)
     def list_rejected(op: Operator, req: func.HttpRequest, _: Principal) -> BaseModel | Reply:

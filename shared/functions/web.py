@@ -20,7 +20,12 @@ from shared.adapters.alerts import AckRefused, AlertNotFound
 from shared.adapters.state_store import CorruptRecord, NewerRecord
 from shared.handlers.failures import describe, without_python
 from shared.handlers.operator import Operator
-from shared.handlers.operator_requests import MAX_PAGE, OrderNotFound, ResubmitRefused
+from shared.handlers.operator_requests import (
+    MAX_PAGE,
+    CancelRefused,
+    OrderNotFound,
+    ResubmitRefused,
+)
 from shared.handlers.principal import Forbidden, Principal, Unauthenticated, authorise
 
 # On every answer of the API and the console: nothing of an operator's data kept in a cache on
@@ -75,6 +80,7 @@ ERRORS: tuple[tuple[type[Exception], Callable[[Any], tuple[int, str]]], ...] = (
     (AlertNotFound, lambda e: (404, f"no alert {str(e)!r} (alerts are kept as long as the "
                                     "table's rows: the listing shows the last 7 days)")),
     (ResubmitRefused, lambda e: (409, str(e))),
+    (CancelRefused, lambda e: (409, str(e))),
     (AckRefused, lambda e: (409, str(e))),
     (CorruptRecord, _unreadable),
     (ValueError, lambda e: (400, str(e))),  # a bad id, body, filter, limit or token

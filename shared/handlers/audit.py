@@ -15,6 +15,7 @@ class OperatorAction(StrEnum):
     RESUBMIT = "resubmit"
     RESUBMIT_WITH_FORCE = "resubmit_with_force"
     ACKNOWLEDGE = "acknowledge"
+    CANCEL = "cancel"
 
 
 def audit(action: OperatorAction, target: str, by: str | None, why: str, outcome: str,

@@ -17,6 +17,7 @@ from shared.adapters.rejections import RejectionStore
 from shared.adapters.state_store import ConcurrencyConflict, CorruptRecord, OrderStore
 from shared.clock import Clock
 from shared.domain.alerts import AlertKind
+from shared.domain.cancellation import cancel
 from shared.domain.resubmission import resubmit
 from shared.domain.state import (
     CompensationState,
@@ -34,7 +35,9 @@ from shared.handlers.operator_requests import (
     MAX_NOTE,
     MAX_PAGE,
     MAX_REASON,
+    BulkCancelRequest,
     BulkResubmitRequest,
+    CancelRefused,
     OrderNotFound,
     ResubmitRefused,
     check_alert_id,
@@ -266,6 +269,82 @@ class Operator:
             items.append(BulkItem.model_validate(item))
         return BulkResult(DryRun=ask.dry_run, Items=items, Scanned=scanned, More=more,
                           Skipped=skipped)
+
+    def cancel(self, order_id: str, reason: str, by: str | None = None) -> OrderView:
+        """Stop an order still running and have its work undone (domain/cancellation.py);
+        refused, saying why, when it is past that."""
+        check_order_id(order_id)
+        if not reason or len(reason) > MAX_REASON:
+            raise ValueError(f"a cancel needs a reason of 1 to {MAX_REASON} characters")
+        state = self._store.get_state(order_id)
+        if state is None:
+            raise OrderNotFound(order_id)
+        with tracing.span("operator cancel", parent=state.trace, kind=SpanKind.INTERNAL,
+                          trouble=True, attributes=tracing.order_attributes(order_id)):
+            try:
+                view = self._cancel(state, reason, by)
+            except CancelRefused as e:
+                audit(OperatorAction.CANCEL, order_id, by, reason, f"refused: {e}",
+                      self._clock())
+                raise
+            audit(OperatorAction.CANCEL, order_id, by, reason, "done", self._clock())
+            return view
+
+    def _cancel(self, state: OrderState, reason: str, by: str | None) -> OrderView:
+        if state.from_newer_release:
+            raise CancelRefused(f"order {state.order_id} was written by a newer release of the "
+                                f"app (record schema {state.schema_version}); cancel it once "
+                                "that release runs")
+        try:
+            new = cancel(state, self._clock(), self._pending_grace, reason, by)
+        except IllegalTransition as e:
+            raise CancelRefused(str(e)) from None
+        try:
+            saved = self._store.save(new)
+        except ConcurrencyConflict:
+            raise CancelRefused(f"order {state.order_id} changed meanwhile; look again") from None
+        return state_view(self._relay.carry_out(saved).state)
+
+    def cancel_many(self, ask: BulkCancelRequest, by: str | None) -> BulkResult:
+        """Cancel the running orders ``ask`` picks, newest first, at most ``ask.limit`` (or,
+        with ``dry_run``, say what each would come to), each as a single cancel is."""
+        now = self._clock()
+        picked: list[OrderState] = []
+        scanned, token = 0, None
+        states_asked = [ask.state] if ask.state else [ProcessState.PENDING.value,
+                                                      ProcessState.PROCESSING.value]
+        for asked in states_asked:
+            token = None
+            while len(picked) < ask.limit + 1 and scanned < OVERVIEW_SCAN:
+                states, token = self._store.list_states(asked, MAX_PAGE, token, ask.prefix)
+                scanned += len(states)
+                picked += [s for s in states
+                           if (ask.since is None or s.created_at >= ask.since)
+                           and (ask.until is None or s.created_at < ask.until)]
+                if not token:
+                    break
+        picked.sort(key=lambda s: s.created_at, reverse=True)
+        items = []
+        for s in picked[:ask.limit]:
+            item: dict[str, Any] = {"OrderID": s.order_id, "FailedStep": s.failed_step,
+                                    "LastError": s.last_error, "Compensation": s.compensation,
+                                    "UpdatedAt": s.updated_at, "Outcome": "", "Why": None}
+            try:
+                if ask.dry_run:
+                    cancel(s, now, self._pending_grace, ask.reason, by)
+                    item["Outcome"] = "would cancel"
+                else:
+                    self.cancel(s.order_id, ask.reason, by)
+                    item["Outcome"] = "cancelled"
+            except (IllegalTransition, CancelRefused) as e:
+                item["Outcome"], item["Why"] = "refused", str(e)
+            except OrderNotFound:
+                item["Outcome"], item["Why"] = "refused", f"order {s.order_id} is gone"
+            except CorruptRecord as e:
+                item["Outcome"], item["Why"] = "refused", without_python(e.reason)
+            items.append(BulkItem.model_validate(item))
+        return BulkResult(DryRun=ask.dry_run, Items=items, Scanned=scanned,
+                          More=len(picked) > ask.limit or bool(token), Skipped=0)
 
     def alerts(self, limit: int = 50, days: int = 7, acknowledged: bool | None = None,
                kind: str | None = None) -> AlertPage:

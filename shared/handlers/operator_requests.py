@@ -5,7 +5,7 @@ operator's actions answer with (shared/handlers/operator.py carries them out).""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -112,6 +112,63 @@ class BulkResubmitRequest(BaseModel):
                 raise ValueError('body must be a JSON object, e.g. {"since": '
                                  '"2026-11-25T08:00:00Z", "dry_run": true}') from None
             raise ValueError(f"{where}: {err['msg']}") from None
+
+
+class CancelRequest(BaseModel):
+    """The body of POST /api/orders/{id}/cancel: why (kept on the order's timeline)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    reason: str = Field(min_length=1, max_length=MAX_REASON)
+
+    @classmethod
+    def from_body(cls, body: bytes) -> CancelRequest:
+        return _read(cls, body, "a cancel (reason)", '{"reason": "customer withdrew the order"}')
+
+
+class BulkCancelRequest(BaseModel):
+    """The body of POST /api/cancellations: which orders still running, and why."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    state: Literal["Pending", "Processing"] | None = Field(
+        None, description="Only orders in this state (none: both).")
+    prefix: str | None = Field(None, pattern=ID_PREFIX_PATTERN,
+                               description="Only orders whose id starts with this.")
+    since: AwareDatetime | None = Field(None, description="Only orders received at or after "
+                                                          "this time.")
+    until: AwareDatetime | None = Field(None, description="... and before this time.")
+    reason: str = Field(min_length=1, max_length=MAX_REASON)
+    dry_run: bool = Field(True, description="Only say what would be cancelled (the default: "
+                                            "acting takes dry_run false).")
+    limit: Annotated[int, BeforeValidator(_whole)] = Field(50, ge=1, le=MAX_BULK)
+
+    @classmethod
+    def from_body(cls, body: bytes) -> BulkCancelRequest:
+        return _read(cls, body, "a bulk cancel (state, prefix, since, until, reason, dry_run, "
+                     "limit)", '{"state": "Pending", "reason": "supplier recall", '
+                     '"dry_run": true}')
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _read(model: type[M], body: bytes, what: str, example: str) -> M:
+    """A request body, or ValueError saying in a sentence what is wrong with it."""
+    try:
+        return model.model_validate_json(body or b"{}")
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "body"
+        if err["type"] == "extra_forbidden":
+            raise ValueError(f"{where} is not a field of {what}") from None
+        if err["type"] in ("json_invalid", "model_type"):
+            raise ValueError(f"body must be a JSON object, e.g. {example}") from None
+        if err["type"] == "missing":
+            raise ValueError(f"{where} is required") from None
+        raise ValueError(f"{where}: {err['msg']}") from None
+
+
+class CancelRefused(Exception):
+    """A cancel that does not apply to the order as it is: 409, saying why."""
 
 
 # An alert's id: its day's partition and its row key (alert_row_key), joined by a dot.

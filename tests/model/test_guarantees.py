@@ -1,11 +1,11 @@
 """The product's promise, searched for counter-examples rather than shown by examples.
 
 A hypothesis state machine drives the real handlers (intake, Scheduler, Agents, Supervisor,
-operator resubmit) over the in-memory adapters, with the things that happen in production as
+operator resubmit and cancel) over the in-memory adapters, with the things that happen in production as
 rules: deliveries and duplicate deliveries, messages handled in any order, Agent calls that
 succeed, are refused, fail transiently or succeed with the reply lost, Supervisor ticks at any
 time, the process dying at any point between a write and its effects, the store failing, and
-operator resubmits (forced or not). A model of the remote services records every effect. The
+operator resubmits (forced or not) and cancels. A model of the remote services records every effect. The
 world also holds what earlier releases left behind and what no release should have: unreadable
 state records crowding the orders' own index partitions, index entries of the shapes written
 before the due-time index, and undo requests of the shape sent before work keys.
@@ -63,7 +63,7 @@ from shared.handlers.agent import Agent, AgentRetryPolicy, RequestCheck
 from shared.handlers.health import HealthProbe
 from shared.handlers.intake import IntakeHandler
 from shared.handlers.operator import Operator
-from shared.handlers.operator_requests import ResubmitRefused
+from shared.handlers.operator_requests import CancelRefused, ResubmitRefused
 from shared.handlers.relay import EffectRelay
 from shared.handlers.scheduler import Queues, Scheduler
 from shared.handlers.supervisor import Supervisor
@@ -235,6 +235,7 @@ class PipelineMachine(RuleBasedStateMachine):
         # Those of them the next release wrote, with the version it left: never written here.
         self.newer: dict[str, str] = {}
         self.forged = 0  # requests an attacker put on the Agents' queues
+        self.cancelled: set[str] = set()  # orders an operator cancelled
         # Completed ticks in a row that found a readable order overdue and left it as it was.
         self.overdue_ticks: dict[str, int] = {}
         self.storage_down = False
@@ -503,6 +504,22 @@ class PipelineMachine(RuleBasedStateMachine):
 
         self.run(fault, resubmit)
 
+    @precondition(lambda self: bool(self.store.states))
+    @rule(i=st.integers(0, len(ORDER_IDS) - 1), fault=FAULTS)
+    def operator_cancels(self, i: int, fault: tuple[int, str] | None) -> None:
+        """At any point of an order's life, racing its replies, ticks and resubmits: it ends
+        Cancelled with its work undone, or the cancel is refused (Processed, failed)."""
+        oid = ORDER_IDS[i]
+        if oid not in self.store.states:
+            return
+
+        def cancel() -> None:
+            with contextlib.suppress(CancelRefused):
+                self.operator.cancel(oid, "customer withdrew", by="model operator")
+                self.cancelled.add(oid)
+
+        self.run(fault, cancel)
+
     # --- what must always hold -----------------------------------------------------------------
 
     @invariant()
@@ -575,6 +592,9 @@ class PipelineMachine(RuleBasedStateMachine):
                 f"{oid} is stuck: {state.process_state} compensation {state.compensation}, "
                 f"steps {[(s.name, s.status.value) for s in state.steps]}")
             standing = self.model.standing(oid)
+            if oid in self.cancelled:  # once cancelled, it stays so: never run on, never redone
+                assert state.process_state is ProcessState.CANCELLED, (
+                    f"{oid} was cancelled but is {state.process_state}\n" + self.story(oid))
             if state.process_state is ProcessState.PROCESSED:
                 assert standing == Counter(dict.fromkeys(SERVICE_OF_STEP, 1)), (
                     f"{oid} is Processed but its work at the services is {dict(standing)}\n"
