@@ -144,7 +144,7 @@ def resubmit(order_id: Annotated[str | None, typer.Argument(
                       f"(resubmission {view['Resubmissions']})"))
 
 
-def _when(value: str | None, option: str) -> str | None:
+def when(value: str | None, option: str) -> str | None:
     """An ISO 8601 time (UTC if it names no zone), or an age (30m, 2h, 1d) back from now."""
     if value is None:
         return None
@@ -162,7 +162,7 @@ def _when(value: str | None, option: str) -> str | None:
 
 def _resubmit_many(state: str, since: str | None, until: str | None, failed_step: str | None,
                    limit: int, reason: str, force: bool, dry_run: bool, as_json: bool) -> None:
-    body = {"state": state, "since": _when(since, "--since"), "until": _when(until, "--until"),
+    body = {"state": state, "since": when(since, "--since"), "until": when(until, "--until"),
             "failed_step": failed_step, "reason": reason, "force": force, "dry_run": dry_run,
             "limit": limit}
     if opts.api:

@@ -1,14 +1,15 @@
 """The product's promise, searched for counter-examples rather than shown by examples.
 
 A hypothesis state machine drives the real handlers (intake, Scheduler, Agents, Supervisor,
-operator resubmit and cancel) over the in-memory adapters, with the things that happen in production as
-rules: deliveries and duplicate deliveries, messages handled in any order, Agent calls that
-succeed, are refused, fail transiently or succeed with the reply lost, Supervisor ticks at any
-time, the process dying at any point between a write and its effects, the store failing, and
-operator resubmits (forced or not) and cancels. A model of the remote services records every effect. The
-world also holds what earlier releases left behind and what no release should have: unreadable
-state records crowding the orders' own index partitions, index entries of the shapes written
-before the due-time index, and undo requests of the shape sent before work keys.
+operator resubmit and cancel) over the in-memory adapters, with the things that happen in
+production as rules: deliveries and duplicate deliveries, messages handled in any order, Agent
+calls that succeed, are refused, fail transiently or succeed with the reply lost, Supervisor
+ticks at any time, the process dying at any point between a write and its effects, the store
+failing, and operator resubmits (forced or not) and cancels. A model of the remote services
+records every effect. The world also holds what earlier releases left behind and what no
+release should have: unreadable state records crowding the orders' own index partitions, index
+entries of the shapes written before the due-time index, and undo requests of the shape sent
+before work keys.
 
 After every step: no business effect stands twice, and no readable order stays overdue for more
 than a bounded number of completed Supervisor ticks, however many unreadable records there are.

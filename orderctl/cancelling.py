@@ -1,0 +1,110 @@
+"""`orders cancel`: stop an order still running and have its work undone; or, with --state,
+every running order the filters pick, a batch at a time (--dry-run first)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+from urllib.parse import quote
+
+import typer
+from rich.table import Table
+
+from orderctl.connection import call_api, opts
+from orderctl.errors import CliError
+from orderctl.identity import cli_operator
+from orderctl.orders import when
+from orderctl.output import api_shape, err, id_column, inert, out
+from shared.handlers.operator_requests import (
+    MAX_BULK,
+    BulkCancelRequest,
+    CancelRefused,
+    OrderNotFound,
+)
+
+
+def cancel(order_id: Annotated[str | None, typer.Argument(
+        help="The order; or leave it out and pick running orders with --state and the "
+             "filters.")] = None,
+        reason: Annotated[str, typer.Option(
+            help="Why (required; kept on its timeline with your name).")] = "",
+        state: Annotated[str | None, typer.Option(
+            help="Cancel every order of this state the filters pick (Pending or Processing; "
+                 "'any' for both).")] = None,
+        prefix: Annotated[str | None, typer.Option(
+            help="With --state: only orders whose id starts with this.")] = None,
+        since: Annotated[str | None, typer.Option(
+            help="With --state: received at or after this time (ISO 8601, or an age: 30m, "
+                 "2h, 1d).")] = None,
+        until: Annotated[str | None, typer.Option(
+            help="With --state: received before this time (the same forms).")] = None,
+        limit: Annotated[int, typer.Option(
+            min=1, max=MAX_BULK, metavar="N",
+            help="With --state: at most this many (the batch).")] = 50,
+        dry_run: Annotated[bool, typer.Option(
+            "--dry-run", help="With --state: only say what would be cancelled.")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+        ) -> None:
+    """Stop an order that is Pending or Processing: nothing more is sent for it, and what its
+    steps did is undone, latest first. It ends Cancelled. A Processed order is not cancelled
+    (undoing a delivered order is a business process), nor a failed one."""
+    if not reason.strip():
+        raise CliError("--reason is required: say why (it is kept on the order's timeline)", 2)
+    if state is not None or order_id is None:
+        if order_id is not None or state is None:
+            raise CliError("give an order id, or --state with filters, not both", 2)
+        _cancel_many(None if state == "any" else state, prefix, since, until, limit, reason,
+                     dry_run, as_json)
+        return
+    if any(x is not None for x in (prefix, since, until)) or dry_run:
+        raise CliError("--prefix, --since, --until and --dry-run go with --state", 2)
+    if opts.api:
+        view = call_api("POST", f"/orders/{quote(order_id, safe='')}/cancel",
+                        {"reason": reason}, ok=(202,))
+    else:
+        try:
+            view = api_shape(opts.container().operator.cancel(order_id, reason,
+                                                              by=cli_operator()))
+        except OrderNotFound:
+            raise CliError(f"no order {order_id!r}") from None
+        except ValueError as e:  # not an order id, or a reason too long to keep
+            raise CliError(str(e), 2) from None
+        except CancelRefused as e:
+            raise CliError(str(e)) from None
+    if as_json:
+        print(json.dumps(view))
+        return
+    out().print(inert(f"{order_id} cancelled: its work is being undone (compensation "
+                      f"{view['Compensation']})"))
+
+
+def _cancel_many(state: str | None, prefix: str | None, since: str | None, until: str | None,
+                 limit: int, reason: str, dry_run: bool, as_json: bool) -> None:
+    body: dict[str, Any] = {"state": state, "prefix": prefix, "since": when(since, "--since"),
+                            "until": when(until, "--until"), "reason": reason,
+                            "dry_run": dry_run, "limit": limit}
+    if opts.api:
+        result = call_api("POST", "/cancellations", body, ok=(200, 202))
+    else:
+        try:
+            ask = BulkCancelRequest.from_body(json.dumps(body).encode())
+        except ValueError as e:
+            raise CliError(str(e), 2) from None
+        result = api_shape(opts.container().operator.cancel_many(ask, by=cli_operator()))
+    if as_json:
+        print(json.dumps(result))
+    else:
+        items = inert(result["Items"])
+        t = Table(id_column("order", [i["OrderID"] for i in items]), "updated", "outcome",
+                  "why")
+        for i in items:
+            t.add_row(i["OrderID"], i["UpdatedAt"], i["Outcome"], i["Why"] or "")
+        out().print(t)
+        verb = "would be cancelled" if dry_run else "cancelled"
+        done = sum(i["Outcome"] != "refused" for i in result["Items"])
+        err().print(f"{done} order(s) {verb}, {len(result['Items']) - done} refused"
+                    + ("; more match than this batch (--limit): run it again once these "
+                       "are done" if result["More"] else "")
+                    + (" (dry run: nothing was changed)" if dry_run else ""))
+    if any(i["Outcome"] == "refused" for i in result["Items"]):
+        raise typer.Exit(1)
