@@ -12,7 +12,8 @@ SETTLED_COMPENSATION = ("Done", "Failed")
 
 def is_settled(s: Mapping[str, Any]) -> bool:
     return s.get("ProcessState") == "Processed" or (
-        s.get("ProcessState") == "Error" and s.get("Compensation") in SETTLED_COMPENSATION)
+        s.get("ProcessState") in ("Error", "Cancelled")
+        and s.get("Compensation") in SETTLED_COMPENSATION)
 
 
 @dataclass

@@ -21,6 +21,8 @@ from localrun.rolling.store import Store, is_settled
 # The second workflow, named by every DIGITAL_EVERY-th order once every host runs this release.
 DIGITAL = "digital-delivery"
 DIGITAL_EVERY = 3
+# One running order in this many is cancelled by the rehearsal's operator (by its id's digest).
+CANCEL_EVERY = 7
 # The share of orders whose undo the services refuse: their compensation fails, an operator
 # resubmits them with force.
 REFUSE_UNDO_SHARE = 0.5
@@ -149,7 +151,9 @@ class Resubmitter(threading.Thread):
     is resubmitted once through the operator API of a host that is up, the hosts taken in
     turn, whichever release each runs (a compensated one as it is, one whose compensation
     failed with force). The previous release checks its master key, this one the development
-    principal's roles (OperatorDevelopmentRoles)."""
+    principal's roles (OperatorDevelopmentRoles). One running order in CANCEL_EVERY is
+    cancelled through a host of this release (the previous one has no cancel): the previous
+    release must leave a cancelled order to this one."""
 
     def __init__(self, store: Store, hosts: Callable[[], list[HostProcess]], master_key: str,
                  interval: float = 1.0) -> None:
@@ -161,6 +165,8 @@ class Resubmitter(threading.Thread):
         self.done: set[str] = set()
         self.tries: Counter[str] = Counter()
         self.answers: list[dict[str, Any]] = []
+        self.cancels: list[dict[str, Any]] = []
+        self._cancel_asked: set[str] = set()
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -176,6 +182,13 @@ class Resubmitter(threading.Thread):
 
     def once(self) -> None:
         for oid, s in self._store.states().items():
+            if (s.get("ProcessState") in ("Pending", "Processing")
+                    and oid not in self._cancel_asked
+                    and int(hashlib.sha256(oid.encode()).hexdigest(), 16) % CANCEL_EVERY == 0):
+                current = [h for h in self._hosts() if h.up and h.release.label == "current"]
+                if current and not self._halt.is_set():
+                    self._cancel_asked.add(oid)
+                    self.cancel(current[0], oid)
             if (s.get("ProcessState") != "Error" or not is_settled(s) or oid in self.done
                     or int(s.get("Resubmissions") or 0) > 0 or self.tries[oid] >= 3):
                 continue
@@ -186,18 +199,30 @@ class Resubmitter(threading.Thread):
             host = up[self._turn % len(up)]
             self.resubmit(host, oid, forced=s.get("Compensation") == "Failed")
 
-    def resubmit(self, host: HostProcess, oid: str, forced: bool) -> None:
-        body = json.dumps({"reason": "rolling rehearsal", "force": forced}).encode()
+    def cancel(self, host: HostProcess, oid: str) -> None:
+        status, text = self._post(host, f"/api/orders/{oid}/cancel",
+                                  {"reason": "rolling rehearsal"})
+        if status:
+            self.cancels.append({"order": oid, "host": host.run, "status": status,
+                                 "answer": text[:300]})
+
+    def _post(self, host: HostProcess, path: str, body: dict[str, Any]) -> tuple[int, str]:
         conn = http.client.HTTPConnection("127.0.0.1", host.port, timeout=30)
         try:
-            conn.request("POST", f"/api/orders/{oid}/resubmit", body,
+            conn.request("POST", path, json.dumps(body).encode(),
                          {"Content-Type": "application/json", "x-functions-key": self._key})
             r = conn.getresponse()
-            status, text = r.status, r.read().decode(errors="replace")
+            return r.status, r.read().decode(errors="replace")
         except OSError:
-            return  # the host went down meanwhile: another takes it next round
+            return 0, ""  # the host went down meanwhile
         finally:
             conn.close()
+
+    def resubmit(self, host: HostProcess, oid: str, forced: bool) -> None:
+        status, text = self._post(host, f"/api/orders/{oid}/resubmit",
+                                  {"reason": "rolling rehearsal", "force": forced})
+        if not status:
+            return  # another host takes it next round
         self.tries[oid] += 1
         if status == 202:
             self.done.add(oid)

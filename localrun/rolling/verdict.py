@@ -97,7 +97,7 @@ def audit_ledger(states: Mapping[str, Mapping[str, Any]], effects: Sequence[Mapp
                     verdict.fail("a processed order's work under another key",
                                  f"{oid} {name}: applied {applied[0]['RowKey']}, recorded {key}")
             continue
-        if oid not in order_failed:
+        if oid not in order_failed and s["ProcessState"] != "Cancelled":
             verdict.fail("a failed order with no OrderFailed alert", f"{oid}: {brief(s)}")
         alerted = failed_steps.get(oid, set())
         # A compensation stops at the step whose undo failed, with an alert naming it
@@ -236,6 +236,15 @@ def check_resubmits_and_workflows(store: Store, sender: Sender, resubmitter: Res
         if oid in states and workflow != DIGITAL:
             v.fail("an order of the second workflow run by another",
                    f"{oid}: {workflow!r}; {brief(states[oid])}")
+    for a in resubmitter.cancels:
+        if a["status"] not in (202, 409):
+            v.fail("a cancel answered otherwise than 202 or 409",
+                   f"{a['order']} at {a['host']}: {a['status']} {a['answer']}")
+        elif a["status"] == 202 and states.get(a["order"], {}).get("ProcessState") != (
+                "Cancelled"):
+            v.fail("a cancel taken but the order not Cancelled",
+                   f"{a['order']} at {a['host']}: {brief(states.get(a['order']))}")
+    summary["cancels"] = dict(Counter(str(a["status"]) for a in resubmitter.cancels))
     taken = [a for a in resubmitter.answers if a["status"] == 202]
     summary["resubmits"] = dict(Counter(
         f"{a['release']} {'forced' if a['forced'] else 'normal'} {a['status']}"
@@ -251,7 +260,8 @@ def check_resubmits_and_workflows(store: Store, sender: Sender, resubmitter: Res
 
 def _outcome(s: Mapping[str, Any]) -> str:
     label = str(s.get("ProcessState", "no record"))
-    return f"{label}/{s.get('Compensation') or 'pending'}" if label == "Error" else label
+    return (f"{label}/{s.get('Compensation') or 'pending'}" if label in ("Error", "Cancelled")
+            else label)
 
 
 def handled_by(logs: Path, orders: list[str]) -> dict[str, set[str]]:
@@ -299,7 +309,7 @@ def print_summary(say: Any, label: str, s: Mapping[str, Any], verdict: Verdict) 
               "ledger", "alerts", "sending_seconds", "settled_after_last_send_seconds",
               "order_seconds_median", "order_seconds_p95", "order_seconds_max",
               "orders_handled_by", "index_entries_left", "resubmits", "resubmitted_orders",
-              "resubmitted_then", "digital_sent", "digital_outcomes", "undo_refused",
+              "resubmitted_then", "cancels", "digital_sent", "digital_outcomes", "undo_refused",
               "total_seconds"):
         say(f"  {k:34} {s.get(k)}")
     for r in s.get("rolls", []):
