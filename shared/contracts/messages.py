@@ -30,16 +30,43 @@ def _models(workflows: Registry) -> list[type[BaseModel]]:
     return models
 
 
+def _tied(model: type[BaseModel], workflows: Registry, schema: dict[str, Any]) -> None:
+    """``schema`` (``model``'s) made to say which workflows read a message by it, as intake
+    does: ``workflow`` names one of them, and may be left out only where the default
+    workflow's model is this one. So a message of one workflow that forgot to name it is
+    refused by the schema too, not taken for another's."""
+    names = [w for w in workflows.names if workflows.get(w).message is model]
+    default = workflows.get().message is model
+    schema["properties"]["workflow"] = (
+        {"anyOf": [{"enum": names}, {"type": "null"}], "default": None, "title": "Workflow"}
+        if default else {"enum": names, "title": "Workflow"})
+    if not default:
+        schema["required"] = sorted({*schema.get("required", []), "workflow"})
+
+
 def order_schema(workflows: Registry) -> dict[str, Any]:
-    """The default workflow's message, as intake validates it."""
+    """Every order message, as intake validates it: the model of the workflow it names (the
+    default workflow's when it names none)."""
+    models = _models(workflows)
+    schemas, defs = [], {}
+    for m in models:
+        schema = m.model_json_schema(mode="validation")
+        defs.update(schema.pop("$defs", {}))
+        _tied(m, workflows, schema)
+        schemas.append(schema)
+    body: dict[str, Any] = (schemas[0] if len(schemas) == 1
+                            else {"title": "Order", "oneOf": schemas})
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": ORDER_SCHEMA_ID,
-        **workflows.get().message.model_json_schema(mode="validation"),
-        "description": "An order message on the orders queue (Service Bus), UTF-8 JSON. "
-                       "Fields not listed are refused, and the message is recorded as rejected "
-                       "with the reason; put your own data in the message's application "
-                       "properties instead, which intake does not read.",
+        **({"$defs": defs} if defs else {}),
+        **body,
+        "description": "An order message on the orders queue (Service Bus), UTF-8 JSON, in "
+                       "the message model of the workflow it names (the default workflow's "
+                       "when it names none). Fields not listed are refused, and the message "
+                       "is recorded as rejected with the reason; put your own data in the "
+                       "message's application properties instead, which intake does not "
+                       "read.",
     }
 
 
@@ -75,6 +102,8 @@ def asyncapi_document(workflows: Registry) -> dict[str, Any]:
                                      AgentReply, StatusUpdate]
     _, defs = models_json_schema(
         [(m, "validation") for m in models], ref_template=_REF)
+    for m in _models(workflows):
+        _tied(m, workflows, defs["$defs"][m.__name__])
     agents = workflows.services  # in the order the workflows' steps first name them
     channels: dict[str, Any] = {
         "orders": {

@@ -74,7 +74,7 @@ def _order_bodies(mode: GenerationMode, model: type[WorkflowMessage] | None = No
 @given(_order_bodies(GenerationMode.POSITIVE))
 def test_every_order_the_schema_allows_is_accepted(doc: Any) -> None:
     assert ORDER.is_valid(doc)
-    parse_order(json.dumps(doc))
+    REGISTRY.parse(json.dumps(doc))
 
 
 @settings(max_examples=300, suppress_health_check=list(HealthCheck), deadline=None)
@@ -83,7 +83,7 @@ def test_every_order_the_schema_refuses_is_refused(doc: Any) -> None:
     assume(not isinstance(doc, bytes | bytearray))  # a body that is not JSON at all
     assume(not ORDER.is_valid(doc))
     with pytest.raises(InvalidOrder):
-        parse_order(json.dumps(doc))
+        REGISTRY.parse(json.dumps(doc))
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
@@ -235,3 +235,28 @@ def test_without_the_development_packages_the_generator_says_what_to_install() -
     assert run.returncode == 1
     assert run.stderr.strip().splitlines() == [run.stderr.strip()]  # one line, no traceback
     assert "requirements-dev.txt" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_the_schema_ties_each_workflow_to_its_message_model() -> None:
+    """A message of a workflow with a model of its own that forgets to name the workflow is
+    read by intake as the default's, and refused: the published schema refuses it too, and
+    intake's reason says which workflow it read the message as."""
+    from dataclasses import replace as replaced
+
+    from shared.domain.workflow import Registry
+    from tests.workflow import FLOW
+
+    class Renewal(WorkflowMessage):
+        subscription_id: str
+
+    registry = Registry.of([FLOW, replaced(FLOW, name="renewal", message=Renewal)])
+    schema = Draft202012Validator(order_schema(registry))
+    renewal = {"order_id": "r-1", "subscription_id": "s-1"}
+    assert schema.is_valid({**renewal, "workflow": "renewal"})
+    registry.parse(json.dumps({**renewal, "workflow": "renewal"}))
+    assert not schema.is_valid(renewal)
+    with pytest.raises(InvalidOrder, match="the default"):
+        registry.parse(json.dumps(renewal))
+    # A name no workflow has is refused by both, as is the other model's under that name.
+    assert not schema.is_valid({**renewal, "workflow": "no-such"})
+    assert not schema.is_valid({**renewal, "workflow": "test-flow"})
