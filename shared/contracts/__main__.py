@@ -66,10 +66,19 @@ def _local_settings(template: dict[str, object],
                     services: dict[str, Any]) -> dict[str, object]:
     """The template with what the deployment takes from services.json: the pool's size, and
     each Agent's queue setting (kept when the template names another queue)."""
-    values = dict(template["Values"])  # type: ignore[call-overload]
-    values["PYTHON_THREADPOOL_THREAD_COUNT"] = services["threadPool"]
-    for setting, queue in services["queueSettings"].items():
-        values.setdefault(setting, queue)
+    given = dict(template["Values"])  # type: ignore[call-overload]
+    given["PYTHON_THREADPOOL_THREAD_COUNT"] = services["threadPool"]
+    new = {s: q for s, q in services["queueSettings"].items() if s not in given}
+    # A new service's queue setting goes beside the other queue settings (after the last one
+    # the template has), not after the local host's keys at the end.
+    queues = [k for k in given if k.endswith("QueueName")]
+    after = queues[-1] if queues else None
+    values: dict[str, object] = {}
+    for key, value in given.items():
+        values[key] = value
+        if key == after:
+            values.update(new)
+    values.update(new)  # no queue setting to follow: at the end
     return {**template, "Values": values}
 
 

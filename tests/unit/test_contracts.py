@@ -260,3 +260,18 @@ def test_the_schema_ties_each_workflow_to_its_message_model() -> None:
     # A name no workflow has is refused by both, as is the other model's under that name.
     assert not schema.is_valid({**renewal, "workflow": "no-such"})
     assert not schema.is_valid({**renewal, "workflow": "test-flow"})
+
+
+def test_a_new_services_queue_setting_goes_beside_the_other_queue_settings() -> None:
+    from shared.contracts.__main__ import _local_settings
+
+    template = {"IsEncrypted": False, "Values": {
+        "AzureWebJobsStorage": "UseDevelopmentStorage=true",
+        "SchedulerQueueName": "scheduler-commands", "AlphaRequestsQueueName": "alpha-requests",
+        "FailureThreshold": "3", "LOCALRUN_MASTER_KEY": "k"}}
+    out = _local_settings(template, {"threadPool": "64", "queueSettings": {
+        "AlphaRequestsQueueName": "alpha-requests", "FraudRequestsQueueName": "fraud-requests"}})
+    assert list(out["Values"]) == [  # type: ignore[call-overload]
+        "AzureWebJobsStorage", "SchedulerQueueName", "AlphaRequestsQueueName",
+        "FraudRequestsQueueName", "FailureThreshold", "LOCALRUN_MASTER_KEY",
+        "PYTHON_THREADPOOL_THREAD_COUNT"]
