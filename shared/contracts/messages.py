@@ -37,9 +37,10 @@ def _tied(model: type[BaseModel], workflows: Registry, schema: dict[str, Any]) -
     refused by the schema too, not taken for another's."""
     names = [w for w in workflows.names if workflows.get(w).message is model]
     default = workflows.get().message is model
+    named: dict[str, Any] = {"enum": names, "title": "Workflow"}
     schema["properties"]["workflow"] = (
         {"anyOf": [{"enum": names}, {"type": "null"}], "default": None, "title": "Workflow"}
-        if default else {"enum": names, "title": "Workflow"})
+        if default else named)
     if not default:
         schema["required"] = sorted({*schema.get("required", []), "workflow"})
 
