@@ -94,7 +94,9 @@ function renderOverview(o) {
   main.replaceChildren(
     cards("by-state", "Orders by state" + scanned, o.ByState, ["Error"]),
     cards("by-compensation", "Compensation", o.ByCompensation, ["Failed"]),
-    el("section", {}, el("h2", {}, "In flight ", el("small", {text: "most overdue first"})),
+    el("section", {}, el("h2", {}, "In flight ", el("small", {text: "most overdue first "}),
+        el("a", {href: "#/cancel", "data-testid": "bulk-cancel-open",
+                 text: "cancel several at once"})),
       table("in-flight", ["order", "state", "step", "complete by", "overdue", "failures"],
         o.InFlight, r => el("tr", {class: r.OverdueSeconds ? "overdue" : "",
                                    "data-order": r.OrderID},
@@ -186,6 +188,7 @@ function renderOrder(o, message) {
     el("section", {}, el("h2", {text: "Steps"}), steps),
     el("section", {}, el("h2", {text: "Resubmissions"}), history),
     resubmitForm(o, message),
+    cancelForm(o, message),
     el("section", {}, el("h2", {text: "The order"}),
        el("pre", {lines: JSON.stringify(o.Order, null, 2)})),
   );
@@ -193,8 +196,9 @@ function renderOrder(o, message) {
 
 function resubmitForm(o, message) {
   const section = el("section", {"data-testid": "resubmit"}, el("h2", {text: "Resubmit"}));
-  if (message) section.append(el("p", {class: message.ok ? "" : "error",
-                                       "data-testid": "resubmit-result", text: message.text}));
+  if (message && message.for === "resubmit")
+    section.append(el("p", {class: message.ok ? "" : "error", "data-testid": "resubmit-result",
+                            text: message.text}));
   if (o.ProcessState !== "Error") {
     section.append(el("p", {class: "empty", text: "Only an order in Error can be resubmitted."}));
     return section;
@@ -216,13 +220,71 @@ function resubmitForm(o, message) {
       const body = await api(`/orders/${encodeURIComponent(o.OrderID)}/resubmit`, {
         method: "POST", headers: {"content-type": "application/json"},
         body: JSON.stringify({reason: f.get("reason"), force: f.get("force") === "on"})});
-      result = {ok: true, text: `Resubmitted: now ${body.ProcessState}.`};
+      result = {for: "resubmit", ok: true, text: `Resubmitted: now ${body.ProcessState}.`};
     } catch (e) {
-      result = {ok: false, text: String(e.message || e)};
+      result = {for: "resubmit", ok: false, text: String(e.message || e)};
     }
     await show(result);
   };
   section.append(form);
+  return section;
+}
+
+// Cancel: an order still running (Pending or Processing) is stopped, nothing more is sent for
+// it, and the work it has done is undone (POST /api/orders/{id}/cancel, with a reason). A
+// button first, then the form: a form on the page holds it still (see schedule), and a running
+// order's page stays live until the operator means to cancel it.
+const CANCELLABLE = ["Pending", "Processing"];
+function cancelForm(o, message) {
+  const section = el("section", {"data-testid": "cancel"}, el("h2", {text: "Cancel"}));
+  // What the last cancel came to, or why it was not sent: one line, replaced by the next.
+  const say = m => {
+    const p = el("p", {class: m.ok ? "" : "error", "data-testid": "cancel-result",
+                       tabindex: "-1", text: m.text});
+    const before = section.querySelector("[data-testid=cancel-result]");
+    if (before) before.replaceWith(p); else section.querySelector("h2").after(p);
+    return p;
+  };
+  if (message && message.for === "cancel") say(message);
+  if (!CANCELLABLE.includes(o.ProcessState)) {
+    section.append(el("p", {class: "empty",
+                            text: "Only a Pending or Processing order can be cancelled."}));
+    return section;
+  }
+  const reason = el("textarea", {name: "reason", rows: "2", maxlength: "1000",
+                                 "aria-required": "true"});
+  const send = el("button", {type: "submit", "data-testid": "cancel-send",
+                             text: "Cancel the order"});
+  const form = el("form", {"data-testid": "cancel-form"},
+    el("label", {}, "Reason (kept with the order)", reason),
+    el("p", {class: "notice", text: "Nothing more is sent for it and the work it has done is " +
+      "undone; a cancelled order cannot be resubmitted. Cancelled as you: your name is kept " +
+      "with it."}),
+    send);
+  form.onsubmit = async ev => {
+    ev.preventDefault();
+    const text = String(new FormData(form).get("reason") || "");
+    if (!text.trim()) {  // refused here: nothing is sent
+      say({ok: false, text: "Say why it is cancelled: a cancel needs a reason."}).focus();
+      return;
+    }
+    send.disabled = true;  // once: a second click would be a second cancel
+    let result;
+    try {
+      const body = await api(`/orders/${encodeURIComponent(o.OrderID)}/cancel`, {
+        method: "POST", headers: {"content-type": "application/json"},
+        body: JSON.stringify({reason: text})});
+      result = {for: "cancel", ok: true, text: `Cancelled: now ${body.ProcessState}, its ` +
+                `work being undone (compensation ${body.Compensation}).`};
+    } catch (e) {
+      result = {for: "cancel", ok: false, text: String(e.message || e)};
+    }
+    await show(result);
+  };
+  const open = el("button", {type: "button", "data-testid": "cancel-open",
+                             text: "Cancel this order..."});
+  open.onclick = () => { open.replaceWith(form); reason.focus(); };
+  section.append(open);
   return section;
 }
 
@@ -245,6 +307,8 @@ async function show(message) {
       draw = () => renderOrder(body, message);
     } else if (hash === "#/resubmit") {
       draw = () => renderBulk();  // nothing to read until the operator asks for a dry run
+    } else if (hash === "#/cancel") {
+      draw = () => renderBulkCancel();
     } else if (search) {
       const found = await find(search.get("q") || "", search.get("state") || "");
       draw = () => renderSearch(search, found);
@@ -253,6 +317,9 @@ async function show(message) {
       draw = () => renderOverview(body);
     }
     if (mine !== shown) return;
+    // A refresh does not replace a form the operator opened while it was asked for (the
+    // cancel form of a running order's page).
+    if (!message && hash === arrivedAt && main.querySelector("form")) return;
     const focused = document.activeElement;
     draw();
     if (!order) listHash = hash;
@@ -281,10 +348,12 @@ function arrive(order, search, message, focused) {
   const opened = arrivedAt && arrivedAt.match(/^#\/orders\/(.+)$/);
   arrivedAt = at;
   if (order) {
-    if (message) document.querySelector("[data-testid=resubmit-result]")?.focus();
+    if (message) document.querySelector(`[data-testid=${message.for}-result]`)?.focus();
     else document.getElementById("order-heading").focus();
   } else if (at === "#/resubmit") {
     document.getElementById("bulk-heading").focus();
+  } else if (at === "#/cancel") {
+    document.getElementById("bulk-cancel-heading").focus();
   } else if (search) {
     (main.querySelector("[data-testid=search-results] a") ||
      document.getElementById("search-q")).focus();
@@ -341,7 +410,7 @@ function renderBulk() {
   const field = (label, input) => el("label", {}, label, " ", input);
   const steps = el("datalist", {id: "bulk-steps"},
                    ...failedSteps.map(step => el("option", {value: step})));
-  const form = el("form", {"data-testid": "bulk-form"},
+  const form = el("form", {"data-testid": "bulk-form", class: "bulk-form"},
     field("Failed since", el("input", {type: "datetime-local", name: "since"})),
     field("Failed before", el("input", {type: "datetime-local", name: "until"})),
     field("Failed at step", el("input", {name: "failed_step", list: "bulk-steps",
@@ -353,7 +422,7 @@ function renderBulk() {
     el("label", {class: "notice wide"}, el("input", {type: "checkbox", name: "force"}),
        " Also orders whose compensation failed: I have checked the services"),
     el("button", {type: "submit", "data-testid": "bulk-dry-run", text: "Dry run"}));
-  const plan = el("div", {"data-testid": "bulk-plan"});
+  const plan = el("div", {"data-testid": "bulk-plan", class: "bulk-plan"});
   const section = el("section", {"data-testid": "bulk"},
     el("h2", {id: "bulk-heading", tabindex: "-1"}, "Resubmit failed orders ",
        el("small", {text: "Escape: back"})),
@@ -388,9 +457,8 @@ function bulkAsk(form) {
           limit: Number(f.get("limit") || 50)};
 }
 
-function bulkSaid(plan, text) {
-  plan.replaceChildren(el("p", {class: "error", "data-testid": "bulk-result", tabindex: "-1",
-                                text}));
+function bulkSaid(plan, text, testid = "bulk-result") {
+  plan.replaceChildren(el("p", {class: "error", "data-testid": testid, tabindex: "-1", text}));
   plan.firstChild.focus();
 }
 
@@ -446,10 +514,110 @@ function drawPlan(plan, ask, result) {
   heading.focus();
 }
 
+// Bulk cancel: running orders (Pending, Processing or both) picked by the start of their id,
+// newest first. As bulk resubmit: a dry run first (POST /api/cancellations is one unless
+// dry_run is false) that changes nothing, then a confirmation for what it showed; changing a
+// filter drops the dry run.
+function renderBulkCancel() {
+  const field = (label, input) => el("label", {}, label, " ", input);
+  const form = el("form", {"data-testid": "bulk-cancel-form", class: "bulk-form"},
+    field("State", el("select", {name: "state"},
+      el("option", {value: "", text: "Pending or Processing"}),
+      ...CANCELLABLE.map(s => el("option", {value: s, text: s})))),
+    field("Order id starts with", el("input", {name: "prefix", maxlength: "149",
+                                               autocomplete: "off"})),
+    field("At most", el("input", {type: "number", name: "limit", min: "1", max: "100",
+                                  value: "50", required: ""})),
+    el("label", {class: "wide"}, "Reason (kept with each order)",
+       el("textarea", {name: "reason", rows: "2", maxlength: "1000", "aria-required": "true"})),
+    el("button", {type: "submit", "data-testid": "bulk-cancel-dry-run", text: "Dry run"}));
+  const plan = el("div", {"data-testid": "bulk-cancel-plan", class: "bulk-plan"});
+  const section = el("section", {"data-testid": "bulk-cancel"},
+    el("h2", {id: "bulk-cancel-heading", tabindex: "-1"}, "Cancel running orders ",
+       el("small", {text: "Escape: back"})),
+    el("p", {class: "empty", text: "Orders still running (Pending or Processing), newest " +
+      "first, at most 100 at a time: nothing more is sent for each and its work is undone. A " +
+      "dry run says what each would come to and changes nothing; then you confirm. Cancelled " +
+      "as you."}),
+    form, plan);
+  form.oninput = () => plan.replaceChildren();  // a plan holds only for the filters it ran on
+  form.onsubmit = async ev => {
+    ev.preventDefault();
+    const f = new FormData(form);
+    const ask = {state: String(f.get("state") || "") || null,
+                 prefix: String(f.get("prefix") || "").trim() || null,
+                 reason: String(f.get("reason") || ""), limit: Number(f.get("limit") || 50)};
+    if (!ask.reason.trim())  // refused here: nothing is sent
+      return bulkSaid(plan, "Say why they are cancelled: a cancel needs a reason.",
+                      "bulk-cancel-result");
+    let result;
+    try {
+      result = await api("/cancellations", {method: "POST",
+        headers: {"content-type": "application/json"},
+        body: JSON.stringify(Object.assign({}, ask, {dry_run: true}))});
+    } catch (e) {
+      return bulkSaid(plan, String(e.message || e), "bulk-cancel-result");
+    }
+    drawCancelPlan(plan, ask, result);
+  };
+  main.replaceChildren(section);
+}
+
+function cancelTable(items) {
+  return table("bulk-cancel-items", ["order", "updated", "compensation", "outcome", "why"],
+    items, i => el("tr", {"data-order": i.OrderID, class: i.Outcome === "refused" ? "refused" : ""},
+      cell(orderLink(i.OrderID), "id"), cell(when(i.UpdatedAt)), cell(i.Compensation),
+      cell(i.Outcome, "outcome"), cell(i.Why)));
+}
+
+function drawCancelPlan(plan, ask, result) {
+  const go = result.Items.filter(i => i.Outcome !== "refused");
+  const refused = result.Items.length - go.length;
+  const more = result.More ? el("p", {class: "notice", "data-testid": "bulk-cancel-more",
+    text: "More orders match than this batch: run it again once these are done."}) : null;
+  const heading = el("h2", {id: "bulk-cancel-plan-heading", tabindex: "-1",
+    text: `Dry run: ${go.length} would be cancelled, ${refused} refused ` +
+          "(nothing was changed)"});
+  const confirm = go.length ? el("button", {type: "button", "data-testid": "bulk-cancel-confirm",
+    text: `Cancel ${go.length} order${go.length === 1 ? "" : "s"}`}) : null;
+  if (confirm) confirm.onclick = async () => {
+    confirm.disabled = true;  // once: a second click would be a second batch
+    let done;
+    try {
+      // Pinned to what the dry run showed: the orders are picked by when they were received,
+      // newest first, so no more of them than it showed, received from its oldest to its
+      // newest (inclusive): an order received since is not swept in.
+      const received = async i => Date.parse(
+        (await api("/orders/" + encodeURIComponent(i.OrderID))).CreatedAt);
+      const items = result.Items;
+      const [newest, oldest] = await Promise.all([received(items[0]),
+                                                  received(items[items.length - 1])]);
+      const pinned = Object.assign({}, ask, {dry_run: false, limit: items.length,
+        since: new Date(oldest).toISOString(), until: new Date(newest + 1).toISOString()});
+      done = await api("/cancellations", {method: "POST",
+        headers: {"content-type": "application/json"}, body: JSON.stringify(pinned)});
+    } catch (e) {
+      return bulkSaid(plan, String(e.message || e), "bulk-cancel-result");
+    }
+    const ok = done.Items.filter(i => i.Outcome === "cancelled").length;
+    plan.replaceChildren(
+      el("h2", {id: "bulk-cancel-done-heading", tabindex: "-1",
+                "data-testid": "bulk-cancel-result",
+                text: `Cancelled ${ok}, refused ${done.Items.length - ok}`}),
+      cancelTable(done.Items));
+    document.getElementById("bulk-cancel-done-heading").focus();
+  };
+  plan.replaceChildren(...[heading, cancelTable(result.Items), more,
+    confirm ? el("p", {}, confirm, " ", el("span", {class: "empty",
+      text: "each as a single cancel, your name kept with it"})) : null].filter(Boolean));
+  heading.focus();
+}
+
 function schedule() {
   clearInterval(timer);
-  // Live only while someone looks, and not while a resubmit form is being filled in. A
-  // search's answer stays as it was (a search by customer reads the table: once per asking).
+  // Live only while someone looks, and not while a form (resubmit, cancel, bulk) is on the
+  // page: it is being filled in. A search's answer stays as it was (a search by customer reads
+  // the table: once per asking).
   timer = setInterval(() => {
     const typing = main.querySelector("form") && location.hash;
     const searching = location.hash.startsWith("#/search?");
@@ -475,7 +643,8 @@ document.addEventListener("keydown", ev => {
   if (f && (f.tagName === "TEXTAREA" || f.tagName === "INPUT") && f.value &&
       f.type !== "checkbox") { f.blur(); return; }
   if (location.hash.startsWith("#/orders/")) location.hash = listHash;
-  else if (location.hash.startsWith("#/search?") || location.hash === "#/resubmit")
+  else if (location.hash.startsWith("#/search?") || location.hash === "#/resubmit" ||
+           location.hash === "#/cancel")
     location.hash = "";
 });
 document.getElementById("zone").textContent =

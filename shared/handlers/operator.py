@@ -418,9 +418,11 @@ class Operator:
                     by_comp[s.compensation] += 1
                 if not s.is_settled:
                     in_flight.append(_in_flight_view(s, now, self._pending_grace))
-                if s.process_state is ProcessState.ERROR:
-                    (stuck if s.compensation is CompensationState.FAILED else failed).append(
-                        _failed_view(s))
+                # A cancelled order whose undo failed needs a hand as a failed one's does.
+                if s.compensation is CompensationState.FAILED:
+                    stuck.append(_failed_view(s))
+                elif s.process_state is ProcessState.ERROR:
+                    failed.append(_failed_view(s))
             counted += len(states)
             if not token or counted >= OVERVIEW_SCAN:
                 break

@@ -16,10 +16,10 @@ from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Request, Route, expect, sync_playwright
 
 from shared.domain.state import ProcessState, due_at
-from shared.handlers.principal import READ_ROLE, RESUBMIT_ROLE
+from shared.handlers.principal import CANCEL_ROLE, READ_ROLE, RESUBMIT_ROLE
 from tests.integration.conftest import RunningHost
 from tests.integration.helpers import drain_json, function, sb_message
 from tests.integration.test_operator_api import (
@@ -27,8 +27,10 @@ from tests.integration.test_operator_api import (
     accept,
     compensation_failed,
     failed_and_compensated,
+    requests_of,
     signed_in,
 )
+from tests.integration.test_scheduler import reply
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 # Chromium as root, with nothing of its own reaching out to the network (this machine's network
@@ -36,7 +38,7 @@ CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 CONSOLE = {"overview", "console", "get_order", "resubmit_order", "ack_alert", "list_orders",
-           "resubmit_orders"}
+           "resubmit_orders", "cancel_order", "cancel_orders"}
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +53,10 @@ def browser() -> Iterator[Browser]:
 @pytest.fixture
 def h(run_host: Any) -> RunningHost:
     # Pending orders fall due after 1 s: an accepted order nobody takes soon is overdue.
-    # The development principal (an operator with both roles) stands in for the platform's
+    # The development principal (an operator with every role) stands in for the platform's
     # sign-in: no key anywhere.
     h: RunningHost = run_host(only=CONSOLE, PendingGraceSeconds="1",
-                              OperatorDevelopmentRoles=f"{READ_ROLE},{RESUBMIT_ROLE}",
+                              OperatorDevelopmentRoles=f"{READ_ROLE},{RESUBMIT_ROLE},{CANCEL_ROLE}",
                               LOCALRUN_FUNCTION_KEY="fn-key", LOCALRUN_MASTER_KEY="master-key")
     failed_and_compensated(h, "f-1")
     compensation_failed(h, "f-2")
@@ -527,3 +529,179 @@ def test_the_keyboard_path_of_bulk_resubmit(page: Page, h: RunningHost) -> None:
     page.keyboard.press("Escape")
     expect(page.get_by_test_id("by-state")).to_be_visible()
     assert "#/resubmit" not in page.url
+
+
+# -- cancel (issue 44) ----------------------------------------------------------------------------
+
+def posts(page: Page) -> list[Request]:
+    """Every POST the page sends from now on."""
+    sent: list[Request] = []
+    page.on("request", lambda r: sent.append(r) if r.method == "POST" else None)
+    return sent
+
+
+def open_cancel(page: Page, h: RunningHost, order_id: str) -> None:
+    """The order's page, its cancel form opened."""
+    page.goto(f"http://127.0.0.1:{h.port}/api/console#/orders/{order_id}")
+    expect(page.get_by_test_id("order")).to_contain_text(order_id)
+    page.get_by_test_id("cancel").get_by_role("button", name="Cancel this order...").click()
+    expect(page.get_by_test_id("cancel-form").locator("textarea[name=reason]")).to_be_focused()
+
+
+def test_cancel_a_running_order_from_its_page(page: Page, h: RunningHost) -> None:
+    page.get_by_test_id("in-flight").get_by_role("link", name="o-fresh").click()
+    expect(page.locator('dd[data-field="state"]')).to_have_text("Processing")
+    cancel = page.get_by_test_id("cancel")
+    expect(cancel.get_by_test_id("cancel-form")).to_have_count(0)  # a button first
+    cancel.get_by_role("button", name="Cancel this order...").click()
+    cancel.locator("textarea[name=reason]").fill("customer withdrew <b>now</b>")
+    with page.expect_request(lambda r: r.method == "POST") as sent:
+        cancel.get_by_role("button", name="Cancel the order", exact=True).click()
+    assert sent.value.url == f"http://127.0.0.1:{h.port}/api/orders/o-fresh/cancel"
+    assert sent.value.post_data_json == {"reason": "customer withdrew <b>now</b>"}
+    assert sent.value.all_headers()["origin"] == f"http://127.0.0.1:{h.port}"
+    expect(page.get_by_test_id("cancel-result")).to_have_text(
+        "Cancelled: now Cancelled, its work being undone (compensation Pending).")
+    expect(page.locator('dd[data-field="state"]')).to_have_text("Cancelled")
+    expect(page.locator('dd[data-field="compensation"]')).to_have_text("Pending")
+    # The reason, as text, with who.
+    expect(page.locator('dd[data-field="last error"]')).to_have_text(
+        "cancelled by local developer (oid development): customer withdrew <b>now</b>")
+    assert page.get_by_test_id("order").locator("b").count() == 0
+    # Nothing more to cancel: no button, and why.
+    expect(cancel.get_by_role("button")).to_have_count(0)
+    expect(cancel).to_contain_text("Only a Pending or Processing order can be cancelled.")
+    state = h.container.store.get_state("o-fresh")
+    assert (state.process_state, state.compensation.value) == (ProcessState.CANCELLED, "Pending")
+    # Counted, and found by state, as the other states are; not a failure.
+    page.locator("#home").click()
+    card = page.get_by_test_id("by-state-Cancelled")
+    expect(card).to_contain_text("1")
+    expect(card).not_to_have_class(re.compile(r"\bbad\b"))
+    expect(page.get_by_test_id("by-state-Error")).to_have_class(re.compile(r"\bbad\b"))
+    search = page.get_by_test_id("search")
+    search.locator("select[name=state]").select_option("Cancelled")
+    search.get_by_role("button", name="Search").click()
+    results = page.get_by_test_id("search-results")
+    expect(results.locator("tbody tr")).to_have_count(1)
+    expect(results.locator('tr[data-order="o-fresh"]')).to_contain_text("Cancelled")
+
+
+def test_a_cancel_without_a_reason_is_refused_in_the_page(page: Page, h: RunningHost) -> None:
+    open_cancel(page, h, "o-late")
+    sent = posts(page)
+    form = page.get_by_test_id("cancel-form")
+    for reason in ("", "   "):
+        form.locator("textarea[name=reason]").fill(reason)
+        form.get_by_role("button", name="Cancel the order", exact=True).click()
+        expect(page.get_by_test_id("cancel-result")).to_have_text(
+            "Say why it is cancelled: a cancel needs a reason.")
+        expect(page.get_by_test_id("cancel-result")).to_be_focused()
+    assert sent == []
+    assert h.container.store.get_state("o-late").process_state is ProcessState.PENDING
+    form.locator("textarea[name=reason]").fill("duplicate")  # the form is still there
+    form.get_by_role("button", name="Cancel the order", exact=True).click()
+    expect(page.get_by_test_id("cancel-result")).to_contain_text("Cancelled: now Cancelled")
+    assert [r.url for r in sent] == [f"http://127.0.0.1:{h.port}/api/orders/o-late/cancel"]
+
+
+def processed(h: RunningHost, order_id: str, started: bool = False) -> None:
+    """Drive one order (``started``: one already taken) through every step to Processed, by
+    hand."""
+    s = h.container.scheduler
+    if not started:
+        s.handle_command(accept(order_id))
+    for step in range(len(h.container.workflow.steps)):
+        s.handle_reply(reply(next(r for r in requests_of(h, step) if r["order_id"] == order_id)))
+    assert h.container.store.get_state(order_id).process_state is ProcessState.PROCESSED
+
+
+def test_a_finished_or_failed_order_offers_no_cancel(page: Page, h: RunningHost) -> None:
+    processed(h, "p-1")
+    for order_id, state in (("p-1", "Processed"), ("f-1", "Error")):
+        page.goto(f"http://127.0.0.1:{h.port}/api/console#/orders/{order_id}")
+        expect(page.locator('dd[data-field="state"]')).to_have_text(state)
+        cancel = page.get_by_test_id("cancel")
+        expect(cancel).to_contain_text("Only a Pending or Processing order can be cancelled.")
+        expect(cancel.get_by_role("button")).to_have_count(0)
+
+
+def test_an_order_that_finished_meanwhile_is_refused_with_why(page: Page, h: RunningHost) -> None:
+    """The page was drawn while it ran; the cancel is refused (409), saying why, as text."""
+    open_cancel(page, h, "o-fresh")
+    processed(h, "o-fresh", started=True)  # meanwhile
+    form = page.get_by_test_id("cancel-form")
+    form.locator("textarea[name=reason]").fill("too late")
+    form.get_by_role("button", name="Cancel the order", exact=True).click()
+    expect(page.get_by_test_id("cancel-result")).to_contain_text(
+        "order o-fresh is Processed: a delivered order is not cancelled")
+    expect(page.get_by_test_id("cancel-result")).to_have_class("error")
+    expect(page.locator('dd[data-field="state"]')).to_have_text("Processed")
+
+
+def test_a_resubmitter_is_told_why_they_cannot_cancel(browser: Browser, h: RunningHost) -> None:
+    pg, foreign = open_console(browser, h, signed_in(READ_ROLE, RESUBMIT_ROLE))
+    open_cancel(pg, h, "o-late")
+    pg.get_by_test_id("cancel-form").locator("textarea[name=reason]").fill("duplicate")
+    pg.get_by_role("button", name="Cancel the order", exact=True).click()
+    expect(pg.get_by_test_id("cancel-result")).to_contain_text(
+        "Ada Operator lacks the app role 'Orders.Cancel'")
+    assert h.container.store.get_state("o-late").process_state is ProcessState.PENDING
+    pg.context.close()
+    assert foreign == []
+
+
+def cancel_outcomes(page: Page) -> dict[str, str]:
+    """What the bulk cancel page's table says of each order: its outcome."""
+    rows = page.get_by_test_id("bulk-cancel-items").locator("tbody tr")
+    return {r.get_attribute("data-order") or "": r.locator("td").nth(3).inner_text()
+            for r in rows.all()}
+
+
+def test_bulk_cancel_a_dry_run_then_confirm(page: Page, h: RunningHost) -> None:
+    """From the orders in flight: filters, a reason (refused in the page without one), a dry
+    run changing nothing, then a confirmation for what it showed, as the signed-in operator;
+    an order received after the dry run is not swept in."""
+    page.get_by_test_id("bulk-cancel-open").click()
+    expect(page.locator("#bulk-cancel-heading")).to_be_focused()
+    form = page.get_by_test_id("bulk-cancel-form")
+    plan = page.get_by_test_id("bulk-cancel-plan")
+    sent = posts(page)
+    form.get_by_role("button", name="Dry run").click()
+    expect(page.get_by_test_id("bulk-cancel-result")).to_have_text(
+        "Say why they are cancelled: a cancel needs a reason.")
+    assert sent == []
+    form.locator("textarea[name=reason]").fill("supplier recall")
+    form.get_by_role("button", name="Dry run").click()
+    expect(plan).to_contain_text("Dry run: 2 would be cancelled, 0 refused (nothing was changed)")
+    assert cancel_outcomes(page) == {"o-fresh": "would cancel", "o-late": "would cancel"}
+    assert sent[-1].post_data_json == {"state": None, "prefix": None, "reason": "supplier recall",
+                                       "limit": 50, "dry_run": True}
+    assert store_counts(h)["Cancelled"] == 0
+    # A filter changed after the dry run drops it.
+    form.locator("select[name=state]").select_option("Pending")
+    expect(page.get_by_test_id("bulk-cancel-confirm")).to_have_count(0)
+    form.get_by_role("button", name="Dry run").click()
+    expect(plan).to_contain_text("Dry run: 1 would be cancelled, 0 refused")
+    assert set(cancel_outcomes(page)) == {"o-late"}
+    form.locator("select[name=state]").select_option("")
+    form.locator("input[name=prefix]").fill("nobody")
+    form.get_by_role("button", name="Dry run").click()
+    expect(page.get_by_test_id("bulk-cancel-items")).to_have_text("none")
+    expect(page.get_by_test_id("bulk-cancel-confirm")).to_have_count(0)
+    form.locator("input[name=prefix]").fill("o-")
+    form.get_by_role("button", name="Dry run").click()
+    expect(plan).to_contain_text("Dry run: 2 would be cancelled, 0 refused")
+    accept("o-new")  # received after the operator looked
+    page.get_by_test_id("bulk-cancel-confirm").click()
+    expect(page.get_by_test_id("bulk-cancel-result")).to_have_text("Cancelled 2, refused 0")
+    assert cancel_outcomes(page) == {"o-fresh": "cancelled", "o-late": "cancelled"}
+    for order_id in ("o-fresh", "o-late"):
+        state = h.container.store.get_state(order_id)
+        assert state.process_state is ProcessState.CANCELLED
+        assert state.last_error == ("cancelled by local developer (oid development): "
+                                    "supplier recall")
+    assert h.container.store.get_state("o-new").process_state is ProcessState.PENDING
+    page.keyboard.press("Escape")
+    expect(page.get_by_test_id("by-state-Cancelled")).to_contain_text("2")
+    assert "#/cancel" not in page.url

@@ -254,3 +254,15 @@ def test_every_operator_action_is_an_audit_event_of_its_own(
                       ("resubmit_with_force", "a-1", who, "again", "refused"),
                       ("acknowledge", alert.AlertId, who, "on it", "done"),
                       ("acknowledge", alert.AlertId, who, "", "refused")]
+
+
+def test_a_cancelled_order_whose_undo_failed_is_listed_for_an_operator_to_finish() -> None:
+    clock, store = FakeClock(T0), FakeOrderStore()
+    o = parse_order(json.dumps({"order_id": "o-1", "customer_id": "c",
+                                "items": [{"sku": "A", "quantity": 1, "unit_price": "1"}]}))
+    s = store.create(o, receive("o-1", WF, T0))
+    s.process_state, s.compensation = ProcessState.CANCELLED, CompensationState.FAILED
+    store.save(s)
+    overview = operator_over(store, clock).overview()
+    assert [v.OrderID for v in overview.CompensationFailed] == ["o-1"]
+    assert overview.Failed == []
