@@ -122,8 +122,10 @@ bench: $(STAMP) node_modules/.package-lock.json
 price: $(STAMP)
 	$(PY) -m localrun bench --out bench-report --price-only $(if $(PRICES),--prices $(PRICES))
 
+# The loop to run after each change: the unit and model tests on fakes, on both cores, with a
+# quarter of the property tests' search (docs/testing.md); `make test` searches in full.
 unit: $(STAMP)
-	$(PY) -m pytest tests/unit
+	HYPOTHESIS_PROFILE=quick $(PY) -m pytest tests/unit tests/model -q -n 2 -p no:cacheprovider
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) $(VENV_NEWEST) node_modules .pytest_cache .ruff_cache

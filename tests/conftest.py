@@ -15,6 +15,15 @@ from localrun.azurite import Azurite
 from shared import bootstrap
 from shared.workflows import REGISTRY
 
+# `make unit`, the loop a developer runs after each change, searches a quarter as far as the
+# whole suite does (HYPOTHESIS_PROFILE=quick); `make test` and CI search in full.
+QUICK = os.environ.get("HYPOTHESIS_PROFILE") == "quick"
+
+
+def examples(n: int) -> int:
+    """How many examples a property test draws: ``n``, or a quarter of it in the quick loop."""
+    return max(10, n // 4) if QUICK else n
+
 # As function_app.py does for the app: the tests that wire the app themselves run its workflows.
 bootstrap.configure(REGISTRY)
 # function_app.py indexes the simulated services only when they are on, and it is imported once

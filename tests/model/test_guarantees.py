@@ -634,6 +634,9 @@ class PipelineMachine(RuleBasedStateMachine):
 
 settings.register_profile("default", max_examples=400, stateful_step_count=50,
                           deadline=None, suppress_health_check=list(HealthCheck))
+# make unit: the developer's loop, a quarter of the search (the whole suite runs the default).
+settings.register_profile("quick", max_examples=100, stateful_step_count=50,
+                          deadline=None, suppress_health_check=list(HealthCheck))
 # make soak: a longer search (about ten minutes); HYPOTHESIS_SEED repeats a run.
 settings.register_profile("soak", max_examples=20_000, stateful_step_count=80,
                           deadline=None, suppress_health_check=list(HealthCheck))

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from shared import circuit_breaker
 from shared.circuit_breaker import CircuitBreaker, CircuitOpen
+from tests.conftest import examples
 
 
 class Clock:
@@ -231,7 +232,7 @@ SLOT = 0.125  # a power of two: slot arithmetic on the times below is exact
 WINDOW, THRESHOLD = SLOT * circuit_breaker.SLOTS, 3
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 8), st.integers(1, 60), st.booleans()),
                 min_size=1, max_size=30))
 # Judged by when outcomes arrive, the first failure would still be in the window at the third.

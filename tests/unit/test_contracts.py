@@ -20,7 +20,7 @@ from shared.contracts.openapi import openapi_document
 from shared.domain.workflow_message import WorkflowMessage, validate_as
 from shared.workflows import REGISTRY
 from shared.workflows.orders.message import InvalidOrder, parse_order
-from tests.conftest import ROOT
+from tests.conftest import ROOT, examples
 
 ASYNCAPI_SPEC = ROOT / "node_modules/@asyncapi/specs/schemas/3.0.0-without-$id.json"
 ORDER = Draft202012Validator(order_schema(REGISTRY))
@@ -70,14 +70,14 @@ def _order_bodies(mode: GenerationMode, model: type[WorkflowMessage] | None = No
     return op.as_strategy(generation_mode=mode).map(lambda case: case.body)
 
 
-@settings(max_examples=300, suppress_health_check=list(HealthCheck), deadline=None)
+@settings(max_examples=examples(300), suppress_health_check=list(HealthCheck), deadline=None)
 @given(_order_bodies(GenerationMode.POSITIVE))
 def test_every_order_the_schema_allows_is_accepted(doc: Any) -> None:
     assert ORDER.is_valid(doc)
     REGISTRY.parse(json.dumps(doc))
 
 
-@settings(max_examples=300, suppress_health_check=list(HealthCheck), deadline=None)
+@settings(max_examples=examples(300), suppress_health_check=list(HealthCheck), deadline=None)
 @given(_order_bodies(GenerationMode.NEGATIVE))
 def test_every_order_the_schema_refuses_is_refused(doc: Any) -> None:
     assume(not isinstance(doc, bytes | bytearray))  # a body that is not JSON at all
@@ -87,7 +87,7 @@ def test_every_order_the_schema_refuses_is_refused(doc: Any) -> None:
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
-@settings(max_examples=100, suppress_health_check=list(HealthCheck), deadline=None)
+@settings(max_examples=examples(100), suppress_health_check=list(HealthCheck), deadline=None)
 @given(data=st.data())
 def test_every_message_model_accepts_and_refuses_what_it_publishes(
         model: type[WorkflowMessage], data: st.DataObject) -> None:
