@@ -116,7 +116,8 @@ def test_service_bus_trigger_gets_real_messages_and_dead_letters(
     seen: list[tuple[str, int, bytes]] = []
 
     def failing(message_id: str, body: bytes, delivery_count: int = 1,
-                sent_at: datetime | None = None, traceparent: str | None = None) -> None:
+                sent_at: datetime | None = None, traceparent: str | None = None,
+                sender: object = None) -> None:
         assert sent_at is not None and sent_at.tzinfo is not None  # the enqueued time, in UTC
         seen.append((message_id, delivery_count, body))
         raise RuntimeError("storage is down")
