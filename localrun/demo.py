@@ -112,7 +112,10 @@ class Snapshot:
 
 
 def _port_free(port: int) -> bool:
+    """Whether the local host can listen on ``port``: as it binds (SO_REUSEADDR), so that the
+    connections a demo that just ended left in TIME_WAIT do not count, and a listener does."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
             return True
