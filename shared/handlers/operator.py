@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -95,6 +95,30 @@ def _runnable(state: OrderState, workflows: Registry) -> str | None:
                 f"version {state.workflow_version}, which this app does not run ({e}): "
                 "resubmit it where that version runs, or put the version back in the registry")
     return None
+
+
+def _each(picked: list[OrderState], verb: str, done: str, dry_run: bool,
+          rehearse: Callable[[OrderState], object],
+          act: Callable[[OrderState], object]) -> list[BulkItem]:
+    """A bulk action's outcome for each order it picked: what it would come to (``rehearse``,
+    the single action's own check, nothing written) or came to (``act``, the single action),
+    or why it was refused; one refused does not stop the others."""
+    items = []
+    for s in picked:
+        item: dict[str, Any] = {"OrderID": s.order_id, "FailedStep": s.failed_step,
+                                "LastError": s.last_error, "Compensation": s.compensation,
+                                "UpdatedAt": s.updated_at, "Outcome": "", "Why": None}
+        try:
+            (rehearse if dry_run else act)(s)
+            item["Outcome"] = f"would {verb}" if dry_run else done
+        except (IllegalTransition, ResubmitRefused, CancelRefused) as e:
+            item["Outcome"], item["Why"] = "refused", str(e)
+        except OrderNotFound:  # gone since it was listed
+            item["Outcome"], item["Why"] = "refused", f"order {s.order_id} is gone"
+        except CorruptRecord as e:  # changed since it was listed, to what this cannot read
+            item["Outcome"], item["Why"] = "refused", without_python(e.reason)
+        items.append(BulkItem.model_validate(item))
+    return items
 
 
 def _in_flight_view(s: OrderState, now: datetime, pending_grace: timedelta) -> InFlightView:
@@ -247,28 +271,12 @@ class Operator:
             if not token or scanned >= OVERVIEW_SCAN:
                 break
         picked.sort(key=lambda s: s.updated_at, reverse=True)
-        more = len(picked) > ask.limit or bool(token)
-        items = []
-        for s in picked[:ask.limit]:
-            item: dict[str, Any] = {"OrderID": s.order_id, "FailedStep": s.failed_step,
-                    "LastError": s.last_error, "Compensation": s.compensation,
-                    "UpdatedAt": s.updated_at, "Outcome": "", "Why": None}
-            try:
-                if ask.dry_run:  # the same check a resubmit makes, nothing written
-                    resubmit(s, now, self._pending_grace, ask.reason, ask.force, by)
-                    item["Outcome"] = "would resubmit"
-                else:
-                    self.resubmit(s.order_id, ask.reason, ask.force, by)
-                    item["Outcome"] = "resubmitted"
-            except (IllegalTransition, ResubmitRefused) as e:
-                item["Outcome"], item["Why"] = "refused", str(e)
-            except OrderNotFound:  # gone since it was listed
-                item["Outcome"], item["Why"] = "refused", f"order {s.order_id} is gone"
-            except CorruptRecord as e:  # changed since it was listed, to what this cannot read
-                item["Outcome"], item["Why"] = "refused", without_python(e.reason)
-            items.append(BulkItem.model_validate(item))
-        return BulkResult(DryRun=ask.dry_run, Items=items, Scanned=scanned, More=more,
-                          Skipped=skipped)
+        items = _each(picked[:ask.limit], "resubmit", "resubmitted", ask.dry_run,
+                      # the same check a resubmit makes, nothing written
+                      lambda s: resubmit(s, now, self._pending_grace, ask.reason, ask.force, by),
+                      lambda s: self.resubmit(s.order_id, ask.reason, ask.force, by))
+        return BulkResult(DryRun=ask.dry_run, Items=items, Scanned=scanned,
+                          More=len(picked) > ask.limit or bool(token), Skipped=skipped)
 
     def cancel(self, order_id: str, reason: str, by: str | None = None) -> OrderView:
         """Stop an order still running and have its work undone (domain/cancellation.py);
@@ -324,25 +332,9 @@ class Operator:
                 if not token:
                     break
         picked.sort(key=lambda s: s.created_at, reverse=True)
-        items = []
-        for s in picked[:ask.limit]:
-            item: dict[str, Any] = {"OrderID": s.order_id, "FailedStep": s.failed_step,
-                                    "LastError": s.last_error, "Compensation": s.compensation,
-                                    "UpdatedAt": s.updated_at, "Outcome": "", "Why": None}
-            try:
-                if ask.dry_run:
-                    cancel(s, now, self._pending_grace, ask.reason, by)
-                    item["Outcome"] = "would cancel"
-                else:
-                    self.cancel(s.order_id, ask.reason, by)
-                    item["Outcome"] = "cancelled"
-            except (IllegalTransition, CancelRefused) as e:
-                item["Outcome"], item["Why"] = "refused", str(e)
-            except OrderNotFound:
-                item["Outcome"], item["Why"] = "refused", f"order {s.order_id} is gone"
-            except CorruptRecord as e:
-                item["Outcome"], item["Why"] = "refused", without_python(e.reason)
-            items.append(BulkItem.model_validate(item))
+        items = _each(picked[:ask.limit], "cancel", "cancelled", ask.dry_run,
+                      lambda s: cancel(s, now, self._pending_grace, ask.reason, by),
+                      lambda s: self.cancel(s.order_id, ask.reason, by))
         return BulkResult(DryRun=ask.dry_run, Items=items, Scanned=scanned,
                           More=len(picked) > ask.limit or bool(token), Skipped=0)
 
