@@ -8,13 +8,12 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 import typer
-from rich.table import Table
 
 from orderctl.connection import call_api, opts
 from orderctl.errors import CliError
 from orderctl.identity import cli_operator
 from orderctl.orders import when
-from orderctl.output import api_shape, err, id_column, inert, out
+from orderctl.output import api_shape, inert, out, print_bulk
 from shared.handlers.operator_requests import (
     MAX_BULK,
     BulkCancelRequest,
@@ -93,18 +92,10 @@ def _cancel_many(state: str | None, prefix: str | None, since: str | None, until
         result = api_shape(opts.container().operator.cancel_many(ask, by=cli_operator()))
     if as_json:
         print(json.dumps(result))
+        refused = any(i["Outcome"] == "refused" for i in result["Items"])
     else:
-        items = inert(result["Items"])
-        t = Table(id_column("order", [i["OrderID"] for i in items]), "updated", "outcome",
-                  "why")
-        for i in items:
-            t.add_row(i["OrderID"], i["UpdatedAt"], i["Outcome"], i["Why"] or "")
-        out().print(t)
-        verb = "would be cancelled" if dry_run else "cancelled"
-        done = sum(i["Outcome"] != "refused" for i in result["Items"])
-        err().print(f"{done} order(s) {verb}, {len(result['Items']) - done} refused"
-                    + ("; more match than this batch (--limit): run it again once these "
-                       "are done" if result["More"] else "")
-                    + (" (dry run: nothing was changed)" if dry_run else ""))
-    if any(i["Outcome"] == "refused" for i in result["Items"]):
+        refused = print_bulk(result, ("updated", "outcome", "why"),
+                             lambda i: (i["UpdatedAt"], i["Outcome"], i["Why"] or ""),
+                             "cancelled", dry_run)
+    if refused:
         raise typer.Exit(1)

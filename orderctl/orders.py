@@ -16,7 +16,16 @@ from rich.text import Text
 from orderctl.connection import call_api, opts
 from orderctl.errors import CliError
 from orderctl.identity import cli_operator
-from orderctl.output import api_shape, err, id_column, inert, out, step_table, timeline_of
+from orderctl.output import (
+    api_shape,
+    err,
+    id_column,
+    inert,
+    out,
+    print_bulk,
+    step_table,
+    timeline_of,
+)
 from shared.handlers.operator_requests import (
     MAX_BULK,
     BulkResubmitRequest,
@@ -175,24 +184,16 @@ def _resubmit_many(state: str, since: str | None, until: str | None, failed_step
         result = api_shape(opts.container().operator.resubmit_many(ask, by=cli_operator()))
     if as_json:
         print(json.dumps(result))
+        refused = any(i["Outcome"] == "refused" for i in result["Items"])
     else:
-        items = inert(result["Items"])
-        t = Table(id_column("order", [i["OrderID"] for i in items]), "failed step",
-                  "failed", "outcome", "why / last error")
-        for i in items:
-            t.add_row(i["OrderID"], i["FailedStep"] or "", i["UpdatedAt"], i["Outcome"],
-                      i["Why"] or i["LastError"] or "")
-        out().print(t)
-        verb = "would be resubmitted" if dry_run else "resubmitted"
-        done = sum(i["Outcome"] != "refused" for i in result["Items"])
         skipped = result.get("Skipped") or 0
-        err().print(f"{done} order(s) {verb}, {len(result['Items']) - done} refused"
-                    + (f"; {skipped} more match that a resubmit would refuse (compensation "
-                       "failed: --force; or not settled), not picked" if skipped else "")
-                    + ("; more match than this batch (--limit), or than one request reads: "
-                       "run it again once these are done" if result["More"] else "")
-                    + (" (dry run: nothing was changed)" if dry_run else ""))
-    if any(i["Outcome"] == "refused" for i in result["Items"]):
+        refused = print_bulk(
+            result, ("failed step", "failed", "outcome", "why / last error"),
+            lambda i: (i["FailedStep"] or "", i["UpdatedAt"], i["Outcome"],
+                       i["Why"] or i["LastError"] or ""), "resubmitted", dry_run,
+            f"; {skipped} more match that a resubmit would refuse (compensation failed: "
+            "--force; or not settled), not picked" if skipped else "")
+    if refused:
         raise typer.Exit(1)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
@@ -146,3 +147,22 @@ def print_rows(rows: list[dict[str, Any]], columns: tuple[str, ...], as_json: bo
     out().print(t)
     if not rows:
         err().print("none")
+
+
+def print_bulk(result: dict[str, Any], columns: tuple[str, ...],
+               row: Callable[[dict[str, Any]], tuple[str, ...]], verb: str, dry_run: bool,
+               skipped: str = "") -> bool:
+    """A bulk action's outcome (resubmit, cancel): a row an order, then one line of counts on
+    standard error. Returns whether any order was refused (the command then exits 1)."""
+    items: list[dict[str, Any]] = inert(result["Items"])
+    t = Table(id_column("order", [i["OrderID"] for i in items]), *columns)
+    for i in items:
+        t.add_row(i["OrderID"], *row(i))
+    out().print(t)
+    done = sum(1 for i in items if i["Outcome"] != "refused")
+    err().print(f"{done} order(s) {'would be ' if dry_run else ''}{verb}, "
+                f"{len(items) - done} refused" + skipped
+                + ("; more match than this batch (--limit), or than one request reads: run it "
+                   "again once these are done" if result["More"] else "")
+                + (" (dry run: nothing was changed)" if dry_run else ""))
+    return done < len(items)
