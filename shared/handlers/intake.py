@@ -92,8 +92,9 @@ class IntakeHandler:
         # Kept as the sender's orders are (senders.Sender.record_id): looked up the same way,
         # and never taken for another sender's message of the same id.
         kept_id = sender.record_id(message_id)
+        read: WorkflowMessage | None = None  # a valid message a sender may not send as it is
         try:
-            order = self._workflows.parse(body)
+            order = read = self._workflows.parse(body)
             reply_to = self._reply_queue(order, sender)
             workflow = self._workflows.get(order.workflow)
         except InvalidOrder as e:
@@ -102,7 +103,8 @@ class IntakeHandler:
                                               delivery_count, now, sent_at))
             log.warning("order message %s rejected: %s", message_id, reason)
             if sender.named:  # where it came from is known, whatever the body says
-                self._tell(sender.status_queue, None, message_id, body, now, reason)
+                self._tell(sender.status_queue, read.order_id if read else None, message_id,
+                           body, now, reason)
             return IntakeResult(IntakeOutcome.INVALID, None, reason)
 
         record_id = sender.record_id(order.order_id)

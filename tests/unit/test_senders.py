@@ -68,7 +68,7 @@ def test_one_sender_cannot_reach_anothers_status_queue_or_take_its_order_id() ->
     assert w.send(SHOP_B, "b-1", reply_to="status-shopa") is IntakeOutcome.INVALID
     assert w.status("status-shopa") == []
     (told,) = w.status("status-shopb")
-    assert (told.event, told.message_id) == ("rejected", "b-1")
+    assert (told.event, told.order_id, told.message_id) == ("rejected", "ORD-1", "b-1")
     assert "status-shopb" in (told.detail or "")
     # Under B's own queue, B's ORD-1 is B's, and A's ORD-1 is A's.
     assert w.send(SHOP_B, "b-2") is IntakeOutcome.ACCEPTED
