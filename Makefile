@@ -110,8 +110,10 @@ test-newest: $(if $(PYTHON_NEWEST),$(NEWEST_STAMP))
 	$(if $(PYTHON_NEWEST),$(VENV_NEWEST)/bin/python -m pytest tests/unit tests/model -q \
 		-p no:cacheprovider,@echo "PYTHON_NEWEST is empty: the tests on the newest Python were skipped")
 
+# The suite on both cores (pytest-xdist): each worker starts its own Azurite, and every test
+# has its own tables, queues and ports (docs/testing.md).
 test: install lint test-newest
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2
 
 # The whole pipeline on this machine with faults: Azurite, the function app, live progress.
 # SERVE=1 keeps the app and its operator console up after the run, until Ctrl-C, and prints the
