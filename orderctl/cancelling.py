@@ -12,13 +12,11 @@ import typer
 from orderctl.connection import call_api, opts
 from orderctl.errors import CliError
 from orderctl.identity import cli_operator
-from orderctl.orders import when
+from orderctl.orders import on_storage, when
 from orderctl.output import api_shape, inert, out, print_bulk
 from shared.handlers.operator_requests import (
     MAX_BULK,
     BulkCancelRequest,
-    CancelRefused,
-    OrderNotFound,
 )
 
 
@@ -61,15 +59,7 @@ def cancel(order_id: Annotated[str | None, typer.Argument(
         view = call_api("POST", f"/orders/{quote(order_id, safe='')}/cancel",
                         {"reason": reason}, ok=(202,))
     else:
-        try:
-            view = api_shape(opts.container().operator.cancel(order_id, reason,
-                                                              by=cli_operator()))
-        except OrderNotFound:
-            raise CliError(f"no order {order_id!r}") from None
-        except ValueError as e:  # not an order id, or a reason too long to keep
-            raise CliError(str(e), 2) from None
-        except CancelRefused as e:
-            raise CliError(str(e)) from None
+        view = on_storage(order_id, lambda op, by: op.cancel(order_id, reason, by=by))
     if as_json:
         print(json.dumps(view))
         return

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import quote
 
 import typer
+from pydantic import BaseModel
 from rich.table import Column, Table
 from rich.text import Text
 
@@ -26,9 +28,11 @@ from orderctl.output import (
     step_table,
     timeline_of,
 )
+from shared.handlers.operator import Operator
 from shared.handlers.operator_requests import (
     MAX_BULK,
     BulkResubmitRequest,
+    CancelRefused,
     OrderNotFound,
     ResubmitRefused,
 )
@@ -136,21 +140,25 @@ def resubmit(order_id: Annotated[str | None, typer.Argument(
     if opts.api:
         view = _resubmit_through_api(order_id, reason, force)
     else:
-        try:
-            # Straight to storage: whoever holds the storage role (cli_operator says who).
-            view = api_shape(opts.container().operator.resubmit(order_id, reason, force,
-                                                                by=cli_operator()))
-        except OrderNotFound:
-            raise CliError(f"no order {order_id!r}") from None
-        except ValueError as e:  # not an order id, or a reason too long to keep
-            raise CliError(str(e), 2) from None
-        except ResubmitRefused as e:
-            raise CliError(str(e)) from None
+        view = on_storage(order_id, lambda op, by: op.resubmit(order_id, reason, force, by=by))
     if as_json:
         print(json.dumps(view))
         return
     out().print(inert(f"{order_id} resubmitted: {view['ProcessState']} "
                       f"(resubmission {view['Resubmissions']})"))
+
+
+def on_storage(order_id: str, act: Callable[[Operator, str], BaseModel]) -> dict[str, Any]:
+    """An operator's action on one order straight to storage, as whoever holds the storage
+    role (cli_operator says who); each refusal said in a line, with its exit code."""
+    try:
+        return api_shape(act(opts.container().operator, cli_operator()))
+    except OrderNotFound:
+        raise CliError(f"no order {order_id!r}") from None
+    except ValueError as e:  # not an order id, or a reason too long to keep
+        raise CliError(str(e), 2) from None
+    except (ResubmitRefused, CancelRefused) as e:
+        raise CliError(str(e)) from None
 
 
 def when(value: str | None, option: str) -> str | None:
