@@ -11,9 +11,8 @@ import typer
 
 from orderctl.connection import call_api, opts
 from orderctl.errors import CliError
-from orderctl.identity import cli_operator
-from orderctl.orders import on_storage, when
-from orderctl.output import api_shape, inert, out, print_bulk
+from orderctl.orders import bulk, on_storage, say_bulk, when
+from orderctl.output import inert, out
 from shared.handlers.operator_requests import (
     MAX_BULK,
     BulkCancelRequest,
@@ -72,20 +71,8 @@ def _cancel_many(state: str | None, prefix: str | None, since: str | None, until
     body: dict[str, Any] = {"state": state, "prefix": prefix, "since": when(since, "--since"),
                             "until": when(until, "--until"), "reason": reason,
                             "dry_run": dry_run, "limit": limit}
-    if opts.api:
-        result = call_api("POST", "/cancellations", body, ok=(200, 202))
-    else:
-        try:
-            ask = BulkCancelRequest.from_body(json.dumps(body).encode())
-        except ValueError as e:
-            raise CliError(str(e), 2) from None
-        result = api_shape(opts.container().operator.cancel_many(ask, by=cli_operator()))
-    if as_json:
-        print(json.dumps(result))
-        refused = any(i["Outcome"] == "refused" for i in result["Items"])
-    else:
-        refused = print_bulk(result, ("updated", "outcome", "why"),
-                             lambda i: (i["UpdatedAt"], i["Outcome"], i["Why"] or ""),
-                             "cancelled", dry_run)
-    if refused:
-        raise typer.Exit(1)
+    result = bulk("/cancellations", body,
+                  lambda op, by: op.cancel_many(BulkCancelRequest.from_body(
+                      json.dumps(body).encode()), by=by))
+    say_bulk(result, as_json, ("updated", "outcome", "why"),
+             lambda i: (i["UpdatedAt"], i["Outcome"], i["Why"] or ""), "cancelled", dry_run)

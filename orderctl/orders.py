@@ -161,6 +161,32 @@ def on_storage(order_id: str, act: Callable[[Operator, str], BaseModel]) -> dict
         raise CliError(str(e)) from None
 
 
+def bulk(path: str, body: dict[str, Any],
+         act: Callable[[Operator, str], BaseModel]) -> dict[str, Any]:
+    """A bulk action (resubmit, cancel): through the operator API at ``path`` with --api, else
+    straight to storage; a body the request model refuses is said in a line (exit 2)."""
+    if opts.api:
+        return call_api("POST", path, body, ok=(200, 202))
+    try:
+        return api_shape(act(opts.container().operator, cli_operator()))
+    except ValueError as e:
+        raise CliError(str(e), 2) from None
+
+
+def say_bulk(result: dict[str, Any], as_json: bool, columns: tuple[str, ...],
+             row: Callable[[dict[str, Any]], tuple[str, ...]], verb: str, dry_run: bool,
+             skipped: str = "") -> None:
+    """A bulk action's outcome, as JSON or a table (output.print_bulk); exit 1 when any order
+    was refused."""
+    if as_json:
+        print(json.dumps(result))
+        refused = any(i["Outcome"] == "refused" for i in result["Items"])
+    else:
+        refused = print_bulk(result, columns, row, verb, dry_run, skipped)
+    if refused:
+        raise typer.Exit(1)
+
+
 def when(value: str | None, option: str) -> str | None:
     """An ISO 8601 time (UTC if it names no zone), or an age (30m, 2h, 1d) back from now."""
     if value is None:
@@ -182,27 +208,15 @@ def _resubmit_many(state: str, since: str | None, until: str | None, failed_step
     body = {"state": state, "since": when(since, "--since"), "until": when(until, "--until"),
             "failed_step": failed_step, "reason": reason, "force": force, "dry_run": dry_run,
             "limit": limit}
-    if opts.api:
-        result = call_api("POST", "/resubmissions", body, ok=(200, 202))
-    else:
-        try:
-            ask = BulkResubmitRequest.from_body(json.dumps(body).encode())
-        except ValueError as e:
-            raise CliError(str(e), 2) from None
-        result = api_shape(opts.container().operator.resubmit_many(ask, by=cli_operator()))
-    if as_json:
-        print(json.dumps(result))
-        refused = any(i["Outcome"] == "refused" for i in result["Items"])
-    else:
-        skipped = result.get("Skipped") or 0
-        refused = print_bulk(
-            result, ("failed step", "failed", "outcome", "why / last error"),
-            lambda i: (i["FailedStep"] or "", i["UpdatedAt"], i["Outcome"],
-                       i["Why"] or i["LastError"] or ""), "resubmitted", dry_run,
-            f"; {skipped} more match that a resubmit would refuse (compensation failed: "
-            "--force; or not settled), not picked" if skipped else "")
-    if refused:
-        raise typer.Exit(1)
+    result = bulk("/resubmissions", body,
+                  lambda op, by: op.resubmit_many(BulkResubmitRequest.from_body(
+                      json.dumps(body).encode()), by=by))
+    skipped = result.get("Skipped") or 0
+    say_bulk(result, as_json, ("failed step", "failed", "outcome", "why / last error"),
+             lambda i: (i["FailedStep"] or "", i["UpdatedAt"], i["Outcome"],
+                        i["Why"] or i["LastError"] or ""), "resubmitted", dry_run,
+             f"; {skipped} more match that a resubmit would refuse (compensation failed: "
+             "--force; or not settled), not picked" if skipped else "")
 
 
 def _resubmit_through_api(order_id: str, reason: str, force: bool) -> dict[str, Any]:
