@@ -31,7 +31,7 @@ param remoteServices string = 'real'
 @description('demo only: the function key the Agents present to the simulated services. A new one each deployment unless you give one.')
 param simulatorKey string = newGuid()
 
-@description('Client id of the Entra ID app registration operators sign in to, with the app roles Orders.Read, Orders.Resubmit and Orders.Cancel (docs/security-operators.md); empty: sign-in is off and the operator API answers no one.')
+@description('Client id of the Entra ID app registration operators sign in to, with the app roles Orders.Read, Orders.Resubmit, Orders.Cancel and Orders.Pause (docs/security-operators.md); empty: sign-in is off and the operator API answers no one.')
 param operatorAuthClientId string = ''
 
 @description('The Entra ID tenant of that app registration (default: this subscription\'s).')

@@ -54,7 +54,7 @@ DEMO_SETTINGS = {
                                           for s in w.steps})),
     # The operator routes take an identity; locally, the development principal's roles
     # (docs/security-operators.md).
-    "OperatorDevelopmentRoles": "Orders.Read,Orders.Resubmit,Orders.Cancel",
+    "OperatorDevelopmentRoles": "Orders.Read,Orders.Resubmit,Orders.Cancel,Orders.Pause",
     # Each tick reads two entities per order in flight: every 3 s keeps it a fraction of
     # what Azurite serves, and well inside the step budgets.
     "SupervisorSchedule": "*/3 * * * * *",

@@ -19,6 +19,7 @@ from azure.storage.queue import QueueServiceClient
 from shared import bindings_compat
 from shared.adapters.alerts import TableAlertStore
 from shared.adapters.code_service import CodeServiceClient
+from shared.adapters.pauses import CachedPauses, TablePauses
 from shared.adapters.queues import StorageQueueSender
 from shared.adapters.rejections import TableRejectionStore
 from shared.adapters.remote_service import RemoteServiceClient, http_client
@@ -34,6 +35,7 @@ from shared.handlers.agent import Agent, AgentRetryPolicy, RequestCheck, new_bre
 from shared.handlers.health import HealthProbe
 from shared.handlers.intake import IntakeHandler
 from shared.handlers.operator import Operator
+from shared.handlers.pausing import PauseControl
 from shared.handlers.relay import EffectRelay
 from shared.handlers.scheduler import Queues, Scheduler
 from shared.handlers.simulated_provider import SimulatedProvider
@@ -139,6 +141,8 @@ def build(settings: Settings | Configuration, *, clock: Clock = utc_now,
     key = (settings.remote_service_key.get_secret_value()
            if settings.remote_service_key else None)
     check = RequestCheck(store, registry, alerts)
+    pause_store = TablePauses(tables.get_table_client(settings.inflight_table))
+    pauses = CachedPauses(pause_store)
     breakers = {name: new_breaker(name, settings.breaker_failures, settings.breaker_reset,
                                   settings.breaker_window) for name in services}
     code = registry.code_services
@@ -147,7 +151,7 @@ def build(settings: Settings | Configuration, *, clock: Clock = utc_now,
             name=name, client=(
                 CodeServiceClient(code[name], dict(config.code_settings[name]))
                 if name in code else RemoteServiceClient(v.url or "", http, key)),
-            policy=retry, breaker=breakers[name], clock=clock, check=check,
+            policy=retry, breaker=breakers[name], clock=clock, check=check, pauses=pauses,
         )
         for name, v in services.items()
     }
@@ -166,7 +170,7 @@ def build(settings: Settings | Configuration, *, clock: Clock = utc_now,
     scheduler = Scheduler(instance_id=settings.scheduler_instance_id, store=store, relay=relay,
                           workflows=registry, clock=clock,
                           queues=Queues(sender, settings.scheduler_queue,
-                                        settings.responses_queue))
+                                        settings.responses_queue), pauses=pauses)
     return Container(
         config=config, settings=settings, workflows=registry, tables=tables, queues=queues,
         store=store,
@@ -179,13 +183,16 @@ def build(settings: Settings | Configuration, *, clock: Clock = utc_now,
         scheduler=scheduler,
         supervisor=Supervisor(
             store=store, ticks=TableTickLog(tables.get_table_client(settings.inflight_table)),
-            relay=relay, alerts=alerts, policy=policy, workflows=registry, clock=clock),
+            relay=relay, alerts=alerts, policy=policy, workflows=registry, clock=clock,
+            pauses=pause_store),
         agents=agents,
         operator=Operator(
             store=store, relay=relay, alerts=alerts, rejections=rejections,
             health=health_probe(config, breakers, clock),
             pending_grace=policy.pending_grace, clock=clock,
-            customer_columns=registry.customer_columns),
+            customer_columns=registry.customer_columns,
+            pauses=PauseControl(store=pause_store, services=registry.services,
+                                workflows=registry.names, clock=clock)),
         simulator=SimulatedService(
             tables.get_table_client(settings.simulator_table), registry.operations, faults,
             clock),

@@ -48,6 +48,7 @@ from shared.domain.alerts import OperatorAlert, rolled_up
 from shared.domain.due_index import IndexKey
 from shared.domain.messages import Action
 from shared.domain.outages import TickLog
+from shared.domain.pauses import Pause, Pauses, Target
 from shared.domain.services import Call
 from shared.domain.state import SCHEMA_VERSION, OrderState, schema_of
 from shared.domain.workflow_message import WorkflowMessage
@@ -85,6 +86,34 @@ class FakeTickLog:
         if version != self.version:
             raise ConcurrencyConflict(f"tick log is at {self.version}, not {version}")
         self.log, self.version = log, f"t{next(self._versions)}"
+
+
+class FakePauses:
+    """The pause records, in memory, versioned like the table entities (TablePauses)."""
+
+    def __init__(self, fault: Fault = no_fault) -> None:
+        self.fault = fault
+        self.records: dict[Target, tuple[Pause, str]] = {}
+        self._versions = itertools.count(1)
+
+    def read_all(self) -> Pauses:
+        self.fault("pauses.read")
+        return Pauses({t: p for t, (p, _) in self.records.items()})
+
+    def read(self, target: Target) -> tuple[Pause, str | None]:
+        self.fault("pauses.read")
+        pause, version = self.records.get(target, (Pause(target), None))
+        return pause, version
+
+    def write(self, pause: Pause, version: str | None) -> None:
+        self.fault("pauses.write")
+        if version != self.records.get(pause.target, (None, None))[1]:
+            raise ConcurrencyConflict(f"{pause.target} moved on")
+        self.records[pause.target] = (pause, f"p{next(self._versions)}")
+
+    def current(self) -> Pauses:
+        """As CachedPauses with no cache: every instance sees a pause at once."""
+        return self.read_all()
 
 
 class FakeOrderStore:

@@ -25,7 +25,7 @@ param serviceUrls object
 @secure()
 @description('demo only: a host function key the Agents present to the simulated services.')
 param simulatorKey string
-@description('Client id of the Entra ID app registration operators sign in to (its app roles Orders.Read, Orders.Resubmit and Orders.Cancel); empty: App Service Authentication stays off and the operator API answers no one.')
+@description('Client id of the Entra ID app registration operators sign in to (its app roles Orders.Read, Orders.Resubmit, Orders.Cancel and Orders.Pause); empty: App Service Authentication stays off and the operator API answers no one.')
 param operatorAuthClientId string
 @description('The Entra ID tenant of that app registration.')
 param operatorAuthTenantId string

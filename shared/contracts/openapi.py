@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from shared.domain.alerts import AlertKind
+from shared.domain.pauses import PauseKind
 from shared.domain.senders import RECORD_ID_PATTERN
 from shared.domain.state import ProcessState
 from shared.handlers.operator_requests import (
@@ -22,6 +23,7 @@ from shared.handlers.operator_requests import (
     BulkCancelRequest,
     BulkResubmitRequest,
     CancelRequest,
+    PauseRequest,
     ResubmitRequest,
 )
 from shared.handlers.views import (
@@ -34,6 +36,8 @@ from shared.handlers.views import (
     OrderPage,
     OrderView,
     Overview,
+    PauseList,
+    PauseView,
     RejectedPage,
 )
 
@@ -82,6 +86,11 @@ def _errors(*codes: int) -> dict[str, Any]:
 
 _ORDER_ID = {"name": "order_id", "in": "path", "required": True,
              "schema": {"type": "string", "pattern": RECORD_ID_PATTERN}}
+_PAUSE_TARGET = [{"name": "kind", "in": "path", "required": True,
+                  "schema": {"type": "string", "enum": [k.value for k in PauseKind]}},
+                 {"name": "name", "in": "path", "required": True,
+                  "description": "The service's or the workflow's name (GET /pauses lists them).",
+                  "schema": {"type": "string", "minLength": 1, "maxLength": 80}}]
 _LIMIT = {"name": "limit", "in": "query", "required": False,
           "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 50}}
 _CONTINUATION = {"name": "continuation", "in": "query", "required": False,
@@ -94,9 +103,9 @@ def openapi_document() -> dict[str, Any]:
     _, defs = models_json_schema(
         [(m, "serialization") for m in (OrderView, OrderPage, RejectedPage, Overview,
                                         HealthReport, HealthDetails, AlertPage, AlertView,
-                                        BulkResult, ErrorBody)]
+                                        BulkResult, ErrorBody, PauseList, PauseView)]
         + [(m, "validation") for m in (ResubmitRequest, AckRequest, BulkResubmitRequest,
-                                       CancelRequest, BulkCancelRequest)],
+                                       CancelRequest, BulkCancelRequest, PauseRequest)],
         ref_template=_REF)
     function_key: list[dict[str, list[str]]] = [{"functionKey": []}, {"functionKeyQuery": []}]
     operator: list[dict[str, list[str]]] = [{"operator": []}]
@@ -109,7 +118,7 @@ def openapi_document() -> dict[str, Any]:
                            "flight, failed or rejected, and check health. An operator signs in "
                            "(App Service Authentication, Entra ID) and needs the app role "
                            "Orders.Read to read, Orders.Resubmit to resubmit, Orders.Cancel "
-                           "to cancel; no key opens "
+                           "to cancel, Orders.Pause to pause; no key opens "
                            "those routes. Health and this document take a function key "
                            "(machine callers).",
         },
@@ -216,6 +225,38 @@ def openapi_document() -> dict[str, Any]:
                 "responses": {"200": _json(BulkResult, "A dry run: what would be done."),
                               "202": _json(BulkResult, "Done: each order's outcome."),
                               **_operator_errors(400, 401, 415)},
+            }},
+            "/pauses": {"get": {
+                "operationId": "listPauses",
+                "summary": "Every service and workflow of the app, the paused first, with who "
+                           "paused each, when and why.",
+                "responses": {"200": _json(PauseList, "The pauses."),
+                              **_operator_errors(401)},
+            }},
+            "/pauses/{kind}/{name}": {"post": {
+                "operationId": "pause",
+                "summary": "Pause a service (its Agent calls nothing; its steps wait, their "
+                           "time stopped, no failure counted) or a workflow's intake (its new "
+                           "orders are taken and wait, Pending). Needs Orders.Pause.",
+                "description": "Not the circuit breaker (automatic, per instance, seconds): a "
+                               "pause holds on every instance within 5 s and lasts until "
+                               "resumed. Paused already: 409.",
+                "parameters": _PAUSE_TARGET,
+                "requestBody": {"required": True, "content": {
+                    "application/json": {"schema": _ref(PauseRequest)}}},
+                "responses": {"200": _json(PauseView, "Paused: the pause as it is now."),
+                              **_operator_errors(400, 401, 404, 409, 415)},
+            }},
+            "/pauses/{kind}/{name}/resume": {"post": {
+                "operationId": "resume",
+                "summary": "Resume a paused service or workflow: its waiting steps are sent "
+                           "again (the same attempt and key) and its waiting orders start, "
+                           "oldest first, at the Supervisor's next looks. Needs Orders.Pause.",
+                "parameters": _PAUSE_TARGET,
+                "requestBody": {"required": False, "content": {
+                    "application/json": {"schema": _ref(PauseRequest)}}},
+                "responses": {"200": _json(PauseView, "Resumed: the pause as it is now."),
+                              **_operator_errors(400, 401, 404, 409, 415)},
             }},
             "/rejected": {"get": {
                 "operationId": "listRejected",

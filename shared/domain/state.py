@@ -195,13 +195,16 @@ class TimelineEvent(TypedDict, total=False):
 # The shapes of the record this release writes (shared/domain/legacy.py reads the older ones).
 # 2: steps record their work key (and, read by this release, their result and undo key); the
 # record names its schema version. 3: a step may be learning (StepStatus.LEARNING), which a
-# release of shape 2 cannot read: it leaves such a record to this one.
-SCHEMA_VERSION = 4
+# release of shape 2 cannot read: it leaves such a record to this one. 4: Cancelled. 5: an order
+# held by a pause (``OrderState.held``), whose time a release before pauses would run out.
+SCHEMA_VERSION = 5
 
 
 def schema_of(state: OrderState) -> int:
     """The shape ``state`` is written in: the oldest that holds it, so that the release before
     this one, running beside it, still reads every record it can run."""
+    if state.held is not None:
+        return 5  # its time stands still: a release before pauses would count it a failure
     if state.process_state is ProcessState.CANCELLED:
         return 4  # a state the releases before it do not know: they leave the record alone
     return 3 if any(s.status is StepStatus.LEARNING for s in state.steps) else 2
@@ -251,6 +254,9 @@ class OrderState:
     # Above SCHEMA_VERSION, a newer release wrote it, for rules this release may not know: it is
     # left to that release (Registry.of_record), as an order of a workflow version it lacks is.
     schema_version: int | None = field(default=None, compare=False)
+    # The pause the order waits for (pauses.Target.key): its time is the Supervisor's next look,
+    # and no failure is counted. None: not held. Every transition but a hold clears it.
+    held: str | None = None
     # The store's concurrency token (an ETag); opaque to the domain.
     version: str | None = field(default=None, compare=False)
 

@@ -9,12 +9,13 @@ counts and the tick log's outages.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from shared.domain.effects import SendCommand
 from shared.domain.messages import CommandKind
 from shared.domain.outages import TickLog
+from shared.domain.pauses import NONE, PauseKind, Pauses, hold, release, target_of
 from shared.domain.state import (
     Cause,
     CompensationState,
@@ -37,6 +38,8 @@ class DecisionKind(StrEnum):
     RETRY = "retry"  # a step timed out: count a failure, try again after a backoff
     FAIL = "fail"  # past a threshold: give up (and undo, or call an operator)
     FORGET = "forget"  # settled: finish its effects and drop it from the due-time index
+    HOLD = "hold"  # its service or workflow is paused: it waits, nothing counted, nothing sent
+    RELEASE = "release"  # what held it runs again: it starts, or its step is sent again
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,8 @@ class SupervisorDecision:
 
 
 def supervise(state: OrderState, now: datetime, policy: RetryPolicy,
-              workflow: Workflow, ticks: TickLog | None = None) -> SupervisorDecision | None:
+              workflow: Workflow, ticks: TickLog | None = None,
+              pauses: Pauses = NONE) -> SupervisorDecision | None:
     """What the Supervisor should do about this order now, or None when nothing is overdue.
 
     Knows nothing of the business: only of states, deadlines and counts. Time lost to the
@@ -63,6 +67,9 @@ def supervise(state: OrderState, now: datetime, policy: RetryPolicy,
         return SupervisorDecision(DecisionKind.FORGET, state, "settled")
     if due_at(state, policy.pending_grace) > now:
         return None
+    paused = _paused(state, now, policy, workflow, pauses)
+    if paused is not None:
+        return paused
     new = state._copy(now)
     waiting_for = (CommandKind.START if state.process_state is ProcessState.PENDING
                    else CommandKind.COMPENSATE if state.compensation is CompensationState.PENDING
@@ -98,6 +105,31 @@ def supervise(state: OrderState, now: datetime, policy: RetryPolicy,
     if state.compensation is CompensationState.RUNNING:
         return _expire_compensation(new, now, policy)
     return None
+
+
+def _paused(state: OrderState, now: datetime, policy: RetryPolicy, workflow: Workflow,
+            pauses: Pauses) -> SupervisorDecision | None:
+    """A pause's part: hold the order while what it waits for is paused; once it runs again,
+    release an order held for it, or a step whose attempt met the pause (its Agent dropped the
+    request uncalled), without counting a failure or a rescue."""
+    if state.compensation is CompensationState.PENDING:
+        return None  # waiting for a Scheduler, not for a service
+    target = target_of(state, workflow.name, {s.name: s.service for s in workflow.steps})
+    if target is None:
+        return None
+    pause = pauses.of(target)
+    if pause.paused:
+        return SupervisorDecision(DecisionKind.HOLD, hold(
+            state, now, now + policy.pending_grace, pause), pause.describe())
+    step = state.current_step
+    budget = workflow.step(step.name).budget if step is not None else timedelta(0)
+    met = (target.kind is PauseKind.SERVICE and step is not None
+           and step.complete_by is not None
+           and pause.met(step.complete_by - budget, step.complete_by))
+    if state.held != target.key and not met:
+        return None
+    new = release(state, now, target, budget, policy.pending_grace)
+    return SupervisorDecision(DecisionKind.RELEASE, new, f"{target} resumed")
 
 
 def _fail(new: OrderState, now: datetime, policy: RetryPolicy, step: StepState | None,

@@ -257,6 +257,12 @@ def emit(new: OrderState, cause: str, now: datetime, events: list[Event],
     _record(new, cause, now, events, note, by)
 
 
+def record_note(new: OrderState, cause: str, now: datetime, note: str,
+                by: str | None = None) -> None:
+    """Add a note to the order's timeline, for a change that sends nothing (a hold)."""
+    _record(new, cause, now, [], note, by)
+
+
 def _record(new: OrderState, cause: str, now: datetime, events: list[Event],
             note: str | None, by: str | None) -> None:
     """Add the transition to the order's timeline."""
@@ -287,6 +293,7 @@ def _finish(new: OrderState, cause: str, effects: list[Effect]) -> None:
         effects.append(Forget(generation=new.generation))
     new.outbox = effects
     new.outbox_cause = cause
+    new.held = None  # whatever moved the order, it no longer waits for a pause
     new.forget_tokens()
 
 

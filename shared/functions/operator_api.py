@@ -23,9 +23,16 @@ from shared.handlers.operator_requests import (
     BulkCancelRequest,
     BulkResubmitRequest,
     CancelRequest,
+    PauseRequest,
     ResubmitRequest,
 )
-from shared.handlers.principal import CANCEL_ROLE, READ_ROLE, RESUBMIT_ROLE, Principal
+from shared.handlers.principal import (
+    CANCEL_ROLE,
+    PAUSE_ROLE,
+    READ_ROLE,
+    RESUBMIT_ROLE,
+    Principal,
+)
 
 CONSOLE = Path(__file__).parent.parent / "console"
 # What the console page loads besides itself, by name (?asset=): its script and its styles live
@@ -76,6 +83,22 @@ def operator_api() -> func.Blueprint:
     def cancel_orders(op: Operator, req: func.HttpRequest, who: Principal) -> BaseModel | Reply:
         ask = BulkCancelRequest.from_body(req.get_body())
         return Reply(op.cancel_many(ask, by=who.label()), 200 if ask.dry_run else 202)
+
+    @operator_route(bp, "list_pauses", "pauses", "GET", READ_ROLE)
+    def list_pauses(op: Operator, req: func.HttpRequest, _: Principal) -> BaseModel | Reply:
+        return op.pauses.list()
+
+    @operator_route(bp, "pause", "pauses/{kind}/{name}", "POST", PAUSE_ROLE)
+    def pause(op: Operator, req: func.HttpRequest, who: Principal) -> BaseModel | Reply:
+        body = PauseRequest.from_body(req.get_body(), required=True)
+        return op.pauses.pause(req.route_params.get("kind", ""), req.route_params.get("name", ""),
+                               body.reason, by=who.label())
+
+    @operator_route(bp, "resume", "pauses/{kind}/{name}/resume", "POST", PAUSE_ROLE)
+    def resume(op: Operator, req: func.HttpRequest, who: Principal) -> BaseModel | Reply:
+        body = PauseRequest.from_body(req.get_body(), required=False)
+        return op.pauses.resume(req.route_params.get("kind", ""),
+                                req.route_params.get("name", ""), body.reason, by=who.label())
 
     @operator_route(bp, "list_rejected", "rejected", "GET", READ_ROLE)
     def list_rejected(op: Operator, req: func.HttpRequest, _: Principal) -> BaseModel | Reply:

@@ -26,6 +26,7 @@ from shared.handlers.operator_requests import (
     OrderNotFound,
     ResubmitRefused,
 )
+from shared.handlers.pausing import PauseRefused, UnknownTarget
 from shared.handlers.principal import Forbidden, Principal, Unauthenticated, authorise
 
 # On every answer of the API and the console: nothing of an operator's data kept in a cache on
@@ -82,6 +83,8 @@ ERRORS: tuple[tuple[type[Exception], Callable[[Any], tuple[int, str]]], ...] = (
     (ResubmitRefused, lambda e: (409, str(e))),
     (CancelRefused, lambda e: (409, str(e))),
     (AckRefused, lambda e: (409, str(e))),
+    (PauseRefused, lambda e: (409, str(e))),
+    (UnknownTarget, lambda e: (404, str(e))),
     (CorruptRecord, _unreadable),
     (ValueError, lambda e: (400, str(e))),  # a bad id, body, filter, limit or token
     (AzureError, _storage),  # storage down or refusing: said, not a bare 500

@@ -21,6 +21,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 
 from shared import tracing
 from shared.adapters.alerts import AlertSink
+from shared.adapters.pauses import PauseReader
 from shared.adapters.remote_service import PermanentServiceError, TransientServiceError
 from shared.adapters.state_store import OrderStore, StoredOrder
 from shared.circuit_breaker import CircuitBreaker, CircuitOpen
@@ -60,6 +61,11 @@ class _Expired(Exception):
     pass
 
 
+class _Paused(Exception):
+    """An operator paused the service: no call now, and no reply (the Supervisor holds the
+    step and sends it again once the service is resumed)."""
+
+
 class ServiceClient(Protocol):
     """How an Agent reaches its service: over the HTTP contract (RemoteServiceClient) or by
     running the user's code (CodeServiceClient). Returns the result, or raises
@@ -79,7 +85,8 @@ class RequestCheck:
 class Agent:
     def __init__(self, *, name: str, client: ServiceClient, policy: AgentRetryPolicy,
                  breaker: CircuitBreaker, clock: Clock, check: RequestCheck,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 pauses: PauseReader | None = None) -> None:
         self.name = name
         self._client = client
         self._policy = policy
@@ -87,6 +94,13 @@ class Agent:
         self._clock = clock
         self._check = check
         self._sleep = sleep
+        self._pauses = pauses
+
+    def _check_paused(self) -> None:
+        if self._pauses is not None:
+            pause = self._pauses.current().service(self.name)
+            if pause.paused:
+                raise _Paused(pause.describe())
 
     def handle(self, body: str) -> AgentReply | None:
         """The reply to send now, or None when there must be no reply. The function sends it on
@@ -138,7 +152,7 @@ class Agent:
                                # Refused: the order is in trouble; its trace is kept from here.
                                traceparent=tracing.keep(
                                    tracing.current_traceparent() or req.traceparent))
-        except (TransientServiceError, CircuitOpen, _Expired) as e:
+        except (TransientServiceError, CircuitOpen, _Expired, _Paused) as e:
             log.warning("agent %s: %s gave up, no reply: %s", self.name, where, e)
             return None
         if self._remaining(req.complete_by) <= 0:
@@ -227,6 +241,7 @@ class Agent:
             remaining = self._remaining(req.complete_by)
             if remaining <= 0:
                 raise _Expired("complete-by passed")
+            self._check_paused()  # before every call: a pause stops a retrying Agent too
             calls += 1
             # One span per call attempt, inside the Agent's: its retries are in the trace.
             with tracing.span(f"{self.name} {req.operation}", kind=SpanKind.CLIENT,

@@ -16,6 +16,8 @@ class OperatorAction(StrEnum):
     RESUBMIT_WITH_FORCE = "resubmit_with_force"
     ACKNOWLEDGE = "acknowledge"
     CANCEL = "cancel"
+    PAUSE = "pause"
+    RESUME = "resume"
 
 
 def audit(action: OperatorAction, target: str, by: str | None, why: str, outcome: str,

@@ -44,6 +44,7 @@ from shared.handlers.operator_requests import (
     check_order_id,
     check_state,
 )
+from shared.handlers.pausing import PauseControl
 from shared.handlers.relay import EffectRelay
 from shared.handlers.views import (
     AlertPage,
@@ -57,6 +58,7 @@ from shared.handlers.views import (
     OrderPage,
     OrderView,
     Overview,
+    PauseView,
     RejectedPage,
     RejectionView,
     state_view,
@@ -139,7 +141,8 @@ def _failed_view(s: OrderState) -> FailedView:
 class Operator:
     def __init__(self, *, store: OrderStore, relay: EffectRelay, alerts: AlertStore,
                  rejections: RejectionStore, health: HealthProbe, pending_grace: timedelta,
-                 clock: Clock, customer_columns: Sequence[str] = ()) -> None:
+                 clock: Clock, customer_columns: Sequence[str] = (),
+                 pauses: PauseControl | None = None) -> None:
         """``customer_columns``: the stored order columns a search by customer reads (the
         workflows' message models name them: Registry.customer_columns)."""
         self._store = store
@@ -150,6 +153,19 @@ class Operator:
         self._health = health
         self._pending_grace = pending_grace
         self._clock = clock
+        self._pauses = pauses
+
+    @property
+    def pauses(self) -> PauseControl:
+        """Pausing and resuming services and workflows (shared/handlers/pausing.py)."""
+        if self._pauses is None:
+            raise RuntimeError("this operator service was built without a pause store")
+        return self._pauses
+
+    def _paused(self) -> list[PauseView]:
+        if self._pauses is None:
+            return []
+        return [p for p in self._pauses.list().Pauses if p.Paused]
 
     def get(self, order_id: str) -> OrderView:
         check_order_id(order_id)
@@ -436,6 +452,7 @@ class Operator:
             ByCompensation={c: by_comp[c] for c in CompensationState},
             InFlight=in_flight[:rows], Failed=failed[:rows], CompensationFailed=stuck[:rows],
             Alerts=open_alerts, Acknowledged=acknowledged, AlertsComplete=not scan.cut,
+            Paused=self._paused(),
             # Without their bodies (up to 30,000 units each, from anyone), not even read: GET
             # /rejected and the message's own look-up give them.
             Rejected=self.rejected(rows, bodies=False).rejected)
@@ -444,4 +461,6 @@ class Operator:
         """Whether storage answers; ``detailed`` (an operator's): why not, the breakers, the
         last Supervisor tick and the backlog per queue (shared/handlers/health.py)."""
         report = self._health.run(detailed)
-        return (HealthDetails if detailed else HealthReport).model_validate(report)
+        if detailed:
+            return HealthDetails.model_validate({**report, "paused": self._paused()})
+        return HealthReport.model_validate(report)

@@ -125,6 +125,21 @@ class CancelRequest(BaseModel):
         return _read(cls, body, "a cancel (reason)", '{"reason": "customer withdrew the order"}')
 
 
+class PauseRequest(BaseModel):
+    """The body of POST /api/pauses/{kind}/{name} (a reason, required) and of its resume (a
+    reason, optional): kept in the audit log, and shown with the pause."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    reason: str = Field("", max_length=MAX_REASON)
+
+    @classmethod
+    def from_body(cls, body: bytes, *, required: bool) -> PauseRequest:
+        ask = _read(cls, body, "a pause (reason)", '{"reason": "provider incident 4711"}')
+        if required and not ask.reason:
+            raise ValueError('a pause needs a reason, e.g. {"reason": "provider incident 4711"}')
+        return ask
+
+
 class BulkCancelRequest(BaseModel):
     """The body of POST /api/cancellations: which orders still running, and why."""
 

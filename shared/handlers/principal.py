@@ -30,6 +30,7 @@ from shared.platform import not_local, running_in_azure
 READ_ROLE = "Orders.Read"
 RESUBMIT_ROLE = "Orders.Resubmit"
 CANCEL_ROLE = "Orders.Cancel"
+PAUSE_ROLE = "Orders.Pause"
 HEADER = "x-ms-client-principal"
 
 # Where the claims are, under the claim-type names EasyAuth maps them to (and the raw ones).

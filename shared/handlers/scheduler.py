@@ -11,16 +11,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from shared import tracing
+from shared.adapters.pauses import PauseReader
 from shared.adapters.queues import MessageSender
 from shared.adapters.state_store import ConcurrencyConflict, OrderStore
 from shared.clock import Clock
 from shared.domain import budget
 from shared.domain.alerts import AlertKind, OperatorAlert
 from shared.domain.messages import AgentReply, Arrival, CommandKind, SchedulerCommand
+from shared.domain.pauses import check_start
 from shared.domain.state import Cause, ForgedReply, IllegalTransition, OrderState, reply_cause
 from shared.domain.transitions import Delivery, apply_reply, begin_compensation, claim
 from shared.domain.workflow import Registry, UnknownWorkflow, Workflow
@@ -58,8 +60,10 @@ class SchedulerResult:
 
 class Scheduler:
     def __init__(self, *, instance_id: str, store: OrderStore, relay: EffectRelay,
-                 workflows: Registry, clock: Clock, queues: Queues | None = None) -> None:
+                 workflows: Registry, clock: Clock, queues: Queues | None = None,
+                 pauses: PauseReader | None = None) -> None:
         self.instance_id = instance_id
+        self._pauses = pauses
         self._store = store
         self._relay = relay
         self._workflows = workflows
@@ -114,10 +118,18 @@ class Scheduler:
         with tracing.span(f"scheduler {cmd.kind.value}", parent=cmd.traceparent,
                           attributes=tracing.order_attributes(cmd.order_id,
                                                               redelivered=redelivered)):
-            begin = claim if cmd.kind is CommandKind.START else begin_compensation
+            begin = self._start if cmd.kind is CommandKind.START else begin_compensation
             cause = Cause.START if cmd.kind is CommandKind.START else Cause.COMPENSATE
             return self._transact(cmd.order_id, cause, redelivered, lambda s: begin(
                 s, self.instance_id, self._clock(), self._workflow_of(s), delivery), known)
+
+    def _start(self, state: OrderState, scheduler_id: str, now: datetime, workflow: Workflow,
+               delivery: Delivery) -> OrderState:
+        """Claim the order, unless its workflow is paused and it has not begun: then it waits,
+        Pending, and the Supervisor holds it until the workflow is resumed."""
+        if self._pauses is not None:
+            check_start(state, self._pauses.current(), workflow.name)
+        return claim(state, scheduler_id, now, workflow, delivery)
 
     def handle_reply(self, body: str, redelivered: bool = False) -> SchedulerResult:
         try:

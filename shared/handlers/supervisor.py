@@ -15,6 +15,7 @@ from opentelemetry.trace import SpanKind
 
 from shared import tracing
 from shared.adapters.alerts import AlertSink
+from shared.adapters.pauses import PauseStore
 from shared.adapters.state_store import (
     ConcurrencyConflict,
     CorruptRecord,
@@ -28,6 +29,7 @@ from shared.domain.alerts import AlertKind, OperatorAlert
 from shared.domain.due_index import IndexKey
 from shared.domain.effects import Forget
 from shared.domain.outages import Gap, TickLog
+from shared.domain.pauses import NONE, Pauses
 from shared.domain.state import OrderState, RetryPolicy, due_at
 from shared.domain.supervision import DecisionKind, SupervisorDecision, supervise
 from shared.domain.workflow import Registry, UnknownWorkflow
@@ -50,6 +52,7 @@ class _Tick:
 
     log: TickLog
     last_answer: datetime
+    pauses: Pauses = NONE
 
     def storage_answered(self, at: datetime, gap: timedelta) -> None:
         # A tick that itself hung on storage spans an outage: work due meanwhile is excused too.
@@ -71,6 +74,8 @@ class TickReport:
     forgotten: int = 0
     lost_races: int = 0
     excused: int = 0  # steps sent again because their time fell in an outage
+    held: int = 0  # orders waiting for a paused service or workflow, looked at again later
+    released: int = 0  # orders a pause held, started or sent again once it ended
     deferred: int = 0  # in-flight entries left to the next tick (recoveries per tick reached)
     unreadable: int = 0  # records reported to an operator this tick
     skipped: int = 0  # unreadable records reported before and unchanged since
@@ -87,8 +92,9 @@ class Supervisor:
 
     def __init__(self, *, store: OrderStore, ticks: TickLogStore, relay: EffectRelay,
                  alerts: AlertSink, policy: RetryPolicy, workflows: Registry,
-                 clock: Clock) -> None:
+                 clock: Clock, pauses: PauseStore | None = None) -> None:
         self._store = store
+        self._pauses = pauses
         self._ticks = ticks
         self._relay = relay
         self._alerts = alerts
@@ -112,6 +118,10 @@ class Supervisor:
         now = self._clock()
         report.entities_read += 1
         tick = _Tick(log_read.after_tick(now, self._policy.outage_gap), now)
+        if self._pauses is not None:
+            # One query a tick, of a partition holding only what was ever paused.
+            tick.pauses = self._pauses.read_all()
+            report.entities_read += len(tick.pauses.records)
         # Oldest due first, across the partitions: in the partitions' fixed order, one whose
         # entries keep coming due (records a tick steps aside from every pending grace, a newer
         # release's) would take every tick's budget from the orders in the partitions after it.
@@ -145,7 +155,7 @@ class Supervisor:
     def _recoveries(r: TickReport) -> int:
         # Unreadable records count: however many there are, a tick's writes stay bounded.
         return (r.retried + r.failed + r.rescued + r.redispatched + r.excused + r.unreadable
-                + r.skipped)
+                + r.skipped + r.held + r.released)
 
     def _record(self, ticks: TickLog, version: str | None) -> None:
         for _ in range(RECORD_TRIES):
@@ -200,7 +210,7 @@ class Supervisor:
             log.info("supervisor: order %s left to a newer release (%s)", entry.order_id, e)
             self._step_aside(entry, state.version or "", report)
             return
-        decision = supervise(state, now, self._policy, workflow, tick.log)
+        decision = supervise(state, now, self._policy, workflow, tick.log, tick.pauses)
         if decision is None:
             if state.is_settled or due_at(state, grace) <= now:
                 return  # settled: its writer is finishing it (if not, FORGET after the grace)
@@ -215,7 +225,8 @@ class Supervisor:
             # A recovery is trouble: the order's trace is kept from here on (OrderSampler).
             with tracing.span(f"supervisor {decision.kind.value}", parent=state.trace,
                               kind=SpanKind.INTERNAL, links=[tracing.current_traceparent()],
-                              trouble=True,
+                              # A pause's wait is an operator's choice, not trouble.
+                              trouble=decision.kind not in _PAUSED,
                               attributes=tracing.order_attributes(
                                   state.order_id,
                                   state.current_step.name if state.current_step else None,
@@ -249,6 +260,11 @@ class Supervisor:
             report.redispatched += 1
         elif decision.kind is DecisionKind.OUTAGE:
             report.excused += 1
+        elif decision.kind is DecisionKind.HOLD:
+            report.held += 1
+            return  # waiting is not trouble: not logged per order, every tick
+        elif decision.kind is DecisionKind.RELEASE:
+            report.released += 1
         else:
             report.retried += 1
         log.warning("supervisor: order %s %s (%s)", saved.order_id, decision.kind.value,
@@ -311,6 +327,7 @@ def _due_of(entry: InFlightEntry) -> datetime:
 
 
 _BEFORE_THE_INDEX = datetime(2000, 1, 1, tzinfo=UTC)
+_PAUSED = (DecisionKind.HOLD, DecisionKind.RELEASE)
 
 
 def _in_words(e: Exception) -> str:

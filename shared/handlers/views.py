@@ -15,6 +15,7 @@ from shared.adapters.rejections import RejectionKind, StoredRejection
 
 # Modules, not names: the fields are named like the types (ProcessState: ProcessState).
 from shared.domain import state as domain
+from shared.domain.pauses import Pause
 
 
 class _View(BaseModel):
@@ -166,6 +167,29 @@ class RejectionView(_View):
                    BodyBytes=r.body_bytes, BodySha256=r.body_sha256)
 
 
+class PauseView(_View):
+    Kind: str = Field(description='"service" or "workflow".')
+    Name: str
+    Paused: bool
+    Since: datetime | None = Field(None, description="When it was paused; null: running.")
+    By: str | None = Field(None, description="Who paused it, as signed in.")
+    Reason: str | None = None
+    LastPaused: list[list[datetime]] = Field(
+        default_factory=list, description="Its recent pauses, [from, to], oldest first: a "
+        "step whose attempt met one is sent again without counting a failure.")
+
+    @classmethod
+    def of(cls, p: Pause) -> PauseView:
+        return cls(Kind=p.target.kind.value, Name=p.target.name, Paused=p.paused,
+                   Since=p.since, By=p.by, Reason=p.reason or None,
+                   LastPaused=[[a, b] for a, b in p.ended])
+
+
+class PauseList(_View):
+    Pauses: list[PauseView] = Field(description="Every service and workflow of the app, the "
+                                                "paused first.")
+
+
 class InFlightView(_View):
     OrderID: str
     ProcessState: domain.ProcessState
@@ -205,6 +229,8 @@ class Overview(_View):
     AlertsComplete: bool = Field(True, description=(
         "False when the overview read as many alert rows as it may (2,000) and stopped: "
         "older alerts of the last 7 days, open ones among them, are not in the lists."))
+    Paused: list[PauseView] = Field(default_factory=list, description=(
+        "The services and workflows an operator paused, with who and since when."))
     Rejected: list[RejectionView] = Field(description=(
         "Recent rejected intake, without the bodies (Body null): GET /rejected has them."))
 
@@ -272,7 +298,11 @@ class HealthDetails(_View):
                                                       "messages the host gave up on (0 when "
                                                       "there is none).")
     supervisor: SupervisorHealth
+    paused: list[PauseView] = Field(default_factory=list, description=(
+        "The services and workflows an operator paused, with who and since when: their orders "
+        "wait, by design (GET /pauses lists every one)."))
 
 
 class ErrorBody(_View):
     error: str = Field(description="What is wrong, in a sentence.")
+

@@ -144,7 +144,7 @@ def test_operators_sign_in_with_entra_id_and_the_app_roles_are_the_ones_the_code
     """Issue 32: App Service Authentication in front of the operator API (docs/security-
     operators.md). The platform signs in and hands the app the principal; the app checks the
     roles, so the roles an operator can be given must be the very names the code checks."""
-    from shared.handlers.principal import CANCEL_ROLE, READ_ROLE, RESUBMIT_ROLE
+    from shared.handlers.principal import CANCEL_ROLE, PAUSE_ROLE, READ_ROLE, RESUBMIT_ROLE
 
     auth = parse(INFRA / "app" / "function.bicep")["resources"]["authSettings"]["config"]
     assert auth["name"] == "authsettingsV2" and auth["parent"] == "app"
@@ -173,7 +173,7 @@ def test_operators_sign_in_with_entra_id_and_the_app_roles_are_the_ones_the_code
     assert given["operatorAuthClientId"]["value"] == "${OPERATOR_AUTH_CLIENT_ID=}"
 
     roles = json.loads((INFRA / "operator-app-roles.json").read_text())
-    assert {r["value"] for r in roles} == {READ_ROLE, RESUBMIT_ROLE, CANCEL_ROLE}
+    assert {r["value"] for r in roles} == {READ_ROLE, RESUBMIT_ROLE, CANCEL_ROLE, PAUSE_ROLE}
     assert len({r["id"] for r in roles}) == len(roles) and all(r["isEnabled"] for r in roles)
     # People sign in to the console; tools (a monitor, a script) get the role as applications.
     assert all(set(r["allowedMemberTypes"]) == {"User", "Application"} for r in roles)

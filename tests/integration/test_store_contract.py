@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from shared.adapters.pauses import PauseStore, TablePauses
 from shared.adapters.state_store import (
     ConcurrencyConflict,
     OrderAlreadyExists,
@@ -21,11 +22,12 @@ from shared.adapters.tick_log import TableTickLog, TickLogStore
 from shared.domain import budget
 from shared.domain.due_index import IndexKey
 from shared.domain.outages import TickLog
+from shared.domain.pauses import Pause, PauseKind, Target
 from shared.domain.state import ProcessState
 from shared.domain.transitions import receive
 from shared.workflows.orders import ORDER_FULFILMENT
 from shared.workflows.orders.message import parse_order
-from tests.fakes import FakeOrderStore, FakeTickLog
+from tests.fakes import FakeOrderStore, FakePauses, FakeTickLog
 from tests.integration.helpers import order
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
@@ -265,6 +267,50 @@ def test_the_tick_log_is_not_in_the_in_flight_index(app_env: Callable[..., dict[
     c = bootstrap.container()
     TableTickLog(c.tables.get_table_client(c.settings.inflight_table)).write(
         TickLog().after_tick(T0, timedelta(seconds=75)), None)
+    assert c.store.due(T0 + timedelta(days=3650), 100) == []
+
+
+@pytest.fixture(params=["fake", "table"])
+def pauses(request: pytest.FixtureRequest,
+           app_env: Callable[..., dict[str, str]]) -> Iterator[PauseStore]:
+    if request.param == "fake":
+        yield FakePauses()
+        return
+    from shared import bootstrap
+
+    app_env()
+    c = bootstrap.container()
+    yield TablePauses(c.tables.get_table_client(c.settings.inflight_table))
+
+
+def test_a_pause_is_written_only_at_the_version_read_and_read_back_whole(
+        pauses: PauseStore) -> None:
+    beta = Target(PauseKind.SERVICE, "beta")
+    pause, version = pauses.read(beta)
+    assert (pause, version) == (Pause(beta), None)
+    paused = pause.pause(T0, "ada", "incident")
+    pauses.write(paused, None)
+    with pytest.raises(ConcurrencyConflict):
+        pauses.write(paused, None)  # a second operator's pause, read before the first's
+    read, version = pauses.read(beta)
+    assert read == paused and version is not None
+    resumed = read.resume(T0 + timedelta(minutes=5))
+    pauses.write(resumed, version)
+    with pytest.raises(ConcurrencyConflict):
+        pauses.write(resumed, version)
+    everything = pauses.read_all()
+    assert everything.service("beta") == resumed and not everything.current
+    assert resumed.ended == ((T0, T0 + timedelta(minutes=5)),)
+    assert everything.workflow("flow") == Pause(Target(PauseKind.WORKFLOW, "flow"))
+
+
+def test_pauses_are_not_in_the_in_flight_index(app_env: Callable[..., dict[str, str]]) -> None:
+    from shared import bootstrap
+
+    app_env()
+    c = bootstrap.container()
+    TablePauses(c.tables.get_table_client(c.settings.inflight_table)).write(
+        Pause(Target(PauseKind.SERVICE, "beta")).pause(T0, None, "x"), None)
     assert c.store.due(T0 + timedelta(days=3650), 100) == []
 
 

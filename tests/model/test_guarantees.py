@@ -5,14 +5,17 @@ operator resubmit and cancel) over the in-memory adapters, with the things that 
 production as rules: deliveries and duplicate deliveries, messages handled in any order, Agent
 calls that succeed, are refused, fail transiently or succeed with the reply lost, Supervisor
 ticks at any time, the process dying at any point between a write and its effects, the store
-failing, and operator resubmits (forced or not) and cancels. A model of the remote services
+failing, operator resubmits (forced or not) and cancels, and an operator pausing and resuming a
+service or the workflow's intake while the pipeline runs on. A model of the remote services
 records every effect. The world also holds what earlier releases left behind and what no
 release should have: unreadable state records crowding the orders' own index partitions, index
 entries of the shapes written before the due-time index, and undo requests of the shape sent
 before work keys.
 
-After every step: no business effect stands twice, and no readable order stays overdue for more
-than a bounded number of completed Supervisor ticks, however many unreadable records there are.
+After every step: no business effect stands twice, no readable order stays overdue for more
+than a bounded number of completed Supervisor ticks, however many unreadable records there are,
+no Agent calls a paused service, no order of a paused workflow begins, and no failure is counted
+for an attempt that met a pause of its service.
 At the end, time runs on without faults, and then: every order is settled, a Processed order's
 work stands once per step, a failed and compensated order has nothing left standing, and every
 failure reached an operator.
@@ -49,6 +52,7 @@ from shared.domain.messages import (
     new_work_key,
     undo_key,
 )
+from shared.domain.pauses import PauseKind, Target, begun
 from shared.domain.services import Call
 from shared.domain.state import (
     SCHEMA_VERSION,
@@ -65,6 +69,7 @@ from shared.handlers.health import HealthProbe
 from shared.handlers.intake import IntakeHandler
 from shared.handlers.operator import Operator
 from shared.handlers.operator_requests import CancelRefused, ResubmitRefused
+from shared.handlers.pausing import PauseControl, PauseRefused
 from shared.handlers.relay import EffectRelay
 from shared.handlers.scheduler import Queues, Scheduler
 from shared.handlers.supervisor import Supervisor
@@ -74,6 +79,7 @@ from tests.fakes import (
     Crash,
     FakeAlertStore,
     FakeOrderStore,
+    FakePauses,
     FakeQueues,
     FakeRejections,
     FakeTickLog,
@@ -96,6 +102,9 @@ BAD_IDS = [f"bad-{n}" for n in range(200)
 # could use up.
 MAX_RECOVERIES = 2
 
+# What an operator may pause: each service, and the workflow's intake.
+TARGETS = [*(Target(PauseKind.SERVICE, s) for s in AGENT_QS),
+           Target(PauseKind.WORKFLOW, FLOW.name)]
 OUTCOMES = st.sampled_from(["ok", "ok", "ok", "transient", "refuse", "lost"])
 FAULTS = st.one_of(st.none(), st.tuples(st.integers(1, 8), st.sampled_from(["crash", "down"])))
 
@@ -156,6 +165,8 @@ class ModelClient:
         self._machine = machine
 
     def call(self, c: Call, timeout: float) -> dict[str, Any]:
+        assert not self._machine.paused(Target(PauseKind.SERVICE, self._service)), (
+            f"the {self._service} Agent called its service while it was paused ({c.key})")
         outcome = self._machine.outcome()
         self._model.log.append(f"{self._service} {c.operation} {c.key} {c.result} for "
                                f"{c.order_id}: {outcome}")
@@ -202,12 +213,18 @@ class PipelineMachine(RuleBasedStateMachine):
         )
         self.workflows = Registry.of([workflow])
         self.store = FakeOrderStore(self.fault, self.policy.pending_grace)
+        # Read uncached: a pause holds on every instance at once (CachedPauses's few seconds
+        # are the docs' to state).
+        self.pauses = FakePauses(self.fault)
+        # Each target's pauses as they happened, [from, to or None while it lasts].
+        self.pause_spans: dict[Target, list[list[datetime | None]]] = {}
         relay = EffectRelay(store=self.store, sender=self.queues, alerts=self.alerts,
                             workflows=self.workflows, agent_queues=AGENT_QS,
                             scheduler_queue=SCHEDULER_Q, clock=self.clock)
         self.scheduler = Scheduler(instance_id="s1", store=self.store, relay=relay,
                                    workflows=self.workflows, clock=self.clock,
-                                   queues=Queues(self.queues, SCHEDULER_Q, RESPONSES_Q))
+                                   queues=Queues(self.queues, SCHEDULER_Q, RESPONSES_Q),
+                                   pauses=self.pauses)
         # As bootstrap wires it: intake hands its start to the Scheduler in-process.
         self.intake = IntakeHandler(
             store=self.store, rejections=FakeRejections(self.fault), alerts=self.alerts,
@@ -217,18 +234,20 @@ class PipelineMachine(RuleBasedStateMachine):
         self.supervisor = Supervisor(store=self.store, ticks=self.ticks, relay=relay,
                                      alerts=self.alerts,
                                      policy=self.policy, workflows=self.workflows,
-                                     clock=self.clock)
+                                     clock=self.clock, pauses=self.pauses)
         self.operator = Operator(
             store=self.store, relay=relay, alerts=self.alerts,
             rejections=FakeRejections(self.fault), health=HealthProbe({}),
-            pending_grace=self.policy.pending_grace, clock=self.clock)
+            pending_grace=self.policy.pending_grace, clock=self.clock,
+            pauses=PauseControl(store=self.pauses, services=list(AGENT_QS),
+                                workflows=[workflow.name], clock=self.clock))
         self.agents = {
             name: Agent(
                 name=name, client=ModelClient(name, self.model, self),  # type: ignore[arg-type]
                 policy=AgentRetryPolicy(base_delay=2, max_delay=8, call_timeout=5),
                 breaker=CircuitBreaker(name, 10**6, 1),
                 clock=self.clock, check=RequestCheck(self.store, self.workflows, self.alerts),
-                sleep=lambda s: self.clock.advance(seconds=s))
+                sleep=lambda s: self.clock.advance(seconds=s), pauses=self.pauses)
             for name in AGENT_QS
         }
         self.orders: dict[str, bytes] = {}
@@ -237,6 +256,8 @@ class PipelineMachine(RuleBasedStateMachine):
         self.newer: dict[str, str] = {}
         self.forged = 0  # requests an attacker put on the Agents' queues
         self.cancelled: set[str] = set()  # orders an operator cancelled
+        # Orders not begun at the last check while their workflow was paused (None: it ran).
+        self.waiting: set[str] | None = None
         # Completed ticks in a row that found a readable order overdue and left it as it was.
         self.overdue_ticks: dict[str, int] = {}
         self.storage_down = False
@@ -272,10 +293,34 @@ class PipelineMachine(RuleBasedStateMachine):
         finally:
             self.plan = None
 
+    def paused(self, target: Target) -> bool:
+        '''What the store says, read without a fault.'''
+        record = self.pauses.records.get(target)
+        return record is not None and record[0].paused
+
+    def note_pauses(self) -> None:
+        '''The spans of every pause, from the store: a pause or resume that died after its
+        write took hold all the same.'''
+        for target in TARGETS:
+            spans = self.pause_spans.setdefault(target, [])
+            is_open = bool(spans) and spans[-1][1] is None
+            if self.paused(target) and not is_open:
+                spans.append([self.clock.now, None])
+            elif not self.paused(target) and is_open:
+                spans[-1][1] = self.clock.now
+
     def handle(self, queue: str, m: QueuedMessage) -> None:
         if queue == SCHEDULER_Q:
-            self.scheduler.handle_command(m.body, m.dequeue_count > 1)
-        elif queue == RESPONSES_Q:
+            waiting = {o for o, s in self.store.states.items() if not begun(s)}
+            try:
+                self.scheduler.handle_command(m.body, m.dequeue_count > 1)
+            finally:
+                if self.paused(Target(PauseKind.WORKFLOW, self.workflow.name)):
+                    started = [o for o in waiting if self.store.states[o].process_state
+                               is ProcessState.PROCESSING]
+                    assert not started, f"{started} started while their workflow was paused"
+            return
+        if queue == RESPONSES_Q:
             self.scheduler.handle_reply(m.body, m.dequeue_count > 1)
         else:
             agent = next(n for n, q in AGENT_QS.items() if q == queue)
@@ -302,7 +347,11 @@ class PipelineMachine(RuleBasedStateMachine):
         body = self.orders.setdefault(oid, json.dumps({
             "order_id": oid, "customer_id": "c", "reply_to": f"status-{oid}",
             "items": [{"sku": "A", "quantity": 1, "unit_price": "1.00"}]}).encode())
+        flow = Target(PauseKind.WORKFLOW, self.workflow.name)
+        new, paused = oid not in self.store.states, self.paused(flow)
         self.run(fault, lambda: self.intake.handle(f"m-{oid}", body))
+        if new and paused and oid in self.store.states:  # taken, and waits Pending
+            assert not begun(self.store.states[oid]), f"{oid} began while its workflow paused"
 
     @precondition(lambda self: any(self.queues.visible(q) for q in WORK_QUEUES))
     @rule(data=st.data(), q=st.sampled_from(WORK_QUEUES), index=st.integers(0, 3), fault=FAULTS)
@@ -356,10 +405,19 @@ class PipelineMachine(RuleBasedStateMachine):
                 continue
             counted = (new.failure_count > old.failure_count
                        or new.compensation_failure_count > old.compensation_failure_count)
-            if not counted or old.rescues >= self.policy.rescue_threshold:
+            if not counted:
                 continue
             budget = self.workflow.step(step.name).budget
             window = (step.complete_by - budget, step.complete_by)
+            service = Target(PauseKind.SERVICE, SERVICE_OF_STEP[step.name])
+            met = [(a, b or self.clock.now) for a, b in self.pause_spans.get(service, [])
+                   if a is not None and a < window[1] and window[0] < (b or self.clock.now)]
+            assert not met, (
+                f"{oid}: a failure was counted for {step.name} attempt {step.attempt} "
+                f"({window[0]:%H:%M:%S} to {window[1]:%H:%M:%S}), which met a pause of {service} "
+                f"({met[0][0]:%H:%M:%S} to {met[0][1]:%H:%M:%S})\n" + self.story(oid))
+            if old.rescues >= self.policy.rescue_threshold:
+                continue  # its rescues used up: an outage's retries are no longer free
             during = [o for o in self.outages if o[0] < window[1] and window[0] < o[1]]
             assert not during, (
                 f"{oid}: a failure was counted for {step.name} attempt {step.attempt} "
@@ -521,7 +579,52 @@ class PipelineMachine(RuleBasedStateMachine):
 
         self.run(fault, cancel)
 
+    @rule(what=st.sampled_from(TARGETS), aimed=st.booleans(), resume=st.booleans(),
+          fault=FAULTS, then=st.sampled_from([0, 0, 15, 40]))
+    def operator_pauses_or_resumes(self, what: Target, aimed: bool, resume: bool,
+                                   fault: tuple[int, str] | None, then: int) -> None:
+        """A service or the workflow's intake paused or resumed at any point, racing orders,
+        replies, ticks, cancels and resubmits: no order fails or is undone for the time it
+        waited, the Agent never calls a paused service, and all finish once resumed."""
+        control = self.operator.pauses
+        running = [s.current_step.name for s in self.store.states.values()
+                   if s.current_step is not None]
+        if aimed and running:  # the service an order's step is at now: the pause that bites
+            what = Target(PauseKind.SERVICE, SERVICE_OF_STEP[running[0]])
+
+        def act() -> None:
+            with contextlib.suppress(PauseRefused):
+                if resume:
+                    control.resume(what.kind.value, what.name, "", by="model operator")
+                else:
+                    control.pause(what.kind.value, what.name, "provider incident",
+                                  by="model operator")
+
+        self.run(fault, act)
+        self.note_pauses()
+        for _ in range(then // 5):  # the pipeline runs on meanwhile, its work waiting or not
+            for i, oid in enumerate(ORDER_IDS):  # and orders keep coming
+                if oid not in self.store.states:
+                    self.deliver_order(i, None)
+                    break
+            for q in WORK_QUEUES:
+                while self.queues.visible(q):
+                    self.process(q, 0, None)
+            self.clock.advance(seconds=5)
+            self.tick()
+
     # --- what must always hold -----------------------------------------------------------------
+
+    @invariant()
+    def a_paused_workflow_starts_no_new_order(self) -> None:
+        self.note_pauses()
+        flow = Target(PauseKind.WORKFLOW, self.workflow.name)
+        waiting = {o for o, s in self.store.states.items() if not begun(s)}
+        if self.paused(flow) and self.waiting is not None:
+            started = [o for o in self.waiting
+                       if self.store.states[o].process_state is ProcessState.PROCESSING]
+            assert not started, f"{started} started while their workflow was paused"
+        self.waiting = waiting if self.paused(flow) else None
 
     @invariant()
     def only_a_request_the_app_never_sent_is_refused(self) -> None:
@@ -589,6 +692,13 @@ class PipelineMachine(RuleBasedStateMachine):
             if any("learned" in str(e.get("detail")) or "nothing to undo" in str(e.get("detail"))
                    for e in state.timeline):
                 event("a step in doubt was asked again under its key before its undo")
+            notes = " ".join(str(e.get("detail")) for e in state.timeline)
+            if "waiting: service" in notes:
+                event("a step waited for its paused service" + (
+                    ", and was sent again once it resumed" if "sent again, not counted" in notes
+                    else ""))
+            if "waiting: workflow" in notes:
+                event("an order waited for its paused workflow")
             assert state.is_settled, (
                 f"{oid} is stuck: {state.process_state} compensation {state.compensation}, "
                 f"steps {[(s.name, s.status.value) for s in state.steps]}")
@@ -614,7 +724,12 @@ class PipelineMachine(RuleBasedStateMachine):
                 f"{oid}: a failed compensation reached no operator")
 
     def time_runs_on(self) -> None:
-        """No more faults: deliver what is left, handle every message, tick, until quiet."""
+        """No more faults: every pause resumed, deliver what is left, handle every message,
+        tick, until quiet."""
+        for target in TARGETS:
+            with contextlib.suppress(PauseRefused):
+                self.operator.pauses.resume(target.kind.value, target.name, "", by="model")
+        self.note_pauses()
         for _ in range(400):
             for oid, body in self.orders.items():
                 if oid not in self.store.states:
