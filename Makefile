@@ -149,6 +149,13 @@ soak: install
 	HYPOTHESIS_PROFILE=soak $(PY) -m pytest tests/model -p no:cacheprovider --timeout=0
 	E2E_ORDERS=1000 $(PY) -m pytest tests/e2e/test_pipeline.py -p no:cacheprovider --timeout=0
 
+# A service paused for 5 minutes under load, on demand (tests/bench/test_pause_run.py runs a
+# short one): no order fails, is undone or has a failure counted because of it; all finish
+# after the resume (docs/operating.md, Pausing a service or a workflow).
+.PHONY: pause-run
+pause-run: $(STAMP) node_modules/.package-lock.json
+	$(PY) -m localrun.bench.pausing --pause 300 --rate 2 --service payment
+
 # A rolling deployment rehearsed, on demand (not in make test; tests/e2e/test_rolling.py runs a
 # small one): the previous release (PREVIOUS, a commit of this clone's history, in a temporary
 # git worktree) and this checkout side by side under load on one Azurite, the two hosts rolled

@@ -4,13 +4,13 @@ Storage comes from --storage (a connection string), --account (a storage account
 your Entra ID), or else the AzureWebJobsStorage setting (environment, then local.settings.json),
 or else local Azurite. Table and queue names come from the same settings as the app's.
 
-`resubmit`, `cancel`, `alerts ack` and `health` go through the operator API when --api
-(ORDERS_API_URL) names it: as you, with an Entra ID access token for the app (--token or
-ORDERS_API_TOKEN; `az account get-access-token --resource api://<client id>`), checked for the
-route's role, and who acted is kept with the change. Against a local host with
+`resubmit`, `cancel`, `pause`, `resume`, `pauses`, `alerts ack` and `health` go through the
+operator API when --api (ORDERS_API_URL) names it: as you, with an Entra ID access token for the
+app (--token or ORDERS_API_TOKEN; `az account get-access-token --resource api://<client id>`),
+checked for the route's role, and who acted is kept with the change. Against a local host with
 OperatorDevelopmentRoles no token is needed. Without --api they act on storage directly (your
-storage role is the check) and record the identity storage accepted (--account: your Entra
-ID); with a storage key, only your login name, marked as not an identity.
+storage role is the check) and record the identity storage accepted (--account: your Entra ID);
+with a storage key, only your login name, marked as not an identity.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import typer
 from azure.core.exceptions import AzureError
 from azure.servicebus.exceptions import ServiceBusError
 
-from orderctl import cancelling, orders, pipeline, sending
+from orderctl import cancelling, orders, pausing, pipeline, sending
 from orderctl.connection import ROOT, opts
 from orderctl.errors import CliError, first_line
 from orderctl.output import err, print_error
@@ -69,6 +69,9 @@ app.command("list")(orders.list_)
 app.command()(sending.watch)
 app.command()(orders.resubmit)
 app.command()(cancelling.cancel)
+app.command()(pausing.pause)
+app.command()(pausing.resume)
+app.command()(pausing.pauses)
 app.command()(pipeline.health)
 alerts_app = typer.Typer(no_args_is_help=False)
 app.add_typer(alerts_app, name="alerts")

@@ -4,9 +4,10 @@ until all settle, with every storage request, log record and CPU second of the r
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,10 +148,12 @@ class BenchBase:
 
     def run_orders(self, tag: str, n: int, workflow: Any = None, timeout: float = 900,
                    rate: float | None = None, worker_process: bool = False,
-                   **overrides: str) -> Run:
+                   during: Callable[[Any], None] | None = None, **overrides: str) -> Run:
         """Send n orders (all at once, or at `rate` per second) and wait until all settle.
         With `worker_process`, the functions run in a process of their own, as in Azure
-        (localrun/host/worker.py; the app's own workflow only)."""
+        (localrun/host/worker.py; the app's own workflow only). ``during``: what an operator
+        does meanwhile, handed the app's container, in a thread of its own from the host's
+        start (the run waits for it as for the orders)."""
         from azure.data.tables import TableServiceClient
         from azure.storage.queue import QueueServiceClient
 
@@ -197,9 +200,12 @@ class BenchBase:
                 worker.reset_counts()
             sent_at: dict[str, float] = {}
             cpu = self.cpu_use(worker.pid if worker is not None else None)
+            operator = threading.Thread(target=during or (lambda _: None), args=(c,),
+                                        name="bench-operator", daemon=True)
             if rate:
                 cpu.start()
                 host.start()
+                operator.start()
             started = time.time()
             for i, o in enumerate(orders):
                 if rate:
@@ -212,6 +218,7 @@ class BenchBase:
                 started = time.time()
                 cpu.start()
                 host.start()
+                operator.start()
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 # Every 2 s, only what tells settled from not: the watcher shares the CPU and
@@ -220,6 +227,7 @@ class BenchBase:
                         "RowKey eq 'state'", select=WATCHED[:3])) == n:
                     break
                 time.sleep(2.0)
+            operator.join(max(0.0, deadline - time.monotonic()))
             cpu.stop()
             states = list(watcher.query_entities("RowKey eq 'state'", select=WATCHED))
             done_at = {s["OrderID"]: s["UpdatedAt"].timestamp() for s in states if _settled(s)}

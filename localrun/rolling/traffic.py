@@ -23,6 +23,10 @@ DIGITAL = "digital-delivery"
 DIGITAL_EVERY = 3
 # One running order in this many is cancelled by the rehearsal's operator (by its id's digest).
 CANCEL_EVERY = 7
+# The rehearsal's operator pauses this service for PAUSE_ROUNDS of its rounds, from its
+# PAUSE_AT-th, through a host of this release: what the previous release does beside held work.
+PAUSED_SERVICE = "payment"
+PAUSE_AT, PAUSE_ROUNDS = 4, 20
 # The share of orders whose undo the services refuse: their compensation fails, an operator
 # resubmits them with force.
 REFUSE_UNDO_SHARE = 0.5
@@ -153,7 +157,8 @@ class Resubmitter(threading.Thread):
     failed with force). The previous release checks its master key, this one the development
     principal's roles (OperatorDevelopmentRoles). One running order in CANCEL_EVERY is
     cancelled through a host of this release (the previous one has no cancel): the previous
-    release must leave a cancelled order to this one."""
+    release must leave a cancelled order to this one. And a service is paused for a while and
+    resumed (PAUSED_SERVICE): the previous release must leave its held orders to this one."""
 
     def __init__(self, store: Store, hosts: Callable[[], list[HostProcess]], master_key: str,
                  interval: float = 1.0) -> None:
@@ -167,6 +172,8 @@ class Resubmitter(threading.Thread):
         self.answers: list[dict[str, Any]] = []
         self.cancels: list[dict[str, Any]] = []
         self._cancel_asked: set[str] = set()
+        self.pauses: list[dict[str, Any]] = []  # each pause and resume asked, and its answer
+        self._rounds = 0
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -179,8 +186,24 @@ class Resubmitter(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join(timeout=30)
+        if len(self.pauses) % 2:  # still paused: resumed, so that what it holds settles
+            self._pause_or_resume(resume=True)
+
+    def _pause_or_resume(self, resume: bool) -> None:
+        current = [h for h in self._hosts() if h.up and h.release.label == "current"]
+        if not current:
+            return  # asked again next round
+        path = f"/api/pauses/service/{PAUSED_SERVICE}" + ("/resume" if resume else "")
+        status, text = self._post(current[0], path, {"reason": "rolling rehearsal"})
+        if status:
+            self.pauses.append({"resume": resume, "host": current[0].run, "status": status,
+                                "answer": text[:300]})
 
     def once(self) -> None:
+        self._rounds += 1
+        if self._rounds >= PAUSE_AT + PAUSE_ROUNDS * (len(self.pauses) > 0) and len(
+                self.pauses) < 2:
+            self._pause_or_resume(resume=bool(self.pauses))
         for oid, s in self._store.states().items():
             if (s.get("ProcessState") in ("Pending", "Processing")
                     and oid not in self._cancel_asked

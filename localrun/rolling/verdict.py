@@ -244,6 +244,14 @@ def check_resubmits_and_workflows(store: Store, sender: Sender, resubmitter: Res
                 "Cancelled"):
             v.fail("a cancel taken but the order not Cancelled",
                    f"{a['order']} at {a['host']}: {brief(states.get(a['order']))}")
+    for a in resubmitter.pauses:
+        if a["status"] != 200:
+            v.fail("a pause or resume refused", f"at {a['host']}: {a['status']} {a['answer']}")
+    if [a["resume"] for a in resubmitter.pauses] != [False, True]:
+        v.fail("the service was not paused and resumed once",
+               str([(a["resume"], a["status"]) for a in resubmitter.pauses]))
+    summary["held_by_the_pause"] = sum(
+        "waiting: service" in str(s.get("Timeline")) for s in states.values())
     summary["cancels"] = dict(Counter(str(a["status"]) for a in resubmitter.cancels))
     taken = [a for a in resubmitter.answers if a["status"] == 202]
     summary["resubmits"] = dict(Counter(
@@ -309,8 +317,8 @@ def print_summary(say: Any, label: str, s: Mapping[str, Any], verdict: Verdict) 
               "ledger", "alerts", "sending_seconds", "settled_after_last_send_seconds",
               "order_seconds_median", "order_seconds_p95", "order_seconds_max",
               "orders_handled_by", "index_entries_left", "resubmits", "resubmitted_orders",
-              "resubmitted_then", "cancels", "digital_sent", "digital_outcomes", "undo_refused",
-              "total_seconds"):
+              "resubmitted_then", "cancels", "held_by_the_pause", "digital_sent",
+              "digital_outcomes", "undo_refused", "total_seconds"):
         say(f"  {k:34} {s.get(k)}")
     for r in s.get("rolls", []):
         say(f"  killed {r['host']:27} at {r['killed_at']:.1f}s ({r['sent_by_then']} sent, "

@@ -22,11 +22,12 @@ from azure.core.exceptions import (
 from azure.data.tables import TableClient, UpdateMode
 
 from shared.adapters.state_store import ConcurrencyConflict
-from shared.domain.pauses import Pause, PauseKind, Pauses, Target
+from shared.domain.pauses import LAG, Pause, PauseKind, Pauses, Target
 
 PAUSES_PARTITION = "pauses"
-# How stale an instance's view of the pauses may be: how long a pause takes to hold everywhere.
-CACHE_SECONDS = 5.0
+# How stale an instance's view of the pauses may be: how long a pause takes to hold everywhere,
+# and how long after a resume an Agent may still drop a request (the Supervisor allows for it).
+CACHE_SECONDS = LAG.total_seconds()
 
 
 class PauseStore(Protocol):

@@ -87,11 +87,12 @@ function cards(testid, title, counts, badKeys) {
 
 // The steps the last overview's failed orders failed at: the bulk page offers them.
 let failedSteps = [];
-function renderOverview(o) {
+function renderOverview(o, pauses) {
   failedSteps = [...new Set([...o.Failed, ...o.CompensationFailed]
     .map(r => r.FailedStep).filter(Boolean))].sort();
   const scanned = o.Complete ? "" : ` (the first ${o.Counted} records; there are more)`;
-  main.replaceChildren(
+  main.replaceChildren(...[
+    pausedBanner(o.Paused || []),
     cards("by-state", "Orders by state" + scanned, o.ByState, ["Error"]),
     cards("by-compensation", "Compensation", o.ByCompensation, ["Failed"]),
     el("section", {}, el("h2", {}, "In flight ", el("small", {text: "most overdue first "}),
@@ -136,7 +137,8 @@ function renderOverview(o) {
       table("rejected", ["rejected", "kind", "message id", "reason", "deliveries"], o.Rejected,
         r => el("tr", {}, cell(when(r.RejectedAt)), cell(r.Kind), cell(r.MessageId, "id"),
                 cell(r.Reason), cell(r.DeliveryCount)))),
-  );
+    pausePanel(pauses.Pauses),
+  ].filter(Boolean));
 }
 // The last acknowledgement's outcome, shown above the alerts until the next one.
 let ackMessage = null;
@@ -153,6 +155,104 @@ async function acknowledge(a) {
     ackMessage = {ok: false, text: String(e.message || e)};
   }
   await show();
+}
+
+// Pauses: an operator holds a service's calls, or a workflow's new orders, until they resume
+// it (GET /api/pauses; POST /api/pauses/{kind}/{name} with a reason, .../resume). What is
+// paused is said at the top of the overview, so that orders waiting by design do not pass for
+// stuck ones; the panel at its foot pauses and resumes: a button first, then a form, as the
+// cancel of an order (a form on the page holds it still).
+const PAUSE_MEANS = "A paused service's Agent calls nothing: its steps wait, their time " +
+  "stopped, no failure counted. A paused workflow's new orders are taken and wait, Pending. " +
+  "Both go on when resumed. Not the circuit breaker: that one is automatic, per instance, and " +
+  "lasts seconds; a pause is an operator's, holds on every instance within 5 s and lasts " +
+  "until resumed.";
+const pauseKey = p => `${p.Kind}:${p.Name}`;
+
+function pausedBanner(paused) {
+  if (!paused.length) return null;
+  const go = el("a", {href: "#", "data-testid": "pauses-go", text: "pause or resume",
+                      onclick: ev => {
+                        ev.preventDefault();
+                        document.getElementById("pauses-heading").focus();
+                      }});
+  return el("section", {class: "paused", "data-testid": "paused-banner"},
+    el("h2", {}, "Paused by an operator ",
+       el("small", {text: "their orders wait, by design, until resumed: "}), go),
+    table("paused", ["kind", "name", "paused by", "since", "reason"], paused,
+      p => el("tr", {"data-pause": pauseKey(p)}, cell(p.Kind), cell(p.Name, "id"),
+              cell(p.By), cell(when(p.Since)), cell(p.Reason))));
+}
+
+// The last pause's or resume's outcome, shown in the panel until the next one.
+let pauseMessage = null;
+function pausePanel(pauses) {
+  const section = el("section", {"data-testid": "pauses"},
+    el("h2", {id: "pauses-heading", tabindex: "-1"}, "Pauses ",
+       el("small", {text: "every service and workflow, the paused first"})),
+    el("p", {class: "empty", text: PAUSE_MEANS}));
+  if (pauseMessage) said(section, "pause-result", pauseMessage);
+  section.append(table("pauses-list", ["kind", "name", "state", "since", "by", "reason",
+                                       "last paused", ""], pauses,
+    p => el("tr", {"data-pause": pauseKey(p), class: p.Paused ? "paused" : ""},
+      cell(p.Kind), cell(p.Name, "id"), cell(p.Paused ? "paused" : "running", "state"),
+      cell(when(p.Since)), cell(p.By), cell(p.Reason), cell(lastPaused(p.LastPaused)),
+      cell(el("button", {type: "button", "data-testid": p.Paused ? "resume-open" : "pause-open",
+                         "aria-label": `${p.Paused ? "Resume" : "Pause"} ${p.Kind} ${p.Name}...`,
+                         text: p.Paused ? "Resume..." : "Pause...",
+                         onclick: () => pauseForm(section, p)})))));
+  return section;
+}
+function lastPaused(ended) {
+  if (!ended || !ended.length) return "";
+  const [from, to] = ended[ended.length - 1];
+  return el("span", {}, when(from), " to ", when(to));
+}
+
+// The form for one row, below the list (one at a time): a pause needs a reason, refused here
+// without one; a resume's is optional. Sent as the operator signed in.
+function pauseForm(section, p) {
+  const resume = p.Paused, what = `${p.Kind} ${p.Name}`, service = p.Kind === "service";
+  const reason = el("textarea", Object.assign({name: "reason", rows: "2", maxlength: "1000"},
+                                              resume ? {} : {"aria-required": "true"}));
+  const send = el("button", {type: "submit", "data-testid": "pause-send",
+                             text: `${resume ? "Resume" : "Pause"} ${what}`});
+  const form = el("form", {"data-testid": "pause-form", "data-pause": pauseKey(p)},
+    el("label", {}, resume ? `Why resume ${what} (optional, kept in the audit log)`
+                           : `Why pause ${what} (shown with the pause)`, reason),
+    el("p", {class: "notice", text: (resume
+      ? (service ? "Its held steps are sent again, no failure counted."
+                 : "Its waiting orders start, the longest-waiting first.")
+      : (service ? "Its Agent calls nothing and its steps wait until it is resumed."
+                 : "Its new orders are taken and wait, Pending, until it is resumed.")) +
+      " On every instance within 5 s. As you: your name is kept with it."}),
+    send);
+  form.onsubmit = async ev => {
+    ev.preventDefault();
+    const text = String(new FormData(form).get("reason") || "");
+    if (!resume && !text.trim()) {  // refused here: nothing is sent
+      said(section, "pause-result",
+           {ok: false, text: `Say why ${what} is paused: a pause needs a reason.`}).focus();
+      return;
+    }
+    send.disabled = true;  // once: a second click would be refused as paused already
+    try {
+      const body = await api(`/pauses/${encodeURIComponent(p.Kind)}/` +
+                             encodeURIComponent(p.Name) + (resume ? "/resume" : ""), {
+        method: "POST", headers: {"content-type": "application/json"},
+        body: JSON.stringify({reason: text})});
+      pauseMessage = {for: "pause", ok: true, text: body.Paused
+        ? `Paused ${what} as ${body.By}: ` +
+          (service ? "its steps wait until it is resumed." : "its new orders wait, Pending.")
+        : `Resumed ${what}: it runs again.`};
+    } catch (e) {
+      pauseMessage = {for: "pause", ok: false, text: String(e.message || e)};
+    }
+    await show(pauseMessage);
+  };
+  section.querySelector("[data-testid=pause-form]")?.remove();
+  section.append(form);
+  reason.focus();
 }
 
 function failedRow(r) {
@@ -230,6 +330,16 @@ function resubmitForm(o, message) {
   return section;
 }
 
+// What an action came to, or why it was not sent: one line under the section's heading, the
+// same test id, replaced by the next.
+function said(section, testid, m) {
+  const p = el("p", {class: m.ok ? "" : "error", "data-testid": testid, tabindex: "-1",
+                     text: m.text});
+  const before = section.querySelector(`[data-testid=${testid}]`);
+  if (before) before.replaceWith(p); else section.querySelector("h2").after(p);
+  return p;
+}
+
 // Cancel: an order still running (Pending or Processing) is stopped, nothing more is sent for
 // it, and the work it has done is undone (POST /api/orders/{id}/cancel, with a reason). A
 // button first, then the form: a form on the page holds it still (see schedule), and a running
@@ -237,14 +347,7 @@ function resubmitForm(o, message) {
 const CANCELLABLE = ["Pending", "Processing"];
 function cancelForm(o, message) {
   const section = el("section", {"data-testid": "cancel"}, el("h2", {text: "Cancel"}));
-  // What the last cancel came to, or why it was not sent: one line, replaced by the next.
-  const say = m => {
-    const p = el("p", {class: m.ok ? "" : "error", "data-testid": "cancel-result",
-                       tabindex: "-1", text: m.text});
-    const before = section.querySelector("[data-testid=cancel-result]");
-    if (before) before.replaceWith(p); else section.querySelector("h2").after(p);
-    return p;
-  };
+  const say = m => said(section, "cancel-result", m);
   if (message && message.for === "cancel") say(message);
   if (!CANCELLABLE.includes(o.ProcessState)) {
     section.append(el("p", {class: "empty",
@@ -313,8 +416,8 @@ async function show(message) {
       const found = await find(search.get("q") || "", search.get("state") || "");
       draw = () => renderSearch(search, found);
     } else {
-      const body = await api("/overview");
-      draw = () => renderOverview(body);
+      const [body, pauses] = await Promise.all([api("/overview"), api("/pauses")]);
+      draw = () => renderOverview(body, pauses);
     }
     if (mine !== shown) return;
     // A refresh does not replace a form the operator opened while it was asked for (the
@@ -357,6 +460,8 @@ function arrive(order, search, message, focused) {
   } else if (search) {
     (main.querySelector("[data-testid=search-results] a") ||
      document.getElementById("search-q")).focus();
+  } else if (message) {  // an action on the overview: on what it came to
+    document.querySelector(`[data-testid=${message.for}-result]`)?.focus();
   } else if (opened) {
     main.querySelector(`a[data-order="${CSS.escape(decodeURIComponent(opened[1]))}"]`)?.focus();
   }
@@ -615,11 +720,11 @@ function drawCancelPlan(plan, ask, result) {
 
 function schedule() {
   clearInterval(timer);
-  // Live only while someone looks, and not while a form (resubmit, cancel, bulk) is on the
-  // page: it is being filled in. A search's answer stays as it was (a search by customer reads
-  // the table: once per asking).
+  // Live only while someone looks, and not while a form (resubmit, cancel, bulk, pause) is on
+  // the page: it is being filled in. A search's answer stays as it was (a search by customer
+  // reads the table: once per asking).
   timer = setInterval(() => {
-    const typing = main.querySelector("form") && location.hash;
+    const typing = main.querySelector("form");
     const searching = location.hash.startsWith("#/search?");
     if (document.getElementById("live").checked && !document.hidden && !typing && !searching)
       show();

@@ -33,6 +33,10 @@ from shared.domain.transitions import emit, record_note
 # Recent pauses remembered per target: a step whose attempt met one is sent again without
 # counting a failure, however short the pause was.
 KEEP_ENDED = 20
+# How late an instance may learn of a pause or a resume (each reads them at most this often:
+# adapters/pauses.CachedPauses). An Agent may drop a request this long after a resume, so a
+# pause counts as lasting this much longer for the attempts it met.
+LAG = timedelta(seconds=5)
 
 
 class PauseKind(StrEnum):
@@ -87,10 +91,11 @@ class Pause:
         return replace(self, since=None, by=None, reason="", ended=ended)
 
     def met(self, start: datetime, end: datetime) -> bool:
-        """Whether work running from ``start`` to ``end`` met this pause, now or a recent one."""
+        """Whether work running from ``start`` to ``end`` met this pause, now or a recent one,
+        as an instance that learned of its end up to LAG late saw it."""
         if self.since is not None and self.since < end:
             return True
-        return any(a < end and start < b for a, b in self.ended)
+        return any(a < end and start < b + LAG for a, b in self.ended)
 
     def describe(self) -> str:
         why = f": {self.reason}" if self.reason else ""

@@ -226,7 +226,8 @@ def test_bad_connection_string_is_one_line(capsys: pytest.CaptureFixture[str]) -
     assert len(lines) == 1 and "malformed" in lines[0]
 
 
-COMMANDS = (["send"], ["status"], ["list"], ["watch"], ["resubmit"], ["cancel"], ["alerts"],
+COMMANDS = (["send"], ["status"], ["list"], ["watch"], ["resubmit"], ["cancel"], ["pause"],
+            ["resume"], ["pauses"], ["alerts"],
             ["alerts", "ack"], ["rejected"], ["health"], ["trace"])
 
 

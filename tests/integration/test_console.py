@@ -16,10 +16,10 @@ from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, Request, Route, expect, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, Request, Route, expect, sync_playwright
 
 from shared.domain.state import ProcessState, due_at
-from shared.handlers.principal import CANCEL_ROLE, READ_ROLE, RESUBMIT_ROLE
+from shared.handlers.principal import CANCEL_ROLE, PAUSE_ROLE, READ_ROLE, RESUBMIT_ROLE
 from tests.integration.conftest import RunningHost
 from tests.integration.helpers import drain_json, function, sb_message
 from tests.integration.test_operator_api import (
@@ -38,7 +38,7 @@ CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 CONSOLE = {"overview", "console", "get_order", "resubmit_order", "ack_alert", "list_orders",
-           "resubmit_orders", "cancel_order", "cancel_orders"}
+           "resubmit_orders", "cancel_order", "cancel_orders", "list_pauses", "pause", "resume"}
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,8 @@ def h(run_host: Any) -> RunningHost:
     # The development principal (an operator with every role) stands in for the platform's
     # sign-in: no key anywhere.
     h: RunningHost = run_host(only=CONSOLE, PendingGraceSeconds="1",
-                              OperatorDevelopmentRoles=f"{READ_ROLE},{RESUBMIT_ROLE},{CANCEL_ROLE}",
+                              OperatorDevelopmentRoles=",".join((READ_ROLE, RESUBMIT_ROLE,
+                                                                 CANCEL_ROLE, PAUSE_ROLE)),
                               LOCALRUN_FUNCTION_KEY="fn-key", LOCALRUN_MASTER_KEY="master-key")
     failed_and_compensated(h, "f-1")
     compensation_failed(h, "f-2")
@@ -705,3 +706,153 @@ def test_bulk_cancel_a_dry_run_then_confirm(page: Page, h: RunningHost) -> None:
     page.keyboard.press("Escape")
     expect(page.get_by_test_id("by-state-Cancelled")).to_contain_text("2")
     assert "#/cancel" not in page.url
+
+
+# -- pauses ---------------------------------------------------------------------------------------
+
+DEVELOPER = "local developer (oid development)"
+
+
+def pause_row(page: Page, target: str) -> Locator:
+    """The pauses panel's row of a service or workflow ("service:payment")."""
+    return page.get_by_test_id("pauses-list").locator(f'tr[data-pause="{target}"]')
+
+
+def open_pause(page: Page, target: str, action: str = "Pause") -> Locator:
+    """The row's form opened (``action``: Pause or Resume); the reason has the keyboard."""
+    pause_row(page, target).get_by_role("button", name=action).click()
+    form = page.get_by_test_id("pause-form")
+    expect(form).to_have_attribute("data-pause", target)
+    expect(form.locator("textarea[name=reason]")).to_be_focused()
+    return form
+
+
+def paused_since(h: RunningHost, kind: str, name: str) -> str | None:
+    """Who paused it, per the store (None: it runs)."""
+    (view,) = [v for v in h.container.operator.pauses.list().Pauses
+               if (v.Kind, v.Name) == (kind, name)]
+    return view.By if view.Paused else None
+
+
+def test_pause_and_resume_a_service_from_the_panel(page: Page, h: RunningHost) -> None:
+    """Paused with a reason, as the signed-in operator: listed paused with who and since when,
+    said at the top of the overview; resumed, it runs again and the banner is gone."""
+    row = pause_row(page, "service:payment")
+    expect(row.locator("td.state")).to_have_text("running")
+    expect(page.get_by_test_id("paused-banner")).to_have_count(0)
+    expect(page.locator("#main")).not_to_contain_text("null")  # no banner drawn as a word
+    expect(page.get_by_test_id("pauses")).to_contain_text("Not the circuit breaker")
+    form = open_pause(page, "service:payment")
+    form.locator("textarea[name=reason]").fill("PSP incident <b>4711</b>")
+    with page.expect_request(lambda r: r.method == "POST") as sent:
+        form.get_by_role("button", name="Pause service payment").click()
+    assert sent.value.url == f"http://127.0.0.1:{h.port}/api/pauses/service/payment"
+    assert sent.value.post_data_json == {"reason": "PSP incident <b>4711</b>"}
+    assert sent.value.all_headers()["content-type"] == "application/json"
+    result = page.get_by_test_id("pause-result")
+    expect(result).to_have_text(f"Paused service payment as {DEVELOPER}: its steps wait until "
+                                "it is resumed.")
+    expect(result).to_be_focused()
+    assert paused_since(h, "service", "payment") == DEVELOPER
+    (since,) = [v.Since for v in h.container.operator.pauses.list().Pauses if v.Paused]
+    assert since is not None
+    on_hover = since.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    # Listed paused, first, with who, since when and why (as text).
+    expect(row.locator("td.state")).to_have_text("paused")
+    expect(row).to_contain_text(DEVELOPER)
+    expect(row).to_contain_text("PSP incident <b>4711</b>")
+    expect(row.locator("time").first).to_have_attribute("title", on_hover)
+    expect(page.get_by_test_id("pauses-list").locator("tbody tr").first).to_have_attribute(
+        "data-pause", "service:payment")
+    expect(page.get_by_test_id("pause-form")).to_have_count(0)
+    # At the top of the overview: what is paused, by whom, since when, why.
+    banner = page.get_by_test_id("paused-banner")
+    expect(banner).to_contain_text("their orders wait, by design, until resumed")
+    paused = banner.locator("tbody tr")
+    expect(paused).to_have_count(1)
+    expect(paused).to_have_attribute("data-pause", "service:payment")
+    for text in ("service", "payment", DEVELOPER, "PSP incident <b>4711</b>"):
+        expect(paused).to_contain_text(text)
+    expect(paused.locator("time")).to_have_attribute("title", on_hover)
+    assert page.get_by_test_id("pauses").locator("b").count() == 0
+    assert banner.locator("b").count() == 0
+    banner.get_by_test_id("pauses-go").click()
+    expect(page.locator("#pauses-heading")).to_be_focused()
+    # Resumed: runs again, its pause kept among the recent ones; nothing said paused any more.
+    form = open_pause(page, "service:payment", "Resume")
+    form.locator("textarea[name=reason]").fill("provider back")
+    with page.expect_request(lambda r: r.method == "POST") as sent:
+        form.get_by_role("button", name="Resume service payment").click()
+    assert sent.value.url == f"http://127.0.0.1:{h.port}/api/pauses/service/payment/resume"
+    assert sent.value.post_data_json == {"reason": "provider back"}
+    expect(result).to_have_text("Resumed service payment: it runs again.")
+    expect(row.locator("td.state")).to_have_text("running")
+    expect(row).not_to_contain_text(DEVELOPER)
+    expect(row.locator("td").nth(6).locator("time")).to_have_count(2)  # from ... to ...
+    expect(page.get_by_test_id("paused-banner")).to_have_count(0)
+    assert paused_since(h, "service", "payment") is None
+
+
+def test_a_pause_without_a_reason_is_refused_in_the_page(page: Page, h: RunningHost) -> None:
+    form = open_pause(page, "service:payment")
+    sent = posts(page)
+    for reason in ("", "   "):
+        form.locator("textarea[name=reason]").fill(reason)
+        form.get_by_role("button", name="Pause service payment").click()
+        expect(page.get_by_test_id("pause-result")).to_have_text(
+            "Say why service payment is paused: a pause needs a reason.")
+        expect(page.get_by_test_id("pause-result")).to_have_class("error")
+        expect(page.get_by_test_id("pause-result")).to_be_focused()
+    assert sent == []
+    assert paused_since(h, "service", "payment") is None
+    expect(pause_row(page, "service:payment").locator("td.state")).to_have_text("running")
+    form.locator("textarea[name=reason]").fill("maintenance")  # the form is still there
+    form.get_by_role("button", name="Pause service payment").click()
+    expect(page.get_by_test_id("pause-result")).to_contain_text("Paused service payment")
+    assert [r.url for r in sent] == [f"http://127.0.0.1:{h.port}/api/pauses/service/payment"]
+
+
+def test_a_reader_is_told_why_they_cannot_pause(browser: Browser, h: RunningHost) -> None:
+    pg, foreign = open_console(browser, h, signed_in(READ_ROLE))
+    form = open_pause(pg, "service:payment")
+    form.locator("textarea[name=reason]").fill("PSP incident")
+    form.get_by_role("button", name="Pause service payment").click()
+    result = pg.get_by_test_id("pause-result")
+    expect(result).to_contain_text("Ada Operator lacks the app role 'Orders.Pause'")
+    expect(result).to_have_class("error")
+    expect(pause_row(pg, "service:payment").locator("td.state")).to_have_text("running")
+    expect(pg.get_by_test_id("paused-banner")).to_have_count(0)
+    assert paused_since(h, "service", "payment") is None
+    pg.context.close()
+    assert foreign == []
+
+
+def test_pausing_what_was_paused_meanwhile_is_refused_with_why(page: Page,
+                                                                 h: RunningHost) -> None:
+    """The form was opened while it ran; paused meanwhile (another operator, the CLI), the
+    pause is refused (409), saying by whom and since when; a resume of what was resumed
+    meanwhile, too."""
+    form = open_pause(page, "service:payment")
+    pauses = h.container.operator.pauses
+    pauses.pause("service", "payment", "maintenance window", by="Grace Operator (oid g)")
+    form.locator("textarea[name=reason]").fill("PSP incident")
+    form.get_by_role("button", name="Pause service payment").click()
+    result = page.get_by_test_id("pause-result")
+    expect(result).to_contain_text(
+        "service payment is paused already, by Grace Operator (oid g) since ")
+    expect(result).to_have_class("error")
+    # Drawn again: paused, by the one who did, and why.
+    row = pause_row(page, "service:payment")
+    expect(row.locator("td.state")).to_have_text("paused")
+    expect(row).to_contain_text("Grace Operator (oid g)")
+    expect(row).to_contain_text("maintenance window")
+    expect(page.get_by_test_id("paused-banner")).to_contain_text("Grace Operator (oid g)")
+    assert paused_since(h, "service", "payment") == "Grace Operator (oid g)"
+
+    form = open_pause(page, "service:payment", "Resume")
+    pauses.resume("service", "payment", "", by="Grace Operator (oid g)")  # meanwhile
+    form.get_by_role("button", name="Resume service payment").click()
+    expect(result).to_have_text("service payment is not paused")
+    expect(row.locator("td.state")).to_have_text("running")
+    expect(page.get_by_test_id("paused-banner")).to_have_count(0)
+

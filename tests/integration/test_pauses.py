@@ -6,6 +6,7 @@ counted; each pause shows with who and since when; what does not apply is refuse
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -91,3 +92,30 @@ def test_what_does_not_apply_is_refused_saying_why(run_host: Any) -> None:
         r = c.post("/pauses/service/alpha", json={"reason": "x"})
         assert r.status_code == 403 and "Orders.Pause" in r.json()["error"]
 
+
+
+def test_the_cli_pauses_and_resumes_straight_to_storage_and_lists_them(
+        app_env: Any, capsys: Any) -> None:
+    from orderctl.main import run
+
+    app_env()
+    settings = ["--settings", "/nonexistent/local.settings.json"]
+    assert run([*settings, "pause", "service", "payment"]) == 2
+    assert "--reason is required" in capsys.readouterr().err
+    assert run([*settings, "pause", "service", "paymnet", "--reason", "x"]) == 2
+    assert "no service 'paymnet' (this app's services: email, inventory" in (
+        capsys.readouterr().err)
+    assert run([*settings, "pause", "service", "payment", "--reason", "PSP incident"]) == 0
+    assert "service payment paused" in capsys.readouterr().out
+    assert run([*settings, "pause", "service", "payment", "--reason", "again"]) == 1
+    assert "paused already" in capsys.readouterr().err
+    assert run([*settings, "pauses", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert (listed[0]["Name"], listed[0]["State"], listed[0]["Reason"]) == (
+        "payment", "paused", "PSP incident")
+    assert {p["Name"] for p in listed} == {"inventory", "payment", "shipping", "email",
+                                           "digital-delivery", "order-fulfilment"}
+    assert run([*settings, "resume", "service", "payment"]) == 0
+    assert "service payment resumed" in capsys.readouterr().out
+    assert run([*settings, "resume", "service", "payment"]) == 1
+    assert "not paused" in capsys.readouterr().err

@@ -12,6 +12,7 @@ from shared.adapters.state_store import state_from_entity, state_to_entity
 from shared.domain.effects import Dispatch, SendCommand
 from shared.domain.pauses import (
     KEEP_ENDED,
+    LAG,
     NotPausable,
     Pause,
     PauseKind,
@@ -139,3 +140,22 @@ def test_an_instance_reads_the_pauses_at_most_once_per_interval() -> None:
     now[0] = 5.0
     assert cached.current().service("alpha").paused
     assert reads.count("pauses.read") == 2
+
+
+def test_an_attempt_sent_just_after_a_resume_is_excused_for_an_agents_late_view() -> None:
+    """An Agent learns of a resume up to LAG late, and drops what it is handed meanwhile: an
+    attempt begun within LAG of the resume is sent again uncounted; one begun later is not."""
+    store, due = _running()
+    state = store.get_state("o-1")
+    assert state is not None
+    step = state.step("hold")
+    assert step.complete_by is not None
+    started = step.complete_by - WF.step("hold").budget
+    for resumed_before, excused in ((LAG - timedelta(seconds=1), True),
+                                    (LAG + timedelta(seconds=1), False)):
+        pause = Pause(ALPHA).pause(started - timedelta(minutes=5), "ada", "x").resume(
+            started - resumed_before)
+        out = supervise(state, due + timedelta(seconds=1), POLICY, WF,
+                        pauses=Pauses({ALPHA: pause}))
+        assert out is not None
+        assert out.kind is (DecisionKind.RELEASE if excused else DecisionKind.RETRY)
