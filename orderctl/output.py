@@ -91,6 +91,11 @@ def print_health(report: dict[str, Any]) -> None:
     c.print(f"Supervisor: last tick {sup['last_tick'] or 'never'}"
             + (f" ({sup['seconds_since']:g} s ago)" if sup["seconds_since"] is not None else "")
             + (f"; {sup['problem']}" if sup["problem"] else ""), soft_wrap=True)
+    paused = report.get("paused")
+    c.print("paused: " + ("could not be read" if paused is None else "; ".join(
+        f"{p['Kind']} {p['Name']} by {p['By'] or 'an operator'} since {p['Since']}"
+        + (f" ({p['Reason']})" if p["Reason"] else "") for p in paused) or "nothing"),
+            soft_wrap=True)
 
 
 def timeline_of(view: dict[str, Any], alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:

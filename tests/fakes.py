@@ -161,7 +161,7 @@ class FakeOrderStore:
         if key in self.index:
             return key, False
         self.index[key] = InFlightEntry(key, state.order_id, state.generation, state.updated_at,
-                                        base)
+                                        base, held=state.held)
         return key, True
 
     def create(self, order: WorkflowMessage, state: OrderState) -> OrderState:
@@ -224,6 +224,18 @@ class FakeOrderStore:
         for key, entry in self.index.items():
             k = IndexKey.parse(key)
             if k.partition == due_index.LEGACY_PARTITION or k.row <= upto:
+                by_partition.setdefault(k.partition, []).append((k.row, entry))
+        return [e for rows in by_partition.values() for _, e in sorted(rows)[:limit]]
+
+    def held(self, target: str, now: datetime, until: datetime,
+             limit: int) -> list[InFlightEntry]:
+        self.fault("store.held")
+        after, upto = due_index.due_by(now), due_index.due_by(until)
+        by_partition: dict[str, list[tuple[str, InFlightEntry]]] = {}
+        for key, entry in self.index.items():
+            k = IndexKey.parse(key)
+            if (k.partition != due_index.LEGACY_PARTITION and after < k.row <= upto
+                    and entry.held == target):
                 by_partition.setdefault(k.partition, []).append((k.row, entry))
         return [e for rows in by_partition.values() for _, e in sorted(rows)[:limit]]
 

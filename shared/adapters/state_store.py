@@ -119,6 +119,9 @@ class InFlightEntry:
     # The version of a record the Supervisor found unreadable and reported; skipped until it
     # changes.
     unreadable: str | None = None
+    # The pause its order waits for (OrderState.held), when it was filed for one: once that
+    # pause ends, the Supervisor finds it before its time (OrderStore.held).
+    held: str | None = None
 
 
 class OrderStore(Protocol):
@@ -134,6 +137,8 @@ class OrderStore(Protocol):
     def save(self, state: OrderState, *, move: bool = False) -> OrderState: ...
     def confirm_outbox(self, state: OrderState) -> OrderState: ...
     def due(self, now: datetime, limit: int) -> list[InFlightEntry]: ...
+    def held(self, target: str, now: datetime, until: datetime,
+             limit: int) -> list[InFlightEntry]: ...
     def drop(self, key: str) -> None: ...
     def quarantine(self, entry: InFlightEntry, version: str, until: datetime) -> None: ...
     def list_states(self, process_state: str | None, limit: int,
@@ -162,7 +167,7 @@ def entry_from_index(e: Any) -> InFlightEntry:
     since = e.get("Since")
     return InFlightEntry(str(key), order_id, generation,
                          since if isinstance(since, datetime) else _LONG_AGO,
-                         e.get("Base"), e.get("Unreadable"))
+                         e.get("Base"), e.get("Unreadable"), e.get("Held"))
 
 
 def state_to_entity(state: OrderState) -> dict[str, Any]:
@@ -429,9 +434,10 @@ class TableOrderStore:
         added it."""
         key = due_index.key_to_file(state, self._grace, self._horizon, exact=exact)
         try:
-            self._inflight.create_entity(
-                {"PartitionKey": key.partition, "RowKey": key.row, "OrderID": state.order_id,
-                 "Generation": state.generation, "Since": state.updated_at, "Base": base})
+            entity = {"PartitionKey": key.partition, "RowKey": key.row,
+                      "OrderID": state.order_id, "Generation": state.generation,
+                      "Since": state.updated_at, "Base": base, "Held": state.held}
+            self._inflight.create_entity({k: v for k, v in entity.items() if v is not None})
         except ResourceExistsError:
             return str(key), False
         return str(key), True
@@ -448,7 +454,24 @@ class TableOrderStore:
             pages = self._inflight.query_entities(
                 query, parameters=params, results_per_page=limit,
                 select=["PartitionKey", "RowKey", "OrderID", "Generation", "Since", "Base",
-                        "Unreadable"]).by_page()
+                        "Unreadable", "Held"]).by_page()
+            found.extend(entry_from_index(e) for e in next(pages, []))
+        return found
+
+    def held(self, target: str, now: datetime, until: datetime,
+             limit: int) -> list[InFlightEntry]:
+        """The entries filed after ``now`` and by ``until`` for orders held by the pause
+        ``target`` (pauses.Target.key), at most ``limit`` from each partition: what waited for
+        a pause that has ended, before its time (one request a partition, of that time range)."""
+        found: list[InFlightEntry] = []
+        for partition in due_index.partitions():
+            pages = self._inflight.query_entities(
+                "PartitionKey eq @pk and RowKey gt @after and RowKey le @upto and Held eq @held",
+                parameters={"pk": partition, "after": due_index.due_by(now),
+                            "upto": due_index.due_by(until), "held": target},
+                results_per_page=limit,
+                select=["PartitionKey", "RowKey", "OrderID", "Generation", "Since", "Base",
+                        "Unreadable", "Held"]).by_page()
             found.extend(entry_from_index(e) for e in next(pages, []))
         return found
 

@@ -61,6 +61,11 @@ class Target:
         """How a held order's record names what holds it (``OrderState.held``)."""
         return f"{self.kind.value}:{self.name}"
 
+    @classmethod
+    def parse(cls, key: str) -> Target:
+        kind, _, name = key.partition(":")
+        return cls(PauseKind(kind), name)
+
 
 @dataclass(frozen=True)
 class Pause:
@@ -129,6 +134,12 @@ class Pauses:
     @property
     def current(self) -> list[Pause]:
         return sorted((p for p in self.records.values() if p.paused), key=lambda p: p.target)
+
+    def ended_since(self, at: datetime) -> list[Target]:
+        """What runs again after a pause that ended after ``at``: the orders it held wait to
+        be found."""
+        return sorted(p.target for p in self.records.values()
+                      if not p.paused and p.ended and p.ended[-1][1] > at)
 
 
 NONE = Pauses()

@@ -335,6 +335,9 @@ class RetryPolicy:
     max_recoveries_per_tick: int = 200
     # How long a record the Supervisor cannot read is filed aside before it is read again.
     unreadable_recheck: timedelta = timedelta(minutes=15)
+    # How long an order a pause holds waits before the Supervisor looks at it again (one write
+    # each time): the pause's end is what releases it, found sooner (Supervisor, OrderStore.held).
+    pause_recheck: timedelta = timedelta(minutes=10)
 
 
 def exponential_backoff(base: timedelta, cap: timedelta) -> Callable[[int], timedelta]:

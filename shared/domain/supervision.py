@@ -15,7 +15,7 @@ from enum import StrEnum
 from shared.domain.effects import SendCommand
 from shared.domain.messages import CommandKind
 from shared.domain.outages import TickLog
-from shared.domain.pauses import NONE, PauseKind, Pauses, hold, release, target_of
+from shared.domain.pauses import NONE, PauseKind, Pauses, Target, hold, release, target_of
 from shared.domain.state import (
     Cause,
     CompensationState,
@@ -65,6 +65,9 @@ def supervise(state: OrderState, now: datetime, policy: RetryPolicy,
         if state.updated_at + policy.pending_grace > now:
             return None
         return SupervisorDecision(DecisionKind.FORGET, state, "settled")
+    if state.held is not None and not pauses.of(Target.parse(state.held)).paused:
+        # What held it runs again: released at once, whatever time the hold filed it under.
+        return _paused(state, now, policy, workflow, pauses)
     if due_at(state, policy.pending_grace) > now:
         return None
     paused = _paused(state, now, policy, workflow, pauses)
@@ -120,7 +123,7 @@ def _paused(state: OrderState, now: datetime, policy: RetryPolicy, workflow: Wor
     pause = pauses.of(target)
     if pause.paused:
         return SupervisorDecision(DecisionKind.HOLD, hold(
-            state, now, now + policy.pending_grace, pause), pause.describe())
+            state, now, now + policy.pause_recheck, pause), pause.describe())
     step = state.current_step
     budget = workflow.step(step.name).budget if step is not None else timedelta(0)
     met = (target.kind is PauseKind.SERVICE and step is not None

@@ -461,6 +461,11 @@ class Operator:
         """Whether storage answers; ``detailed`` (an operator's): why not, the breakers, the
         last Supervisor tick and the backlog per queue (shared/handlers/health.py)."""
         report = self._health.run(detailed)
-        if detailed:
-            return HealthDetails.model_validate({**report, "paused": self._paused()})
-        return HealthReport.model_validate(report)
+        if not detailed:
+            return HealthReport.model_validate(report)
+        try:
+            paused: list[PauseView] | None = self._paused()
+        except Exception:  # health answers with storage down: that is what it reports
+            log.warning("health: the pauses could not be read", exc_info=True)
+            paused = None
+        return HealthDetails.model_validate({**report, "paused": paused})

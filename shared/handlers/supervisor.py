@@ -126,7 +126,7 @@ class Supervisor:
         # entries keep coming due (records a tick steps aside from every pending grace, a newer
         # release's) would take every tick's budget from the orders in the partitions after it.
         entries = sorted(self._store.due(now, self._policy.max_recoveries_per_tick),
-                         key=_due_of)
+                         key=_due_of) + self._released(tick.pauses, now)
         tick.storage_answered(self._clock(), self._policy.outage_gap)
         for entry in entries:
             report.entities_read += 1
@@ -150,6 +150,17 @@ class Supervisor:
         self._record(tick.log, version)
         log.info("supervisor tick at %s: %s", now.isoformat(), report)
         return report
+
+    def _released(self, pauses: Pauses, now: datetime) -> list[InFlightEntry]:
+        """The orders held by a pause that ended within a recheck: filed for later (a hold's
+        time is long, so that waiting costs a write a recheck), they are found now, the longest
+        held first, a tick's budget at a time (one query per index partition for each)."""
+        recheck = self._policy.pause_recheck
+        found: list[InFlightEntry] = []
+        for target in pauses.ended_since(now - recheck):
+            found += self._store.held(target.key, now, now + recheck,
+                                      self._policy.max_recoveries_per_tick)
+        return sorted(found, key=_due_of)
 
     @staticmethod
     def _recoveries(r: TickReport) -> int:

@@ -298,9 +298,9 @@ class HealthDetails(_View):
                                                       "messages the host gave up on (0 when "
                                                       "there is none).")
     supervisor: SupervisorHealth
-    paused: list[PauseView] = Field(default_factory=list, description=(
+    paused: list[PauseView] | None = Field(default_factory=list, description=(
         "The services and workflows an operator paused, with who and since when: their orders "
-        "wait, by design (GET /pauses lists every one)."))
+        "wait, by design (GET /pauses lists every one); null when they could not be read."))
 
 
 class ErrorBody(_View):

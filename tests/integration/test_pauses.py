@@ -53,8 +53,10 @@ def test_a_paused_service_is_not_called_and_its_step_waits_uncounted(run_host: A
         r = c.post("/pauses/service/beta/resume", json={"reason": "provider back"})
         assert r.status_code == 200 and r.json()["Paused"] is False, r.text
         assert len(r.json()["LastPaused"]) == 1
-    # Once resumed, the step is sent again: the same attempt and key, its whole budget.
-    sup._clock = lambda: held.complete_by + timedelta(seconds=1)  # type: ignore[method-assign,operator]
+    # Once resumed, the step is sent again at the next tick, long before the time its hold
+    # filed it under (found by its pause): the same attempt and key, its whole budget.
+    sup._clock = lambda: state.complete_by + timedelta(seconds=2)  # type: ignore[method-assign]
+    assert held.complete_by is not None and held.complete_by > sup._clock() + timedelta(minutes=5)
     assert sup.tick().released == 1
     (again,) = drain_json(h.container.config.services["beta"].queue)
     assert (again["attempt"], again["idempotency_key"]) == (1, "o-1.take.do")
@@ -115,6 +117,8 @@ def test_the_cli_pauses_and_resumes_straight_to_storage_and_lists_them(
         "payment", "paused", "PSP incident")
     assert {p["Name"] for p in listed} == {"inventory", "payment", "shipping", "email",
                                            "digital-delivery", "order-fulfilment"}
+    run([*settings, "health"])  # unhealthy here (no Supervisor ticks): the pause shows all the same
+    assert "paused: service payment by " in capsys.readouterr().out
     assert run([*settings, "resume", "service", "payment"]) == 0
     assert "service payment resumed" in capsys.readouterr().out
     assert run([*settings, "resume", "service", "payment"]) == 1

@@ -4,6 +4,7 @@ Storage adapter against Azurite must behave the same, or the fast tests prove no
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -302,6 +303,21 @@ def test_a_pause_is_written_only_at_the_version_read_and_read_back_whole(
     assert everything.service("beta") == resumed and not everything.current
     assert resumed.ended == ((T0, T0 + timedelta(minutes=5)),)
     assert everything.workflow("flow") == Pause(Target(PauseKind.WORKFLOW, "flow"))
+
+
+def test_an_order_held_by_a_pause_is_found_by_it_before_its_time(store: OrderStore) -> None:
+    _, saved = create(store, "h-1")
+    create(store, "h-2")
+    held = dataclasses.replace(saved, held="service:beta", complete_by=T0 + timedelta(minutes=10))
+    held = store.save(held, move=True)
+    assert held.index_key is not None
+    found = store.held("service:beta", T0, T0 + timedelta(minutes=10), 10)
+    assert [(e.order_id, e.held, e.key) for e in found] == [("h-1", "service:beta",
+                                                             held.index_key)]
+    assert store.held("service:alpha", T0, T0 + timedelta(minutes=10), 10) == []
+    assert store.held("service:beta", T0, T0 + timedelta(minutes=9), 10) == []  # filed later
+    due = store.due(T0 + timedelta(minutes=10), 10)
+    assert {e.order_id: e.held for e in due} == {"h-1": "service:beta", "h-2": None}
 
 
 def test_pauses_are_not_in_the_in_flight_index(app_env: Callable[..., dict[str, str]]) -> None:

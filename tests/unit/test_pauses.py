@@ -53,16 +53,18 @@ def test_a_paused_services_overdue_step_waits_said_once_and_nothing_counted_or_s
     assert first is not None and first.kind is DecisionKind.HOLD
     held = first.state
     assert (held.held, held.failure_count, held.rescues) == ("service:alpha", 0, 0)
-    assert held.complete_by == due + timedelta(seconds=1) + POLICY.pending_grace
+    assert held.complete_by == due + timedelta(seconds=1) + POLICY.pause_recheck
     assert not any(isinstance(e, Dispatch) for e in held.outbox)
     assert schema_of(held) == 5  # a release before pauses leaves it alone
     again = supervise(held, held.complete_by, POLICY, WF, pauses=_paused(ALPHA))
     assert again is not None and again.kind is DecisionKind.HOLD
     assert [e.get("detail", "")[:24] for e in again.state.timeline].count(
         "waiting: service alpha p") == 1
-    # Resumed: sent again, the same attempt under the same key, no failure counted.
-    resumed = Pauses({ALPHA: _paused(ALPHA).service("alpha").resume(held.complete_by)})
-    out = supervise(again.state, again.state.complete_by, POLICY, WF, pauses=resumed)
+    # Resumed: sent again at once, long before the time the hold filed it under, the same
+    # attempt under the same key, no failure counted.
+    now = due + timedelta(seconds=5)
+    resumed = Pauses({ALPHA: _paused(ALPHA).service("alpha").resume(now)})
+    out = supervise(again.state, now, POLICY, WF, pauses=resumed)
     assert out is not None and out.kind is DecisionKind.RELEASE
     step = out.state.step("hold")
     assert (out.state.held, out.state.failure_count, step.attempt) == (None, 0, 1)
