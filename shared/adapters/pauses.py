@@ -13,15 +13,10 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from azure.core import MatchConditions
-from azure.core.exceptions import (
-    ResourceExistsError,
-    ResourceModifiedError,
-    ResourceNotFoundError,
-)
-from azure.data.tables import TableClient, UpdateMode
+from azure.core.exceptions import ResourceNotFoundError
+from azure.data.tables import TableClient
 
-from shared.adapters.state_store import ConcurrencyConflict
+from shared.adapters.versioned import put_at_version
 from shared.domain.pauses import LAG, Pause, PauseKind, Pauses, Target
 
 PAUSES_PARTITION = "pauses"
@@ -85,15 +80,7 @@ class TablePauses:
         return from_entity(e) or Pause(target), e.metadata["etag"]
 
     def write(self, pause: Pause, version: str | None) -> None:
-        entity = to_entity(pause)
-        try:
-            if version is None:
-                self._table.create_entity(entity)
-            else:
-                self._table.update_entity(entity, mode=UpdateMode.REPLACE, etag=version,
-                                          match_condition=MatchConditions.IfNotModified)
-        except (ResourceExistsError, ResourceModifiedError, ResourceNotFoundError) as e:
-            raise ConcurrencyConflict(f"{pause.target}: {e.reason}") from None
+        put_at_version(self._table, to_entity(pause), version, str(pause.target))
 
 
 class CachedPauses:

@@ -8,15 +8,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from azure.core import MatchConditions
-from azure.core.exceptions import (
-    ResourceExistsError,
-    ResourceModifiedError,
-    ResourceNotFoundError,
-)
-from azure.data.tables import TableClient, UpdateMode
+from azure.core.exceptions import ResourceNotFoundError
+from azure.data.tables import TableClient
 
-from shared.adapters.state_store import ConcurrencyConflict
+from shared.adapters.versioned import put_at_version
 from shared.domain.outages import TickLog
 
 TICKS_PARTITION = "supervisor"
@@ -47,11 +42,4 @@ class TableTickLog:
     def write(self, log: TickLog, version: str | None) -> None:
         entity = {"PartitionKey": TICKS_PARTITION, "RowKey": TICKS_ROW,
                   "LastTick": log.last_tick, "Gaps": log.gaps_to_json()}
-        try:
-            if version is None:
-                self._table.create_entity(entity)
-            else:
-                self._table.update_entity(entity, mode=UpdateMode.REPLACE, etag=version,
-                                          match_condition=MatchConditions.IfNotModified)
-        except (ResourceExistsError, ResourceModifiedError, ResourceNotFoundError) as e:
-            raise ConcurrencyConflict(f"supervisor tick log: {e.reason}") from None
+        put_at_version(self._table, entity, version, "supervisor tick log")
