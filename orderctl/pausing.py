@@ -41,8 +41,8 @@ def resume(kind: Kind, name: Name,
            reason: Annotated[str, typer.Option(help="Why (kept in the audit log).")] = "",
            as_json: AsJson = False) -> None:
     """Resume a paused service or workflow: its waiting steps are sent again (the same attempt
-    and key) and its waiting orders start, oldest first, at the Supervisor's next looks
-    (within a pending grace and a tick)."""
+    and key) and its waiting orders start, the longest held first, from the first Supervisor
+    tick once every instance knows (5 s)."""
     view = _act("/resume", kind, name, reason, lambda c, by: c.resume(kind, name, reason, by))
     _say(view, as_json, f"{kind} {name} resumed: what waited goes on")
 

@@ -227,14 +227,13 @@ class FakeOrderStore:
                 by_partition.setdefault(k.partition, []).append((k.row, entry))
         return [e for rows in by_partition.values() for _, e in sorted(rows)[:limit]]
 
-    def held(self, target: str, now: datetime, until: datetime,
-             limit: int) -> list[InFlightEntry]:
+    def held(self, target: str, after: datetime, limit: int) -> list[InFlightEntry]:
         self.fault("store.held")
-        after, upto = due_index.due_by(now), due_index.due_by(until)
+        since = due_index.due_by(after)
         by_partition: dict[str, list[tuple[str, InFlightEntry]]] = {}
         for key, entry in self.index.items():
             k = IndexKey.parse(key)
-            if (k.partition != due_index.LEGACY_PARTITION and after < k.row <= upto
+            if (k.partition != due_index.LEGACY_PARTITION and since < k.row
                     and entry.held == target):
                 by_partition.setdefault(k.partition, []).append((k.row, entry))
         return [e for rows in by_partition.values() for _, e in sorted(rows)[:limit]]

@@ -137,8 +137,7 @@ class OrderStore(Protocol):
     def save(self, state: OrderState, *, move: bool = False) -> OrderState: ...
     def confirm_outbox(self, state: OrderState) -> OrderState: ...
     def due(self, now: datetime, limit: int) -> list[InFlightEntry]: ...
-    def held(self, target: str, now: datetime, until: datetime,
-             limit: int) -> list[InFlightEntry]: ...
+    def held(self, target: str, after: datetime, limit: int) -> list[InFlightEntry]: ...
     def drop(self, key: str) -> None: ...
     def quarantine(self, entry: InFlightEntry, version: str, until: datetime) -> None: ...
     def list_states(self, process_state: str | None, limit: int,
@@ -146,6 +145,11 @@ class OrderStore(Protocol):
                     ) -> tuple[list[OrderState], str | None]: ...
     def order_ids_where(self, column: str, value: str,
                         limit: int) -> tuple[list[str], bool]: ...
+
+
+# Pages of one partition a look for held entries follows (OrderStore.held): each is up to
+# 1,000 entries read, the held ones among them kept.
+HELD_PAGES = 5
 
 
 # A time for an index entry that carries none (the first releases wrote only the key): old
@@ -458,21 +462,27 @@ class TableOrderStore:
             found.extend(entry_from_index(e) for e in next(pages, []))
         return found
 
-    def held(self, target: str, now: datetime, until: datetime,
-             limit: int) -> list[InFlightEntry]:
-        """The entries filed after ``now`` and by ``until`` for orders held by the pause
-        ``target`` (pauses.Target.key), at most ``limit`` from each partition: what waited for
-        a pause that has ended, before its time (one request a partition, of that time range)."""
+    def held(self, target: str, after: datetime, limit: int) -> list[InFlightEntry]:
+        """The entries filed after ``after`` for orders held by the pause ``target``
+        (pauses.Target.key), the earliest first, at most ``limit`` from each partition: what
+        waited for a pause that has ended, found before its time. A filter on a property: the
+        service may hand back a page short of it (or empty) every 1,000 rows it reads, so the
+        pages are followed, at most HELD_PAGES of them."""
         found: list[InFlightEntry] = []
         for partition in due_index.partitions():
             pages = self._inflight.query_entities(
-                "PartitionKey eq @pk and RowKey gt @after and RowKey le @upto and Held eq @held",
-                parameters={"pk": partition, "after": due_index.due_by(now),
-                            "upto": due_index.due_by(until), "held": target},
+                "PartitionKey eq @pk and RowKey gt @after and Held eq @held",
+                parameters={"pk": partition, "after": due_index.due_by(after),
+                            "held": target},
                 results_per_page=limit,
                 select=["PartitionKey", "RowKey", "OrderID", "Generation", "Since", "Base",
                         "Unreadable", "Held"]).by_page()
-            found.extend(entry_from_index(e) for e in next(pages, []))
+            mine: list[InFlightEntry] = []
+            for page in itertools.islice(pages, HELD_PAGES):
+                mine += [entry_from_index(e) for e in page]
+                if len(mine) >= limit:
+                    break
+            found += mine[:limit]
         return found
 
     def drop(self, key: str) -> None:
@@ -491,6 +501,8 @@ class TableOrderStore:
                                  "Base": version, "Unreadable": version}
         if entry.generation is not None:
             props["Generation"] = entry.generation
+        if entry.held is not None:  # filed aside, it is still found when its pause ends
+            props["Held"] = entry.held
         self._inflight.upsert_entity(props, mode=UpdateMode.REPLACE)
         if str(key) != entry.key:
             self.drop(entry.key)

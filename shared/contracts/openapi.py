@@ -251,7 +251,8 @@ def openapi_document() -> dict[str, Any]:
                 "operationId": "resume",
                 "summary": "Resume a paused service or workflow: its waiting steps are sent "
                            "again (the same attempt and key) and its waiting orders start, "
-                           "oldest first, at the Supervisor's next looks. Needs Orders.Pause.",
+                           "the longest held first, from the first Supervisor tick once every "
+                           "instance knows (5 s). Needs Orders.Pause.",
                 "parameters": _PAUSE_TARGET,
                 "requestBody": {"required": False, "content": {
                     "application/json": {"schema": _ref(PauseRequest)}}},

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from shared.domain import budget
+from shared.domain import budget, text
 from shared.domain.effects import Dispatch, SendCommand
 from shared.domain.messages import CommandKind
 from shared.domain.state import (
@@ -35,8 +35,10 @@ from shared.domain.transitions import emit, record_note
 KEEP_ENDED = 20
 # How late an instance may learn of a pause or a resume (each reads them at most this often:
 # adapters/pauses.CachedPauses). An Agent may drop a request this long after a resume, so a
-# pause counts as lasting this much longer for the attempts it met.
+# pause counts as lasting this much longer (and MARGIN more, for clocks a little apart) for
+# the attempts it met, and what it held is released only once every instance knows.
 LAG = timedelta(seconds=5)
+MARGIN = timedelta(seconds=2)
 
 
 class PauseKind(StrEnum):
@@ -100,12 +102,17 @@ class Pause:
         as an instance that learned of its end up to LAG late saw it."""
         if self.since is not None and self.since < end:
             return True
-        return any(a < end and start < b + LAG for a, b in self.ended)
+        return any(a < end and start < b + LAG + MARGIN for a, b in self.ended)
+
+    def running_everywhere(self, now: datetime) -> bool:
+        """Not paused, and every instance knows it by ``now``."""
+        return self.since is None and (not self.ended or self.ended[-1][1] + LAG <= now)
 
     def describe(self) -> str:
-        why = f": {self.reason}" if self.reason else ""
+        """For a note on an order and a log line: the operator's words made inert."""
+        why = f": {text.inert(self.reason)}" if self.reason else ""
         since = f"{self.since:%Y-%m-%d %H:%M:%S}Z" if self.since else "?"
-        return f"{self.target} paused by {self.by or 'an operator'} since {since}{why}"
+        return f"{self.target} paused by {text.inert(self.by or 'an operator')} since {since}{why}"
 
     def ended_to_json(self) -> str:
         return json.dumps([[a.isoformat(), b.isoformat()] for a, b in self.ended])
@@ -175,19 +182,21 @@ def target_of(state: OrderState, workflow_name: str,
     return None
 
 
-def hold(state: OrderState, now: datetime, until: datetime, pause: Pause) -> OrderState:
-    """The order waits for ``pause`` to end: its time is moved to ``until`` (when the Supervisor
-    looks again), no failure is counted and nothing is sent: a request still to send is not,
-    since the Agent would call nothing. Said on the timeline once, when it begins to wait."""
+def hold(state: OrderState, now: datetime, until: datetime, target: Target,
+         why: str) -> OrderState:
+    """The order waits for ``target`` to run (again): its time is moved to ``until`` (when the
+    Supervisor looks again, unless the pause's end comes first), no failure is counted and
+    nothing is sent: not a request still to send (the Agent would call nothing), nor a start
+    (its release sends one). Said on the timeline once, when it begins to wait."""
     new = state._copy(now)
-    if new.held != pause.target.key:
-        record_note(new, Cause.SUPERVISOR, now, f"waiting: {pause.describe()}")
-    new.held = pause.target.key
+    if new.held != target.key:
+        record_note(new, Cause.SUPERVISOR, now, f"waiting: {why}")
+    new.held = target.key
     step = new.current_step
     if step is not None and step.complete_by is not None:
         step.complete_by = until
     new.complete_by = until
-    new.outbox = [e for e in new.outbox if not isinstance(e, Dispatch)]
+    new.outbox = [e for e in new.outbox if not isinstance(e, Dispatch | SendCommand)]
     new.forget_tokens()
     return new
 

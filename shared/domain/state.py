@@ -336,8 +336,9 @@ class RetryPolicy:
     # How long a record the Supervisor cannot read is filed aside before it is read again.
     unreadable_recheck: timedelta = timedelta(minutes=15)
     # How long an order a pause holds waits before the Supervisor looks at it again (one write
-    # each time): the pause's end is what releases it, found sooner (Supervisor, OrderStore.held).
-    pause_recheck: timedelta = timedelta(minutes=10)
+    # each time): a safety net, since the pause's end is what releases it, found at the next
+    # tick (Supervisor._released, OrderStore.held).
+    pause_recheck: timedelta = timedelta(hours=1)
 
 
 def exponential_backoff(base: timedelta, cap: timedelta) -> Callable[[int], timedelta]:

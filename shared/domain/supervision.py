@@ -15,7 +15,7 @@ from enum import StrEnum
 from shared.domain.effects import SendCommand
 from shared.domain.messages import CommandKind
 from shared.domain.outages import TickLog
-from shared.domain.pauses import NONE, PauseKind, Pauses, Target, hold, release, target_of
+from shared.domain.pauses import LAG, NONE, PauseKind, Pauses, Target, hold, release, target_of
 from shared.domain.state import (
     Cause,
     CompensationState,
@@ -65,7 +65,7 @@ def supervise(state: OrderState, now: datetime, policy: RetryPolicy,
         if state.updated_at + policy.pending_grace > now:
             return None
         return SupervisorDecision(DecisionKind.FORGET, state, "settled")
-    if state.held is not None and not pauses.of(Target.parse(state.held)).paused:
+    if state.held is not None and pauses.of(Target.parse(state.held)).running_everywhere(now):
         # What held it runs again: released at once, whatever time the hold filed it under.
         return _paused(state, now, policy, workflow, pauses)
     if due_at(state, policy.pending_grace) > now:
@@ -123,14 +123,22 @@ def _paused(state: OrderState, now: datetime, policy: RetryPolicy, workflow: Wor
     pause = pauses.of(target)
     if pause.paused:
         return SupervisorDecision(DecisionKind.HOLD, hold(
-            state, now, now + policy.pause_recheck, pause), pause.describe())
+            state, now, now + policy.pause_recheck, target, pause.describe()), pause.describe())
     step = state.current_step
     budget = workflow.step(step.name).budget if step is not None else timedelta(0)
-    met = (target.kind is PauseKind.SERVICE and step is not None
-           and step.complete_by is not None
-           and pause.met(step.complete_by - budget, step.complete_by))
+    if target.kind is PauseKind.SERVICE:  # its attempt's time: its Agent may have dropped it
+        met = (step is not None and step.complete_by is not None
+               and pause.met(step.complete_by - budget, step.complete_by))
+    else:  # its time waiting to start: its start may have been refused
+        met = pause.met(state.updated_at, now)
     if state.held != target.key and not met:
         return None
+    if not pause.running_everywhere(now):
+        # Resumed, but an instance may not know yet, and would drop it again: a little longer.
+        ended = pause.ended[-1][1] + LAG
+        return SupervisorDecision(DecisionKind.HOLD, hold(
+            state, now, ended, target, f"{target} resumed; every instance knows by "
+            f"{ended:%H:%M:%S}Z"), f"{target} resumed moments ago")
     new = release(state, now, target, budget, policy.pending_grace)
     return SupervisorDecision(DecisionKind.RELEASE, new, f"{target} resumed")
 

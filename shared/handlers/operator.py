@@ -130,7 +130,7 @@ def _in_flight_view(s: OrderState, now: datetime, pending_grace: timedelta) -> I
         OrderID=s.order_id, ProcessState=s.process_state, Compensation=s.compensation,
         CurrentStep=s.current_step.name if s.current_step else None, CompleteBy=due,
         OverdueSeconds=round(overdue, 1) if overdue > 0 else None,
-        FailureCount=s.failure_count, UpdatedAt=s.updated_at)
+        FailureCount=s.failure_count, UpdatedAt=s.updated_at, Held=s.held)
 
 
 def _failed_view(s: OrderState) -> FailedView:

@@ -50,7 +50,7 @@ class PauseControl:
         return PauseList(Pauses=sorted(views, key=lambda v: not v.Paused))
 
     def pause(self, kind: str, name: str, reason: str, by: str | None) -> PauseView:
-        if not reason or len(reason) > MAX_REASON:
+        if not reason.strip() or len(reason) > MAX_REASON:
             raise ValueError(f"a pause needs a reason of 1 to {MAX_REASON} characters")
         return self._change(OperatorAction.PAUSE, self.target(kind, name), reason, by,
                             lambda p: p.pause(self._clock(), by, reason))

@@ -7,6 +7,7 @@ sent again without counting a failure: the same page, A storage outage.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -74,7 +75,8 @@ class TickReport:
     forgotten: int = 0
     lost_races: int = 0
     excused: int = 0  # steps sent again because their time fell in an outage
-    held: int = 0  # orders waiting for a paused service or workflow, looked at again later
+    held: int = 0  # orders that began to wait for a paused service or workflow
+    held_again: int = 0  # orders waiting still, looked at again (outside the budget)
     released: int = 0  # orders a pause held, started or sent again once it ended
     deferred: int = 0  # in-flight entries left to the next tick (recoveries per tick reached)
     unreadable: int = 0  # records reported to an operator this tick
@@ -126,7 +128,7 @@ class Supervisor:
         # entries keep coming due (records a tick steps aside from every pending grace, a newer
         # release's) would take every tick's budget from the orders in the partitions after it.
         entries = sorted(self._store.due(now, self._policy.max_recoveries_per_tick),
-                         key=_due_of) + self._released(tick.pauses, now)
+                         key=_due_of) + self._released(tick.pauses, now, report)
         tick.storage_answered(self._clock(), self._policy.outage_gap)
         for entry in entries:
             report.entities_read += 1
@@ -151,15 +153,21 @@ class Supervisor:
         log.info("supervisor tick at %s: %s", now.isoformat(), report)
         return report
 
-    def _released(self, pauses: Pauses, now: datetime) -> list[InFlightEntry]:
+    def _released(self, pauses: Pauses, now: datetime, report: TickReport) -> list[InFlightEntry]:
         """The orders held by a pause that ended within a recheck: filed for later (a hold's
         time is long, so that waiting costs a write a recheck), they are found now, the longest
-        held first, a tick's budget at a time (one query per index partition for each)."""
-        recheck = self._policy.pause_recheck
+        held first, a tick's budget at a time (one query per index partition for each). A
+        failed look costs only itself: they are found at the next tick, or at their time."""
         found: list[InFlightEntry] = []
-        for target in pauses.ended_since(now - recheck):
-            found += self._store.held(target.key, now, now + recheck,
-                                      self._policy.max_recoveries_per_tick)
+        for target in pauses.ended_since(now - self._policy.pause_recheck):
+            if not pauses.of(target).running_everywhere(now):
+                continue  # an instance may not know yet: it would drop what is sent
+            try:
+                found += self._store.held(target.key, now,
+                                          self._policy.max_recoveries_per_tick)
+            except Exception:
+                report.errors += 1
+                log.exception("supervisor: could not look for the orders %s held", target)
         return sorted(found, key=_due_of)
 
     @staticmethod
@@ -262,7 +270,12 @@ class Supervisor:
         except ConcurrencyConflict:
             report.lost_races += 1  # someone moved it first: their move stands
             return
-        self._relay.carry_out(saved)
+        carried = self._relay.carry_out(saved).state
+        if decision.kind is DecisionKind.HOLD and carried.outbox:
+            # What the outbox said is said (a status, an alert): a hold looked at again finds
+            # nothing left to carry out, and says nothing twice.
+            with contextlib.suppress(ConcurrencyConflict):
+                self._store.confirm_outbox(carried)
         if decision.kind is DecisionKind.FAIL:
             report.failed += 1
         elif decision.kind is DecisionKind.RESCUE:
@@ -272,7 +285,12 @@ class Supervisor:
         elif decision.kind is DecisionKind.OUTAGE:
             report.excused += 1
         elif decision.kind is DecisionKind.HOLD:
-            report.held += 1
+            # Looked at again while it waits: spread over time as it began to wait, and never
+            # more than once a recheck each, so not held against the tick's budget.
+            if state.held == saved.held:
+                report.held_again += 1
+            else:
+                report.held += 1
             return  # waiting is not trouble: not logged per order, every tick
         elif decision.kind is DecisionKind.RELEASE:
             report.released += 1

@@ -69,6 +69,9 @@ class OrderView(_View):
     CreatedAt: datetime
     UpdatedAt: datetime
     Rescues: int
+    Held: str | None = Field(None, description="The paused service or workflow the order waits "
+                                               "for (service:payment): its time stands still, "
+                                               "no failure counted; null when not held.")
     Steps: list[StepView]
     History: list[dict[str, Any]] = Field(description="What happened before each resubmission.")
     Outbox: list[dict[str, Any]] = Field(
@@ -92,7 +95,7 @@ def state_view(s: domain.OrderState, order: dict[str, Any] | None = None) -> Ord
         CompleteBy=s.complete_by, FailureCount=s.failure_count, Compensation=s.compensation,
         CurrentStep=s.current_step.name if s.current_step else None, LastError=s.last_error,
         FailedStep=s.failed_step, Resubmissions=s.generation, CreatedAt=s.created_at,
-        UpdatedAt=s.updated_at, Rescues=s.rescues,
+        UpdatedAt=s.updated_at, Rescues=s.rescues, Held=s.held,
         # Not the attempt's token: only the request and its reply may carry it (a reader of the
         # API could otherwise answer for the Agent).
         Steps=[StepView.model_validate({k: v for k, v in st.to_dict().items()
@@ -201,6 +204,8 @@ class InFlightView(_View):
                                                      "null when not overdue.")
     FailureCount: int
     UpdatedAt: datetime
+    Held: str | None = Field(None, description="The paused service or workflow it waits for "
+                                               "(service:payment); null when not held.")
 
 
 class FailedView(_View):

@@ -7,9 +7,10 @@ counted; each pause shows with who and since when; what does not apply is refuse
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from shared.domain.pauses import LAG
 from shared.handlers.principal import PAUSE_ROLE, READ_ROLE, RESUBMIT_ROLE
 from tests.integration.conftest import RunningHost
 from tests.integration.helpers import drain_json, pending
@@ -48,14 +49,22 @@ def test_a_paused_service_is_not_called_and_its_step_waits_uncounted(run_host: A
         "service:beta", 0, "Processing")
     assert held.schema_version == 5  # a release before pauses leaves it alone
     assert "waiting: service beta paused by" in held.timeline[-1]["detail"]
+    assert held.outbox == []  # said once: a later look says nothing again
     assert drain_json(h.container.config.services["beta"].queue) == []
+    # Looked at again an hour later, still paused: outside the tick's budget, nothing said.
+    sup._clock = lambda: held.complete_by + timedelta(seconds=1)  # type: ignore[method-assign,operator]
+    again = sup.tick()
+    assert (again.held, again.held_again, again.deferred) == (0, 1, 0)
+    held = store.get_state("o-1")
+    assert held is not None and held.held == "service:beta" and held.failure_count == 0
     with api(h, READ_ROLE, PAUSE_ROLE) as c:
         r = c.post("/pauses/service/beta/resume", json={"reason": "provider back"})
         assert r.status_code == 200 and r.json()["Paused"] is False, r.text
         assert len(r.json()["LastPaused"]) == 1
-    # Once resumed, the step is sent again at the next tick, long before the time its hold
-    # filed it under (found by its pause): the same attempt and key, its whole budget.
-    sup._clock = lambda: state.complete_by + timedelta(seconds=2)  # type: ignore[method-assign]
+    # Once resumed, the step is sent again at the first tick every instance knows it (found
+    # by its pause), long before the time its hold filed it under: the same attempt and key,
+    # its whole budget.
+    sup._clock = lambda: datetime.now(UTC) + LAG  # type: ignore[method-assign]
     assert held.complete_by is not None and held.complete_by > sup._clock() + timedelta(minutes=5)
     assert sup.tick().released == 1
     (again,) = drain_json(h.container.config.services["beta"].queue)

@@ -418,8 +418,15 @@ class PipelineMachine(RuleBasedStateMachine):
             # A tick whose storage failed under it (and that went on with the other orders)
             # may leave an order as it was: it says nothing of the tick's budget.
             self.no_readable_order_stays_overdue(before, started)
+        flow = Target(PauseKind.WORKFLOW, self.workflow.name)
         for oid, old in before.items():
             new = self.store.states.get(oid)
+            if new is not None and new.rescues > old.rescues and not begun(old):
+                waited = [(a, b) for a, b in self.pause_spans.get(flow, [])
+                          if a is not None and a < self.clock.now
+                          and old.updated_at < (b or self.clock.now)]
+                assert not waited, (f"{oid}: a rescue was counted for an order whose start "
+                                    f"waited for its paused workflow\n" + self.story(oid))
             step = old.current_step
             if new is None or step is None or step.complete_by is None:
                 continue

@@ -13,6 +13,7 @@ from shared.domain.effects import Dispatch, SendCommand
 from shared.domain.pauses import (
     KEEP_ENDED,
     LAG,
+    MARGIN,
     NotPausable,
     Pause,
     PauseKind,
@@ -60,11 +61,12 @@ def test_a_paused_services_overdue_step_waits_said_once_and_nothing_counted_or_s
     assert again is not None and again.kind is DecisionKind.HOLD
     assert [e.get("detail", "")[:24] for e in again.state.timeline].count(
         "waiting: service alpha p") == 1
-    # Resumed: sent again at once, long before the time the hold filed it under, the same
-    # attempt under the same key, no failure counted.
-    now = due + timedelta(seconds=5)
-    resumed = Pauses({ALPHA: _paused(ALPHA).service("alpha").resume(now)})
-    out = supervise(again.state, now, POLICY, WF, pauses=resumed)
+    # Resumed: once every instance knows (LAG), sent again, long before the time the hold
+    # filed it under, the same attempt under the same key, no failure counted.
+    resumed_at = due + timedelta(seconds=5)
+    resumed = Pauses({ALPHA: _paused(ALPHA).service("alpha").resume(resumed_at)})
+    assert supervise(again.state, resumed_at + LAG / 2, POLICY, WF, pauses=resumed) is None
+    out = supervise(again.state, resumed_at + LAG, POLICY, WF, pauses=resumed)
     assert out is not None and out.kind is DecisionKind.RELEASE
     step = out.state.step("hold")
     assert (out.state.held, out.state.failure_count, step.attempt) == (None, 0, 1)
@@ -146,15 +148,16 @@ def test_an_instance_reads_the_pauses_at_most_once_per_interval() -> None:
 
 def test_an_attempt_sent_just_after_a_resume_is_excused_for_an_agents_late_view() -> None:
     """An Agent learns of a resume up to LAG late, and drops what it is handed meanwhile: an
-    attempt begun within LAG of the resume is sent again uncounted; one begun later is not."""
+    attempt begun within LAG (and a MARGIN for clocks) of the resume is sent again uncounted;
+    one begun later is not."""
     store, due = _running()
     state = store.get_state("o-1")
     assert state is not None
     step = state.step("hold")
     assert step.complete_by is not None
     started = step.complete_by - WF.step("hold").budget
-    for resumed_before, excused in ((LAG - timedelta(seconds=1), True),
-                                    (LAG + timedelta(seconds=1), False)):
+    for resumed_before, excused in ((LAG + MARGIN - timedelta(seconds=1), True),
+                                    (LAG + MARGIN + timedelta(seconds=1), False)):
         pause = Pause(ALPHA).pause(started - timedelta(minutes=5), "ada", "x").resume(
             started - resumed_before)
         out = supervise(state, due + timedelta(seconds=1), POLICY, WF,
