@@ -34,6 +34,11 @@ class TransientServiceError(Exception):
 class PermanentServiceError(Exception):
     """Retrying will not help: the service refused the request."""
 
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        # The HTTP status it answered with (a step may declare some worth asking again).
+        self.status = status
+
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
     """Seconds from a Retry-After header (delta-seconds or an HTTP date); None if unusable."""
@@ -95,7 +100,7 @@ class RemoteServiceClient:
                 f"{operation}: HTTP {status} redirect to {r.headers.get('Location', '?')}: "
                 "the service URL must be the final address (https, exact path)")
         if status >= 400:
-            raise PermanentServiceError(f"{operation}: HTTP {status} {r.text[:500]}")
+            raise PermanentServiceError(f"{operation}: HTTP {status} {r.text[:500]}", status)
         if not 200 <= status < 300:  # 1xx cannot reach here through httpx; be exhaustive
             raise TransientServiceError(f"{operation}: unexpected HTTP {status}")
         try:

@@ -88,6 +88,7 @@ def resubmit(state: OrderState, now: datetime, pending_grace: timedelta,
             s.result = None
             s.undo_key = None
         s.status = StepStatus.NOT_STARTED
+        s.timeouts = 0  # a new run: its own attempts count afresh
         s.undo_in_doubt = False
         s.complete_by = None
         s.last_error = None

@@ -117,6 +117,8 @@ class StepState:
     undo_key: str | None = None
     # Its undo was given up unanswered (timed out): the work may or may not have been undone.
     undo_in_doubt: bool = False
+    # Times it timed out in this run of the order (what its own StepRetry.attempts counts).
+    timeouts: int = 0
 
     def issue_token(self, *, again: bool = False) -> None:
         """A token for the attempt: a new attempt's, or (``again``) one more for this attempt,
@@ -149,6 +151,7 @@ class StepState:
             **({"result": self.result} if self.result is not None else {}),
             **({"undo_key": self.undo_key} if self.undo_key is not None else {}),
             **({"undo_in_doubt": True} if self.undo_in_doubt else {}),
+            **({"timeouts": self.timeouts} if self.timeouts else {}),
         }
 
     @classmethod
@@ -167,6 +170,7 @@ class StepState:
             result=d["result"] if isinstance(d.get("result"), dict) else None,
             undo_key=d.get("undo_key"),
             undo_in_doubt=bool(d.get("undo_in_doubt", False)),
+            timeouts=int(d.get("timeouts", 0)),
         )
 
 

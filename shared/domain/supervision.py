@@ -104,7 +104,7 @@ def supervise(state: OrderState, now: datetime, policy: RetryPolicy,
             emit(new, Cause.SUPERVISOR, now, [], note=why)
             return SupervisorDecision(kind, new, why)
     if state.process_state is ProcessState.PROCESSING:
-        return _expire_step(new, now, policy)
+        return _expire_step(new, now, policy, workflow)
     if state.compensation is CompensationState.RUNNING:
         return _expire_compensation(new, now, policy)
     return None
@@ -181,20 +181,29 @@ def _give_up_waiting(new: OrderState, now: datetime, policy: RetryPolicy) -> Sup
     return SupervisorDecision(DecisionKind.FAIL, new, why)
 
 
-def _expire_step(new: OrderState, now: datetime, policy: RetryPolicy) -> SupervisorDecision:
+def _expire_step(new: OrderState, now: datetime, policy: RetryPolicy,
+                 workflow: Workflow) -> SupervisorDecision:
     new.failure_count += 1
     new.locked_by = None
     step = new.current_step
     why = "no step running (the Scheduler stopped before dispatch)"
+    declared = workflow.step(step.name).retry if step is not None else None
     if step is not None:
         why = f"attempt {step.attempt} not done by {step.complete_by:%Y-%m-%dT%H:%M:%SZ}"
         step.last_error = f"timed out: {why}"
         step.in_doubt = True
         step.complete_by = None
-    if new.failure_count < policy.failure_threshold:
+        step.timeouts += 1
+    # The step's own attempts, counted for it alone, when it declares them; else the app's,
+    # counted over the whole order.
+    again = (step.timeouts < declared.attempts
+             if step is not None and declared is not None and declared.attempts is not None
+             else new.failure_count < policy.failure_threshold)
+    if again:
         if step is not None:
             step.status = StepStatus.NOT_STARTED
-        delay = policy.backoff(new.failure_count)
+        own = declared.delay(step.timeouts) if step is not None and declared else None
+        delay = own if own is not None else policy.backoff(new.failure_count)
         new.process_state = ProcessState.PENDING
         new.complete_by = now + delay + policy.pending_grace
         emit(new, Cause.SUPERVISOR, now, [], SendCommand(

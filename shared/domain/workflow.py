@@ -18,6 +18,7 @@ from typing import Protocol
 
 from shared.domain import budget as budgets
 from shared.domain.services import CodeService, Input
+from shared.domain.step_policy import StepRetry
 from shared.domain.workflow_message import (
     WORKFLOW_NAME_PATTERN,
     Envelope,
@@ -56,6 +57,9 @@ class Step:
     # The most its result may take on the record (UTF-8 bytes of its JSON); None, an equal
     # share of budget.RESULTS among the workflow's steps.
     result_budget: int | None = field(default=None, kw_only=True)
+    # How its failures are handled: its own attempts, backoff and answers worth asking again;
+    # by default the app's (FailureThreshold, RetryBackoffSeconds) and the contract's.
+    retry: StepRetry = field(default_factory=StepRetry, kw_only=True)
 
     def operation_for(self, action: str) -> str:
         if action == "undo":

@@ -127,8 +127,9 @@ class Agent:
         stored, workflow = asked
         started_with = self._remaining(req.complete_by)
         limit = workflow.result_budget(req.step) if workflow else budget.RESULT_BYTES
+        transient = workflow.step(req.step).retry.transient if workflow else frozenset()
         try:
-            result = self._call_with_retries(req, self._call(req, stored, workflow))
+            result = self._call_with_retries(req, self._call(req, stored, workflow), transient)
             reply = AgentReply(
                 order_id=req.order_id, step=req.step, action=req.action, attempt=req.attempt,
                 outcome=ReplyOutcome.OK, result=result, outbox_seq=req.outbox_seq,
@@ -225,8 +226,10 @@ class Agent:
             key=f"refused.{fingerprint}", source=f"{self.name} Agent"))
         return None
 
-    def _call_with_retries(self, req: AgentRequest,
-                           call: Call | PermanentServiceError) -> dict[str, Any]:
+    def _call_with_retries(self, req: AgentRequest, call: Call | PermanentServiceError,
+                           transient: frozenset[int] = frozenset()) -> dict[str, Any]:
+        """``transient``: the HTTP statuses the step declares worth asking again
+        (StepRetry.transient), besides the contract's."""
         if isinstance(call, PermanentServiceError):
             raise call
 
@@ -253,6 +256,11 @@ class Agent:
                         self._client.call, replace(call, attempt=req.attempt),
                         min(remaining, self._policy.call_timeout),
                     )
+                except PermanentServiceError as e:
+                    tracing.outcome(type(e).__name__, str(e))
+                    if e.status in transient:
+                        raise TransientServiceError(str(e)) from e
+                    raise
                 except Exception as e:
                     tracing.outcome(type(e).__name__, str(e))
                     raise

@@ -35,6 +35,10 @@ class StepView(_View):
         "What the step's service answered when its work was done: handed to the later steps "
         "and to its own undo."))
     undo_key: str | None = Field(None, description="The key its undo is done under, once sent.")
+    undo_in_doubt: bool = Field(False, description="Its undo was given up unanswered: the work "
+                                                   "may or may not have been undone.")
+    timeouts: int = Field(0, description="Times it timed out in this run of the order (what "
+                                         "its own declared attempts count).")
 
 
 class TimelineEntry(_View):

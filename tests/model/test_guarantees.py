@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import os
 from collections import Counter
@@ -63,6 +64,7 @@ from shared.domain.state import (
     due_at,
     exponential_backoff,
 )
+from shared.domain.step_policy import StepRetry
 from shared.domain.transitions import receive
 from shared.domain.workflow import Registry
 from shared.handlers.agent import Agent, AgentRetryPolicy, RequestCheck
@@ -168,7 +170,8 @@ class ModelClient:
     def call(self, c: Call, timeout: float) -> dict[str, Any]:
         assert not self._machine.held_everywhere(Target(PauseKind.SERVICE, self._service)), (
             f"the {self._service} Agent called its service while it was paused ({c.key})")
-        self._machine.dropped.discard((c.order_id, c.step, c.attempt))  # called after all
+        self._machine.dropped.discard(  # called after all
+            (c.order_id, c.step, c.attempt, c.complete_by))
         outcome = self._machine.outcome()
         self._model.log.append(f"{self._service} {c.operation} {c.key} {c.result} for "
                                f"{c.order_id}: {outcome}")
@@ -201,8 +204,13 @@ class PipelineMachine(RuleBasedStateMachine):
         self.model = ModelServices()
         # The first step's budget is shorter than the pending grace: a claim makes the order due
         # earlier than intake filed it, so the search meets the index's re-filing too.
-        workflow = self.workflow = FLOW.with_budgets(
-            {"hold": timedelta(seconds=8)})
+        # "take" declares its own failure policy (StepRetry): its timeouts are counted for it
+        # alone, with its own backoff, beside the others' FailureThreshold over the order.
+        flow = FLOW.with_budgets({"hold": timedelta(seconds=8)})
+        workflow = self.workflow = dataclasses.replace(flow, steps=tuple(
+            dataclasses.replace(s, retry=StepRetry(attempts=4, backoff=(
+                timedelta(seconds=2), timedelta(seconds=4)))) if s.name == "take" else s
+            for s in flow.steps))
         self.policy = RetryPolicy(
             failure_threshold=3,
             backoff=exponential_backoff(timedelta(seconds=5), timedelta(seconds=20)),
@@ -212,6 +220,9 @@ class PipelineMachine(RuleBasedStateMachine):
             # Shorter than the shortest outage below, so that every outage is seen.
             outage_gap=timedelta(seconds=15),
             max_recoveries_per_tick=MAX_RECOVERIES,
+            # Within the time the search runs on: an entry a hold filed and a crash left named
+            # by nothing is met, and dropped, before the end.
+            pause_recheck=timedelta(seconds=60),
         )
         self.workflows = Registry.of([workflow])
         self.store = FakeOrderStore(self.fault, self.policy.pending_grace)
@@ -243,9 +254,10 @@ class PipelineMachine(RuleBasedStateMachine):
             pending_grace=self.policy.pending_grace, clock=self.clock,
             pauses=PauseControl(store=self.pauses, services=list(AGENT_QS),
                                 workflows=[workflow.name], clock=self.clock))
-        # Each Agent's view of the pauses, and the attempts one dropped uncalled for a pause.
+        # Each Agent's view of the pauses, and the requests one dropped uncalled for a pause:
+        # order, step, attempt and the complete-by that send of it carried.
         self.views = {name: self.instance_view() for name in AGENT_QS}
-        self.dropped: set[tuple[str, str, int]] = set()
+        self.dropped: set[tuple[str, str, int, datetime]] = set()
         self.agents = {
             name: Agent(
                 name=name, client=ModelClient(name, self.model, self),  # type: ignore[arg-type]
@@ -343,7 +355,7 @@ class PipelineMachine(RuleBasedStateMachine):
             if self.views[agent].current().service(agent).paused:
                 with contextlib.suppress(ValueError):  # a forged body may be anything
                     r = AgentRequest.model_validate_json(m.body)
-                    self.dropped.add((r.order_id, r.step, r.attempt))
+                    self.dropped.add((r.order_id, r.step, r.attempt, r.complete_by))
             reply = self.agents[agent].handle(m.body)
             if reply is not None:  # the output binding: the host sends it after the return
                 self.queues.send(RESPONSES_Q, reply.to_json())
@@ -434,7 +446,7 @@ class PipelineMachine(RuleBasedStateMachine):
                        or new.compensation_failure_count > old.compensation_failure_count)
             if not counted:
                 continue
-            assert (oid, step.name, step.attempt) not in self.dropped, (
+            assert (oid, step.name, step.attempt, step.complete_by) not in self.dropped, (
                 f"{oid}: a failure was counted for {step.name} attempt {step.attempt}, whose "
                 "request its Agent dropped uncalled for a pause\n" + self.story(oid))
             budget = self.workflow.step(step.name).budget
