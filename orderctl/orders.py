@@ -35,6 +35,7 @@ from shared.handlers.operator_requests import (
     CancelRefused,
     OrderNotFound,
     ResubmitRefused,
+    ResumeRefused,
 )
 
 
@@ -157,7 +158,7 @@ def on_storage(order_id: str, act: Callable[[Operator, str], BaseModel]) -> dict
         raise CliError(f"no order {order_id!r}") from None
     except ValueError as e:  # not an order id, or a reason too long to keep
         raise CliError(str(e), 2) from None
-    except (ResubmitRefused, CancelRefused) as e:
+    except (ResubmitRefused, CancelRefused, ResumeRefused) as e:
         raise CliError(str(e)) from None
 
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from orderctl.connection import call_api, opts
 from orderctl.errors import CliError
 from orderctl.identity import cli_operator
+from orderctl.orders import on_storage
 from orderctl.output import api_shape, inert, out, print_rows
 from shared.handlers.pausing import PauseControl, PauseRefused, UnknownTarget
 
@@ -37,14 +38,34 @@ def pause(kind: Kind, name: Name,
                         f"{kind} {name}`")
 
 
-def resume(kind: Kind, name: Name,
+def resume(what: Annotated[str | None, typer.Argument(
+               help="service or workflow (then its NAME), or a parked order's id",
+               show_default=False)] = None,
+           name: Annotated[str | None, typer.Argument(
+               help="The service's or workflow's name.", show_default=False)] = None,
            reason: Annotated[str, typer.Option(help="Why (kept in the audit log).")] = "",
            as_json: AsJson = False) -> None:
-    """Resume a paused service or workflow: its waiting steps are sent again (the same attempt
-    and key) and its waiting orders start, the longest held first, from the first Supervisor
-    tick once every instance knows (5 s)."""
-    view = _act("/resume", kind, name, reason, lambda c, by: c.resume(kind, name, reason, by))
-    _say(view, as_json, f"{kind} {name} resumed: what waited goes on")
+    """Resume a paused service or workflow (`resume service payment`): its waiting steps are
+    sent again (the same attempt and key) and its waiting orders start, the longest held
+    first, from the first Supervisor tick once every instance knows (5 s). Or go on with a
+    parked order (`resume ORDER_ID`), once the person it waited for has acted: from the step
+    that needed them, under the same key."""
+    if what is None:
+        raise CliError("say what to resume: service NAME, workflow NAME, or a parked order's "
+                       "id", 2)
+    if name is None:
+        view = _resume_order(what, reason)
+        _say(view, as_json, f"{what} resumed: it goes on from the step that waited")
+        return
+    view = _act("/resume", what, name, reason, lambda c, by: c.resume(what, name, reason, by))
+    _say(view, as_json, f"{what} {name} resumed: what waited goes on")
+
+
+def _resume_order(order_id: str, reason: str) -> dict[str, Any]:
+    if opts.api:
+        return call_api("POST", f"/orders/{quote(order_id, safe='')}/resume",
+                        {"reason": reason}, ok=(202,))
+    return on_storage(order_id, lambda op, by: op.resume(order_id, reason, by=by))
 
 
 def pauses(as_json: AsJson = False) -> None:

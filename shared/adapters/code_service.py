@@ -15,9 +15,13 @@ from dataclasses import replace
 from typing import Any
 
 from shared import tracing
-from shared.adapters.remote_service import PermanentServiceError, TransientServiceError
+from shared.adapters.remote_service import (
+    NeedsPersonError,
+    PermanentServiceError,
+    TransientServiceError,
+)
 from shared.domain import budget
-from shared.domain.services import Call, CodeService, Refuse, Retry
+from shared.domain.services import Call, CodeService, NeedsPerson, Refuse, Retry
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +47,8 @@ class CodeServiceClient:
             raise TransientServiceError(f"{call.operation}: {e}", e.retry_after) from e
         except Refuse as e:
             raise PermanentServiceError(f"{call.operation}: {e}") from e
+        except NeedsPerson as e:
+            raise NeedsPersonError(f"{call.operation}: {e}", str(e)) from e
         except self._service.permanent as e:
             raise PermanentServiceError(f"{call.operation}: {_text(e)}") from e
         except Exception as e:  # the user's code: anything else is worth another try

@@ -40,6 +40,14 @@ class PermanentServiceError(Exception):
         self.status = status
 
 
+class NeedsPersonError(PermanentServiceError):
+    """The service did nothing, and cannot until a person acts: ``needs`` says what."""
+
+    def __init__(self, message: str, needs: str) -> None:
+        super().__init__(message)
+        self.needs = needs
+
+
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
     """Seconds from a Retry-After header (delta-seconds or an HTTP date); None if unusable."""
     if not value:

@@ -25,6 +25,7 @@ from shared.handlers.operator_requests import (
     CancelRequest,
     PauseRequest,
     ResubmitRequest,
+    ResumeRequest,
 )
 from shared.handlers.views import (
     AlertPage,
@@ -105,7 +106,8 @@ def openapi_document() -> dict[str, Any]:
                                         HealthReport, HealthDetails, AlertPage, AlertView,
                                         BulkResult, ErrorBody, PauseList, PauseView)]
         + [(m, "validation") for m in (ResubmitRequest, AckRequest, BulkResubmitRequest,
-                                       CancelRequest, BulkCancelRequest, PauseRequest)],
+                                       CancelRequest, BulkCancelRequest, PauseRequest,
+                                       ResumeRequest)],
         ref_template=_REF)
     function_key: list[dict[str, list[str]]] = [{"functionKey": []}, {"functionKeyQuery": []}]
     operator: list[dict[str, list[str]]] = [{"operator": []}]
@@ -161,6 +163,19 @@ def openapi_document() -> dict[str, Any]:
                     "application/json": {"schema": _ref(ResubmitRequest)}}},
                 "responses": {"202": _json(OrderView, "Resubmitted: the order as it is now."),
                               **_operator_errors(400, 401, 404, 409, 415, 500)},
+            }},
+            "/orders/{order_id}/resume": {"post": {
+                "operationId": "resumeOrder",
+                "summary": "Go on with a parked order (a step that needed a person) from that "
+                           "step, asked again under the same key, once the person has acted. "
+                           "Needs Orders.Resubmit.",
+                "description": "An order that is not Parked: 409, saying why (a failed one is "
+                               "resubmitted).",
+                "parameters": [_ORDER_ID],
+                "requestBody": {"required": True, "content": {
+                    "application/json": {"schema": _ref(ResumeRequest)}}},
+                "responses": {"202": _json(OrderView, "Resumed: the order as it is now."),
+                              **_operator_errors(400, 401, 404, 409, 415)},
             }},
             "/orders/{order_id}/cancel": {"post": {
                 "operationId": "cancelOrder",
@@ -254,7 +269,7 @@ def openapi_document() -> dict[str, Any]:
                            "the longest held first, from the first Supervisor tick once every "
                            "instance knows (5 s). Needs Orders.Pause.",
                 "parameters": _PAUSE_TARGET,
-                "requestBody": {"required": False, "content": {
+                "requestBody": {"required": True, "content": {
                     "application/json": {"schema": _ref(PauseRequest)}}},
                 "responses": {"200": _json(PauseView, "Resumed: the pause as it is now."),
                               **_operator_errors(400, 401, 404, 409, 415)},

@@ -10,6 +10,8 @@ from enum import StrEnum
 class AlertKind(StrEnum):
     # An Azure Monitor alert rule matches on these names (infra/app/alerts.bicep).
     ORDER_FAILED = "OrderFailed"
+    # A step needs a person (a customer's action): the order waits for an operator.
+    ORDER_PARKED = "OrderParked"
     COMPENSATION_FAILED = "CompensationFailed"
     ORDER_CONFLICT = "OrderConflict"
     # A valid order storage refuses for what it holds: recorded with its body, never run.

@@ -69,6 +69,8 @@ def cancel(state: OrderState, now: datetime, pending_grace: timedelta, reason: s
     new.complete_by = now + pending_grace
     new.rescues = 0
     new.last_error = said
+    if state.process_state is ProcessState.PARKED:
+        new.index_key = None  # parked, it left the due-time index: the store files it again
     emit(new, Cause.OPERATOR, now, [Event("cancelled", detail=reason or None)],
          SendCommand(command=CommandKind.COMPENSATE, reason=said), note=reason or None, by=by)
     return new

@@ -89,6 +89,10 @@ class AgentReply(_Message):
     outbox_seq: int | None = None
     # The request's token, echoed (AgentRequest.token).
     token: str | None = None
+    # Refused because a person must act first, and what (the step's declared words, or a code
+    # service's NeedsPerson): the order is parked, not failed. A release before parking reads
+    # the refusal alone.
+    needs: str | None = None
     # Sent by earlier releases on a refusal after an earlier call may have done the work
     # (docs/upgrades.md, Agent reply): read, never written.
     in_doubt: SkipJsonSchema[bool] = Field(False, exclude=True)
@@ -96,7 +100,7 @@ class AgentReply(_Message):
 
 StatusEvent = Literal[
     "received", "step_completed", "completed", "failed", "step_compensated", "compensated",
-    "compensation_failed", "rejected", "cancelled",
+    "compensation_failed", "rejected", "cancelled", "parked",
 ]
 
 

@@ -77,6 +77,13 @@ class Refuse(Exception):
     asked again under the same key, it would refuse again)."""
 
 
+class NeedsPerson(Exception):
+    """The provider cannot do the work until a person acts (a customer confirms a payment),
+    and did nothing: the order is parked, saying this (the message: a sentence for operators and
+    the submitter, never a provider's own text), until an operator resumes it (the step asked
+    again under the same key) or cancels it."""
+
+
 Operation = Callable[[Call], Mapping[str, Any]]
 
 

@@ -50,6 +50,9 @@ class ProcessState(StrEnum):
     # Stopped by an operator: nothing more is sent for it, and its work is undone, as a failed
     # order's is; not a failure (no alert, no resubmit).
     CANCELLED = "Cancelled"
+    # A step needs a person (StepRetry.park, NeedsPerson): nothing runs until an operator
+    # resumes it (that step asked again under its key) or cancels it.
+    PARKED = "Parked"
 
 
 # The states whose completed work is undone (the compensation runs for them alone).
@@ -207,8 +210,8 @@ SCHEMA_VERSION = 5
 def schema_of(state: OrderState) -> int:
     """The shape ``state`` is written in: the oldest that holds it, so that the release before
     this one, running beside it, still reads every record it can run."""
-    if state.held is not None:
-        return 5  # its time stands still: a release before pauses would count it a failure
+    if state.held is not None or state.process_state is ProcessState.PARKED:
+        return 5  # held or parked: states the releases before them do not know
     if state.process_state is ProcessState.CANCELLED:
         return 4  # a state the releases before it do not know: they leave the record alone
     return 3 if any(s.status is StepStatus.LEARNING for s in state.steps) else 2
@@ -316,8 +319,8 @@ class OrderState:
 def settled(process_state: ProcessState, compensation: CompensationState | None) -> bool:
     """Whether an order in this state and compensation state is settled (OrderState.is_settled),
     for a reader that has only these two columns."""
-    if process_state is ProcessState.PROCESSED:
-        return True
+    if process_state in (ProcessState.PROCESSED, ProcessState.PARKED):
+        return True  # parked: nothing happens to it but by an operator's hand
     return process_state in UNDONE and compensation in (
         CompensationState.DONE, CompensationState.FAILED)
 

@@ -1,12 +1,20 @@
 """A step's own failure policy, declared with the step (``Step(retry=StepRetry(...))``): how many
-times it may time out before the order fails, how long to wait between, and which of its
-service's answers are worth asking again (docs/adapting.md, A step's failure policy).
+times it may time out before the order fails, how long to wait between, which of its service's
+answers are worth asking again, and which need a person: the order is parked (a state of its
+own, with an alert saying what is needed) instead of failed and undone, until an operator
+resumes it from that step, under the same key, or cancels it (docs/adapting.md, A step's
+failure policy).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
+
+# What a person must do, as a step declares it: a sentence, shown to operators and told to the
+# submitter (never a service's own error text).
+MAX_NEEDS = 200
 
 
 @dataclass(frozen=True)
@@ -20,6 +28,9 @@ class StepRetry:
     # HTTP statuses of its service's answers that are worth asking again within the step's
     # time (a 409 "still processing", say), besides the contract's (5xx, 408, 425, 429).
     transient: frozenset[int] = frozenset()
+    # HTTP statuses of its service's answers that need a person, each with what is needed
+    # ({402: "the customer must confirm the payment"}). A code service raises NeedsPerson.
+    park: Mapping[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.attempts is not None and self.attempts < 1:
@@ -27,10 +38,17 @@ class StepRetry:
         if self.backoff is not None and not (
                 timedelta(0) < self.backoff[0] <= self.backoff[1]):
             raise ValueError("StepRetry(backoff=(first, longest)): 0 < first <= longest")
-        for status in self.transient:
+        for status in [*self.transient, *self.park]:
             if not 400 <= status <= 499 or status in (408, 425, 429):
                 raise ValueError(f"StepRetry: {status} is not a 4xx the contract refuses "
                                  "(5xx, 408, 425 and 429 are asked again already)")
+        both = sorted(set(self.transient) & set(self.park))
+        if both:
+            raise ValueError(f"StepRetry: {both} cannot be both transient and parked")
+        for status, needs in self.park.items():
+            if not needs.strip() or len(needs) > MAX_NEEDS:
+                raise ValueError(f"StepRetry(park={{{status}: ...}}): say what a person must "
+                                 f"do, in 1 to {MAX_NEEDS} characters")
 
     def delay(self, failures: int) -> timedelta | None:
         """The wait before retry number ``failures``, when the step declares its own."""

@@ -55,11 +55,13 @@ _FOR_SUBMITTER: dict[str, str] = {
     "failed": "the step could not be done; what was done before it is being undone",
     "compensation_failed": "the step could not be undone; an operator has been alerted",
     "cancelled": "cancelled by an operator; what was done is being undone",
+    # "parked": the step's declared words (Event.detail), never a service's own text.
 }
 
 _ALERTS: dict[str, AlertKind] = {
     "failed": AlertKind.ORDER_FAILED,
     "compensation_failed": AlertKind.COMPENSATION_FAILED,
+    "parked": AlertKind.ORDER_PARKED,
 }
 
 
@@ -327,6 +329,8 @@ def _after_do(new: OrderState, step: StepState, reply: AgentReply, scheduler_id:
         new.locked_by = None
         new.complete_by = None
         return [*events, Event("completed")]
+    if reply.needs is not None and unkept is None:
+        return _park(new, step, reply.needs, budget.clip_error(reply.error))
     # Refused for good: the service did nothing under this key (it answers a repeat with the
     # same refusal), so there is nothing to undo, unless its answer was done work that could
     # not be kept (unkept): then it is in doubt, and undone after it is learned.
@@ -339,6 +343,21 @@ def _after_do(new: OrderState, step: StepState, reply: AgentReply, scheduler_id:
     new.last_error = f"{step.name}: {error}"
     return _next_compensation(new, scheduler_id, now, workflow,
                               [Event("failed", step.name, error)])
+
+
+def _park(new: OrderState, step: StepState, needs: str, error: str | None) -> list[Event]:
+    """A person must act before the step can be done, and its service did nothing: the order
+    waits, parked, for an operator, who resumes it (the step asked again under its key) or
+    cancels it. Its done work stands meanwhile."""
+    step.status = StepStatus.NOT_STARTED
+    step.in_doubt = False
+    step.last_error = error
+    new.process_state = ProcessState.PARKED
+    new.failed_step = step.name
+    new.last_error = f"{step.name} needs a person: {needs}"
+    new.locked_by = None
+    new.complete_by = None
+    return [Event("parked", step.name, needs)]
 
 
 def _kept_result(reply: AgentReply, limit: int) -> tuple[dict[str, Any] | None, str | None]:

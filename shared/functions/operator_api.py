@@ -25,6 +25,7 @@ from shared.handlers.operator_requests import (
     CancelRequest,
     PauseRequest,
     ResubmitRequest,
+    ResumeRequest,
 )
 from shared.handlers.principal import (
     CANCEL_ROLE,
@@ -72,6 +73,13 @@ def operator_api() -> func.Blueprint:
     def resubmit_orders(op: Operator, req: func.HttpRequest, who: Principal) -> BaseModel | Reply:
         ask = BulkResubmitRequest.from_body(req.get_body())
         return Reply(op.resubmit_many(ask, by=who.label()), 200 if ask.dry_run else 202)
+
+    # Going on with a parked order, as resubmitting a failed one is: the same role.
+    @operator_route(bp, "resume_order", "orders/{order_id}/resume", "POST", RESUBMIT_ROLE)
+    def resume_order(op: Operator, req: func.HttpRequest, who: Principal) -> BaseModel | Reply:
+        body = ResumeRequest.from_body(req.get_body(), required=False)
+        return Reply(op.resume(req.route_params.get("order_id", ""), body.reason,
+                               by=who.label()), 202)
 
     @operator_route(bp, "cancel_order", "orders/{order_id}/cancel", "POST", CANCEL_ROLE)
     def cancel_order(op: Operator, req: func.HttpRequest, who: Principal) -> BaseModel | Reply:

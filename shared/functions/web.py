@@ -25,6 +25,7 @@ from shared.handlers.operator_requests import (
     CancelRefused,
     OrderNotFound,
     ResubmitRefused,
+    ResumeRefused,
 )
 from shared.handlers.pausing import PauseRefused, UnknownTarget
 from shared.handlers.principal import Forbidden, Principal, Unauthenticated, authorise
@@ -82,6 +83,7 @@ ERRORS: tuple[tuple[type[Exception], Callable[[Any], tuple[int, str]]], ...] = (
                                     "table's rows: the listing shows the last 7 days)")),
     (ResubmitRefused, lambda e: (409, str(e))),
     (CancelRefused, lambda e: (409, str(e))),
+    (ResumeRefused, lambda e: (409, str(e))),
     (AckRefused, lambda e: (409, str(e))),
     (PauseRefused, lambda e: (409, str(e))),
     (UnknownTarget, lambda e: (404, str(e))),

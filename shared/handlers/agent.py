@@ -22,7 +22,11 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 from shared import tracing
 from shared.adapters.alerts import AlertSink
 from shared.adapters.pauses import PauseReader
-from shared.adapters.remote_service import PermanentServiceError, TransientServiceError
+from shared.adapters.remote_service import (
+    NeedsPersonError,
+    PermanentServiceError,
+    TransientServiceError,
+)
 from shared.adapters.state_store import OrderStore, StoredOrder
 from shared.circuit_breaker import CircuitBreaker, CircuitOpen
 from shared.clock import Clock
@@ -38,6 +42,7 @@ from shared.domain.messages import (
 from shared.domain.provenance import Verdict, judge
 from shared.domain.senders import RECORD_ID_MAX
 from shared.domain.services import Call, InputFailed, step_input
+from shared.domain.step_policy import MAX_NEEDS, StepRetry
 from shared.domain.workflow import Registry, UnknownWorkflow, Workflow
 
 log = logging.getLogger(__name__)
@@ -127,9 +132,10 @@ class Agent:
         stored, workflow = asked
         started_with = self._remaining(req.complete_by)
         limit = workflow.result_budget(req.step) if workflow else budget.RESULT_BYTES
-        transient = workflow.step(req.step).retry.transient if workflow else frozenset()
+        declared = workflow.step(req.step).retry if workflow else StepRetry()
         try:
-            result = self._call_with_retries(req, self._call(req, stored, workflow), transient)
+            result = self._call_with_retries(req, self._call(req, stored, workflow),
+                                             declared.transient)
             reply = AgentReply(
                 order_id=req.order_id, step=req.step, action=req.action, attempt=req.attempt,
                 outcome=ReplyOutcome.OK, result=result, outbox_seq=req.outbox_seq,
@@ -145,10 +151,14 @@ class Agent:
                     "outcome": ReplyOutcome.PERMANENT_ERROR, "error": unkept,
                     "result": {"omitted": unkept}})
         except PermanentServiceError as e:
+            # Whether a person must act first: only for a do (an undo's refusal is an undo's).
+            needs = (None if req.action is Action.UNDO else e.needs
+                     if isinstance(e, NeedsPersonError) else declared.park.get(e.status or 0))
             reply = AgentReply(order_id=req.order_id, step=req.step, action=req.action,
                                attempt=req.attempt, outcome=ReplyOutcome.PERMANENT_ERROR,
                                # A service's error body can be any size; a reply cannot.
                                error=budget.clip(str(e), budget.ERROR_TEXT),
+                               needs=budget.clip(needs, MAX_NEEDS) if needs else None,
                                outbox_seq=req.outbox_seq, token=req.token,
                                # Refused: the order is in trouble; its trace is kept from here.
                                traceparent=tracing.keep(

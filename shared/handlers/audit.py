@@ -18,6 +18,7 @@ class OperatorAction(StrEnum):
     CANCEL = "cancel"
     PAUSE = "pause"
     RESUME = "resume"
+    RESUME_ORDER = "resume_order"
 
 
 def audit(action: OperatorAction, target: str, by: str | None, why: str, outcome: str,

@@ -18,6 +18,7 @@ from shared.adapters.state_store import ConcurrencyConflict, CorruptRecord, Orde
 from shared.clock import Clock
 from shared.domain.alerts import AlertKind
 from shared.domain.cancellation import cancel
+from shared.domain.parking import resume_parked
 from shared.domain.resubmission import resubmit
 from shared.domain.state import (
     CompensationState,
@@ -40,6 +41,7 @@ from shared.handlers.operator_requests import (
     CancelRefused,
     OrderNotFound,
     ResubmitRefused,
+    ResumeRefused,
     check_alert_id,
     check_order_id,
     check_state,
@@ -314,6 +316,27 @@ class Operator:
             audit(OperatorAction.CANCEL, order_id, by, reason, "done", self._clock())
             return view
 
+    def resume(self, order_id: str, reason: str = "", by: str | None = None) -> OrderView:
+        """Go on with a parked order from the step that needed a person, under its key
+        (domain/parking.py), once the person has acted; refused, saying why, unless parked."""
+        check_order_id(order_id)
+        if len(reason) > MAX_REASON:
+            raise ValueError(f"a reason is at most {MAX_REASON} characters")
+        state = self._store.get_state(order_id)
+        if state is None:
+            raise OrderNotFound(order_id)
+        try:
+            new = resume_parked(state, self._clock(), self._pending_grace, reason, by)
+            saved = self._store.save(new)
+        except (IllegalTransition, ConcurrencyConflict) as e:
+            why = (str(e) if isinstance(e, IllegalTransition)
+                   else f"order {order_id} changed meanwhile; look again")
+            audit(OperatorAction.RESUME_ORDER, order_id, by, reason, f"refused: {why}",
+                  self._clock())
+            raise ResumeRefused(why) from None
+        audit(OperatorAction.RESUME_ORDER, order_id, by, reason, "done", self._clock())
+        return state_view(self._relay.carry_out(saved).state)
+
     def _cancel(self, state: OrderState, reason: str, by: str | None) -> OrderView:
         if state.from_newer_release:
             raise CancelRefused(f"order {state.order_id} was written by a newer release of the "
@@ -417,6 +440,7 @@ class Operator:
         in_flight: list[InFlightView] = []
         failed: list[FailedView] = []
         stuck: list[FailedView] = []
+        parked: list[FailedView] = []
         counted, token = 0, None
         while True:
             states, token = self._store.list_states(None, MAX_PAGE, token)
@@ -429,6 +453,8 @@ class Operator:
                 # A cancelled order whose undo failed needs a hand as a failed one's does.
                 if s.compensation is CompensationState.FAILED:
                     stuck.append(_failed_view(s))
+                elif s.process_state is ProcessState.PARKED:
+                    parked.append(_failed_view(s))
                 elif s.process_state is ProcessState.ERROR:
                     failed.append(_failed_view(s))
             counted += len(states)
@@ -451,6 +477,7 @@ class Operator:
             ByState={p: by_state[p] for p in ProcessState},
             ByCompensation={c: by_comp[c] for c in CompensationState},
             InFlight=in_flight[:rows], Failed=failed[:rows], CompensationFailed=stuck[:rows],
+            Parked=sorted(parked, key=lambda v: v.UpdatedAt)[:rows],
             Alerts=open_alerts, Acknowledged=acknowledged, AlertsComplete=not scan.cut,
             Paused=self._paused(),
             # Without their bodies (up to 30,000 units each, from anyone), not even read: GET

@@ -140,6 +140,10 @@ class PauseRequest(BaseModel):
         return ask
 
 
+class ResumeRequest(PauseRequest):
+    """The body of POST /api/orders/{id}/resume (optional): why, kept on its timeline."""
+
+
 class BulkCancelRequest(BaseModel):
     """The body of POST /api/cancellations: which orders still running, and why."""
 
@@ -184,6 +188,10 @@ def _read(model: type[M], body: bytes, what: str, example: str) -> M:
 
 class CancelRefused(Exception):
     """A cancel that does not apply to the order as it is: 409, saying why."""
+
+
+class ResumeRefused(Exception):
+    """A resume of an order that is not parked (or moved meanwhile): 409, saying why."""
 
 
 # An alert's id: its day's partition and its row key (alert_row_key), joined by a dot.

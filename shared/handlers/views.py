@@ -232,6 +232,9 @@ class Overview(_View):
     Failed: list[FailedView] = Field(description="In Error, newest first (compensation done, "
                                                  "under way or none needed).")
     CompensationFailed: list[FailedView] = Field(description="An operator must finish these.")
+    Parked: list[FailedView] = Field(default_factory=list, description=(
+        "Waiting for a person (the step that needs one, and what: LastError), the longest "
+        "waiting first: resume each once done (POST /orders/{id}/resume), or cancel it."))
     Alerts: list[AlertView] = Field(description="Recent alerts nobody has acknowledged yet.")
     Acknowledged: list[AlertView] = Field(description="Recent acknowledged alerts, with who "
                                                       "and when.")

@@ -71,7 +71,7 @@ from shared.handlers.agent import Agent, AgentRetryPolicy, RequestCheck
 from shared.handlers.health import HealthProbe
 from shared.handlers.intake import IntakeHandler
 from shared.handlers.operator import Operator
-from shared.handlers.operator_requests import CancelRefused, ResubmitRefused
+from shared.handlers.operator_requests import CancelRefused, ResubmitRefused, ResumeRefused
 from shared.handlers.pausing import PauseControl, PauseRefused
 from shared.handlers.relay import EffectRelay
 from shared.handlers.scheduler import Queues, Scheduler
@@ -108,7 +108,7 @@ MAX_RECOVERIES = 2
 # What an operator may pause: each service, and the workflow's intake.
 TARGETS = [*(Target(PauseKind.SERVICE, s) for s in AGENT_QS),
            Target(PauseKind.WORKFLOW, FLOW.name)]
-OUTCOMES = st.sampled_from(["ok", "ok", "ok", "transient", "refuse", "lost"])
+OUTCOMES = st.sampled_from(["ok", "ok", "ok", "transient", "refuse", "lost", "park"])
 FAULTS = st.one_of(st.none(), st.tuples(st.integers(1, 8), st.sampled_from(["crash", "down"])))
 
 
@@ -154,6 +154,10 @@ class ModelServices:
             raise PermanentServiceError(first + ": " + "\x01" * 5_000)
         return first
 
+    def answers_of(self) -> set[str]:
+        """The keys a first answer was given under (a provider answers a repeat with it)."""
+        return {key for _, key in self.answers}
+
     def standing(self, order_id: str) -> Counter[str]:
         return Counter(step for k, (o, step) in self.owner.items()
                        if o == order_id and self.status[k] == "applied")
@@ -177,6 +181,9 @@ class ModelClient:
                                f"{c.order_id}: {outcome}")
         if outcome == "transient":
             raise TransientServiceError("HTTP 503")
+        if outcome == "park" and c.action is Action.DO and c.key not in self._model.answers_of():
+            # Nothing done: the provider waits for a person (a step that declares 402 parks).
+            raise PermanentServiceError(f"HTTP 402 {c.key} needs the customer", 402)
         if c.action is Action.UNDO:
             result = self._model.undo(self._service, c.key, c.result, refuse=outcome == "refuse")
         else:
@@ -205,11 +212,14 @@ class PipelineMachine(RuleBasedStateMachine):
         # The first step's budget is shorter than the pending grace: a claim makes the order due
         # earlier than intake filed it, so the search meets the index's re-filing too.
         # "take" declares its own failure policy (StepRetry): its timeouts are counted for it
-        # alone, with its own backoff, beside the others' FailureThreshold over the order.
+        # alone, with its own backoff, beside the others' FailureThreshold over the order;
+        # "send" parks the order on a 402, for an operator to resume or cancel.
         flow = FLOW.with_budgets({"hold": timedelta(seconds=8)})
+        declared = {"take": StepRetry(attempts=4, backoff=(timedelta(seconds=2),
+                                                           timedelta(seconds=4))),
+                    "send": StepRetry(park={402: "the customer must confirm"})}
         workflow = self.workflow = dataclasses.replace(flow, steps=tuple(
-            dataclasses.replace(s, retry=StepRetry(attempts=4, backoff=(
-                timedelta(seconds=2), timedelta(seconds=4)))) if s.name == "take" else s
+            dataclasses.replace(s, retry=declared[s.name]) if s.name in declared else s
             for s in flow.steps))
         self.policy = RetryPolicy(
             failure_threshold=3,
@@ -607,6 +617,21 @@ class PipelineMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: bool(self.store.states))
     @rule(i=st.integers(0, len(ORDER_IDS) - 1), fault=FAULTS)
+    def operator_resumes_a_parked_order(self, i: int, fault: tuple[int, str] | None) -> None:
+        """The person has acted: a parked order goes on from its step, under the same key;
+        anything else is refused."""
+        oid = ORDER_IDS[i]
+        if oid not in self.store.states:
+            return
+
+        def resume() -> None:
+            with contextlib.suppress(ResumeRefused):
+                self.operator.resume(oid, "customer confirmed", by="model operator")
+
+        self.run(fault, resume)
+
+    @precondition(lambda self: bool(self.store.states))
+    @rule(i=st.integers(0, len(ORDER_IDS) - 1), fault=FAULTS)
     def operator_cancels(self, i: int, fault: tuple[int, str] | None) -> None:
         """At any point of an order's life, racing its replies, ticks and resubmits: it ends
         Cancelled with its work undone, or the cancel is refused (Processed, failed)."""
@@ -743,6 +768,9 @@ class PipelineMachine(RuleBasedStateMachine):
                     else ""))
             if "waiting: workflow" in notes:
                 event("an order waited for its paused workflow")
+            if any(e.get("event") == "parked" for e in state.timeline):
+                event("an order was parked for a person" + (
+                    ", and resumed" if "resumed: customer confirmed" in notes else ""))
             assert state.is_settled, (
                 f"{oid} is stuck: {state.process_state} compensation {state.compensation}, "
                 f"steps {[(s.name, s.status.value) for s in state.steps]}")
@@ -778,12 +806,15 @@ class PipelineMachine(RuleBasedStateMachine):
             for oid, body in self.orders.items():
                 if oid not in self.store.states:
                     self.intake.handle(f"m-{oid}", body)
+                elif self.store.states[oid].process_state is ProcessState.PARKED:
+                    self.operator.resume(oid, "customer confirmed", by="model")
             for q in WORK_QUEUES:
                 while self.queues.visible(q):
                     self.process(q, 0, None)
             # Quiet: every order settled, nothing left to handle, and every settled order's
             # effects carried out (it leaves the in-flight index last).
-            if all(s.is_settled for o, s in self.store.states.items() if o not in self.bad) and (
+            if all(s.is_settled and s.process_state is not ProcessState.PARKED
+                   for o, s in self.store.states.items() if o not in self.bad) and (
                     not any(self.queues.queues.get(q) for q in WORK_QUEUES)) and all(
                     e.order_id in self.bad for e in self.store.index.values()):
                 return

@@ -1,0 +1,68 @@
+"""A parked order over real HTTP through the local host, against Azurite, on the engine's test
+workflow: its step needed a person, the overview lists it with what is needed, and an operator
+resumes it from that step under the same key (API and CLI); an order not parked is refused,
+saying why."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from shared.handlers.principal import READ_ROLE, RESUBMIT_ROLE
+from tests.integration.conftest import RunningHost
+from tests.integration.helpers import drain_json, pending
+from tests.integration.test_operator_api import accept, api, requests_of
+from tests.integration.test_scheduler import reply
+from tests.workflow import REGISTRY as TEST_FLOW
+
+API = {"get_order", "resume_order", "overview"}
+NEEDS = "the customer must confirm the payment"
+
+
+def _parked(h: RunningHost, order_id: str) -> dict[str, Any]:
+    """The order's second step answered as needing a person; its request returned."""
+    s = h.container.scheduler
+    s.handle_command(accept(order_id))
+    (hold,) = requests_of(h, 0)
+    s.handle_reply(reply(hold))
+    (take,) = requests_of(h, 1)
+    needs = json.loads(reply(take, "permanent_error", "take: HTTP 402 please confirm"))
+    s.handle_reply(json.dumps({**needs, "needs": NEEDS}))
+    return take
+
+
+def test_a_parked_order_is_listed_and_resumed_from_its_step_under_its_key(
+        run_host: Any) -> None:
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=API)
+    take = _parked(h, "p-1")
+    with api(h, READ_ROLE) as c:
+        (parked,) = c.get("/overview").json()["Parked"]
+        assert (parked["OrderID"], parked["FailedStep"]) == ("p-1", "take")
+        assert parked["LastError"] == f"take needs a person: {NEEDS}"
+        assert c.get("/orders/p-1").json()["ProcessState"] == "Parked"
+    with api(h, READ_ROLE, RESUBMIT_ROLE) as c:
+        r = c.post("/orders/p-1/resume", json={"reason": "customer confirmed"})
+        assert r.status_code == 202 and r.json()["ProcessState"] == "Pending", r.text
+        again = c.post("/orders/p-1/resume", json={})
+        assert again.status_code == 409 and "not Parked" in again.json()["error"]
+        assert c.post("/orders/nope/resume", json={}).status_code == 404
+    (cmd,) = drain_json(h.env["SchedulerQueueName"])
+    h.container.scheduler.handle_command(json.dumps(cmd))
+    (asked,) = requests_of(h, 1)
+    assert (asked["idempotency_key"], asked["attempt"]) == (take["idempotency_key"], 2)
+
+
+def test_the_cli_resumes_a_parked_order_and_says_why_it_would_not(
+        run_host: Any, capsys: Any) -> None:
+    from orderctl.main import run
+
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=API)
+    _parked(h, "p-2")
+    settings = ["--settings", "/nonexistent/local.settings.json"]
+    assert run([*settings, "resume", "p-2", "--reason", "customer confirmed"]) == 0
+    assert "p-2 resumed" in capsys.readouterr().out
+    assert run([*settings, "resume", "p-2"]) == 1
+    assert "not Parked" in capsys.readouterr().err
+    pending("p-3")
+    assert run([*settings, "resume"]) == 2
+    assert "say what to resume" in capsys.readouterr().err
