@@ -217,16 +217,24 @@ class Operator:
             log.warning("%s", e)
             return None
 
+    def _asked(self, order_id: str, reason: str, what: str,
+               required: bool = False) -> OrderState:
+        """The order an action on one names, once its id and reason are found fit: a 400 for
+        either, a 404 for an order there is not."""
+        check_order_id(order_id)
+        if len(reason) > MAX_REASON or (required and not reason.strip()):
+            raise ValueError(f"{what} needs a reason of {int(required)} to {MAX_REASON} "
+                             "characters")
+        state = self._store.get_state(order_id)
+        if state is None:
+            raise OrderNotFound(order_id)
+        return state
+
     def resubmit(self, order_id: str, reason: str = "", force: bool = False,
                  by: str | None = None) -> OrderView:
         """``by``: who asks, as the platform authenticated them; kept in the order's history
         and timeline."""
-        check_order_id(order_id)
-        if len(reason) > MAX_REASON:
-            raise ValueError(f"the reason is {len(reason)} characters; at most {MAX_REASON}")
-        state = self._store.get_state(order_id)
-        if state is None:
-            raise OrderNotFound(order_id)
+        state = self._asked(order_id, reason, "a resubmit")
         # A resubmitted order was in trouble: its new run is traced whole (OrderSampler).
         with tracing.span("operator resubmit", parent=state.trace, kind=SpanKind.INTERNAL,
                           trouble=True,
@@ -299,12 +307,7 @@ class Operator:
     def cancel(self, order_id: str, reason: str, by: str | None = None) -> OrderView:
         """Stop an order still running and have its work undone (domain/cancellation.py);
         refused, saying why, when it is past that."""
-        check_order_id(order_id)
-        if not reason or len(reason) > MAX_REASON:
-            raise ValueError(f"a cancel needs a reason of 1 to {MAX_REASON} characters")
-        state = self._store.get_state(order_id)
-        if state is None:
-            raise OrderNotFound(order_id)
+        state = self._asked(order_id, reason, "a cancel", required=True)
         with tracing.span("operator cancel", parent=state.trace, kind=SpanKind.INTERNAL,
                           trouble=True, attributes=tracing.order_attributes(order_id)):
             try:
@@ -319,12 +322,7 @@ class Operator:
     def resume(self, order_id: str, reason: str = "", by: str | None = None) -> OrderView:
         """Go on with a parked order from the step that needed a person, under its key
         (domain/parking.py), once the person has acted; refused, saying why, unless parked."""
-        check_order_id(order_id)
-        if len(reason) > MAX_REASON:
-            raise ValueError(f"a reason is at most {MAX_REASON} characters")
-        state = self._store.get_state(order_id)
-        if state is None:
-            raise OrderNotFound(order_id)
+        state = self._asked(order_id, reason, "a resume")
         try:
             new = resume_parked(state, self._clock(), self._pending_grace, reason, by)
             saved = self._store.save(new)
