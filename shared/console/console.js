@@ -106,6 +106,12 @@ function renderOverview(o, pauses) {
           cell(r.CurrentStep), cell(when(r.CompleteBy)),
           cell(r.OverdueSeconds ? `overdue by ${duration(r.OverdueSeconds)}` : "", "late"),
           cell(r.FailureCount)))),
+    el("section", {}, el("h2", {}, "Parked: waiting for a person ",
+        el("small", {text: "the longest waiting first: resume each once the person has acted, " +
+                           "or cancel it"})),
+      table("parked", ["order", "step", "what is needed", "waiting since"], o.Parked || [],
+        r => el("tr", {"data-order": r.OrderID}, cell(orderLink(r.OrderID), "id"),
+                cell(r.FailedStep), cell(needed(r), "needs"), cell(when(r.UpdatedAt))))),
     el("section", {}, el("h2", {}, "Failed ", el("small", {text: "newest first "}),
         el("a", {href: "#/resubmit", "data-testid": "bulk-open",
                  text: "resubmit several at once"})),
@@ -255,6 +261,14 @@ function pauseForm(section, p) {
   reason.focus();
 }
 
+// What a parked order waits for: its reason without the step's name before it (LastError is
+// "<step> needs a person: <what>", shared/domain/transitions.py).
+function needed(o) {
+  const prefix = `${o.FailedStep} needs a person: `;
+  return o.LastError && o.LastError.startsWith(prefix) ? o.LastError.slice(prefix.length)
+                                                       : o.LastError;
+}
+
 function failedRow(r) {
   return el("tr", {"data-order": r.OrderID}, cell(orderLink(r.OrderID), "id"),
     cell(r.FailedStep), cell(r.LastError), cell(r.Compensation), cell(r.Resubmissions),
@@ -279,7 +293,7 @@ function renderOrder(o, message) {
     ["last error", o.LastError || ""], ["resubmissions", String(o.Resubmissions)],
     ["rescues", String(o.Rescues)], ["created", when(o.CreatedAt)],
     ["updated", when(o.UpdatedAt)]];
-  main.replaceChildren(
+  main.replaceChildren(...[
     el("section", {"data-testid": "order"},
       el("h2", {id: "order-heading", tabindex: "-1"}, "Order ", el("code", {text: o.OrderID}),
          " ", el("small", {text: "Escape: back"})),
@@ -287,11 +301,12 @@ function renderOrder(o, message) {
                                                    el("dd", {"data-field": k}, v)]))),
     el("section", {}, el("h2", {text: "Steps"}), steps),
     el("section", {}, el("h2", {text: "Resubmissions"}), history),
+    resumeForm(o, message),
     resubmitForm(o, message),
     cancelForm(o, message),
     el("section", {}, el("h2", {text: "The order"}),
        el("pre", {lines: JSON.stringify(o.Order, null, 2)})),
-  );
+  ].filter(Boolean));
 }
 
 function resubmitForm(o, message) {
@@ -340,18 +355,69 @@ function said(section, testid, m) {
   return p;
 }
 
-// Cancel: an order still running (Pending or Processing) is stopped, nothing more is sent for
-// it, and the work it has done is undone (POST /api/orders/{id}/cancel, with a reason). A
-// button first, then the form: a form on the page holds it still (see schedule), and a running
-// order's page stays live until the operator means to cancel it.
-const CANCELLABLE = ["Pending", "Processing"];
+// Resume: a parked order (a step that needs a person, e.g. the customer must confirm the
+// payment) goes on from that step, asked again under the same key, once the person has acted
+// (POST /api/orders/{id}/resume, an optional reason). Only on a parked order's page (or to say
+// what a resume came to); a button first, then the form, as a cancel.
+function resumeForm(o, message) {
+  const mine = message && message.for === "resume";
+  if (o.ProcessState !== "Parked" && !mine) return null;
+  const section = el("section", {"data-testid": "resume"}, el("h2", {text: "Resume"}));
+  if (mine) said(section, "resume-result", message);
+  if (o.ProcessState !== "Parked") {
+    section.append(el("p", {class: "empty", text: "Only a Parked order can be resumed (a " +
+                                                  "failed one is resubmitted)."}));
+    return section;
+  }
+  section.append(el("p", {"data-testid": "resume-needs"}, `${o.FailedStep} waits for a ` +
+                          "person: ", el("strong", {text: needed(o)})));
+  const reason = el("textarea", {name: "reason", rows: "2", maxlength: "1000"});
+  const send = el("button", {type: "submit", "data-testid": "resume-send",
+                             text: "Resume the order"});
+  const form = el("form", {"data-testid": "resume-form"},
+    el("label", {}, "Reason (optional, kept in the order's timeline)", reason),
+    el("p", {class: "notice", text: `Only once the person has acted: it goes on from ` +
+      `${o.FailedStep}, the step that waited, asked again under the same key (its service ` +
+      "takes it as the same piece of work); its done work stands. Resumed as you: your name " +
+      "is kept with it."}),
+    send);
+  form.onsubmit = async ev => {
+    ev.preventDefault();
+    send.disabled = true;  // once: a second click would be refused as not parked
+    let result;
+    try {
+      const body = await api(`/orders/${encodeURIComponent(o.OrderID)}/resume`, {
+        method: "POST", headers: {"content-type": "application/json"},
+        body: JSON.stringify({reason: String(new FormData(form).get("reason") || "")})});
+      result = {for: "resume", ok: true, text: `Resumed: now ${body.ProcessState}, ` +
+                `${o.FailedStep} to be asked again under the same key.`};
+    } catch (e) {
+      result = {for: "resume", ok: false, text: String(e.message || e)};
+    }
+    await show(result);
+  };
+  const open = el("button", {type: "button", "data-testid": "resume-order-open",
+                             text: "Resume this order..."});
+  open.onclick = () => { open.replaceWith(form); reason.focus(); };
+  section.append(open);
+  return section;
+}
+
+// Cancel: an order still running (Pending or Processing), or parked, is stopped, nothing more
+// is sent for it, and the work it has done is undone (POST /api/orders/{id}/cancel, with a
+// reason). A button first, then the form: a form on the page holds it still (see schedule),
+// and a running order's page stays live until the operator means to cancel it. Several at once
+// (POST /api/cancellations) only running ones.
+const RUNNING = ["Pending", "Processing"];
+const CANCELLABLE = [...RUNNING, "Parked"];
 function cancelForm(o, message) {
   const section = el("section", {"data-testid": "cancel"}, el("h2", {text: "Cancel"}));
   const say = m => said(section, "cancel-result", m);
   if (message && message.for === "cancel") say(message);
   if (!CANCELLABLE.includes(o.ProcessState)) {
     section.append(el("p", {class: "empty",
-                            text: "Only a Pending or Processing order can be cancelled."}));
+                            text: "Only a Pending, Processing or Parked order can be " +
+                                  "cancelled."}));
     return section;
   }
   const reason = el("textarea", {name: "reason", rows: "2", maxlength: "1000",
@@ -628,7 +694,7 @@ function renderBulkCancel() {
   const form = el("form", {"data-testid": "bulk-cancel-form", class: "bulk-form"},
     field("State", el("select", {name: "state"},
       el("option", {value: "", text: "Pending or Processing"}),
-      ...CANCELLABLE.map(s => el("option", {value: s, text: s})))),
+      ...RUNNING.map(s => el("option", {value: s, text: s})))),
     field("Order id starts with", el("input", {name: "prefix", maxlength: "149",
                                                autocomplete: "off"})),
     field("At most", el("input", {type: "number", name: "limit", min: "1", max: "100",
@@ -720,9 +786,9 @@ function drawCancelPlan(plan, ask, result) {
 
 function schedule() {
   clearInterval(timer);
-  // Live only while someone looks, and not while a form (resubmit, cancel, bulk, pause) is on
-  // the page: it is being filled in. A search's answer stays as it was (a search by customer
-  // reads the table: once per asking).
+  // Live only while someone looks, and not while a form (resubmit, resume, cancel, bulk, pause)
+  // is on the page: it is being filled in. A search's answer stays as it was (a search by
+  // customer reads the table: once per asking).
   timer = setInterval(() => {
     const typing = main.querySelector("form");
     const searching = location.hash.startsWith("#/search?");

@@ -3,6 +3,7 @@ the local host, over real orders in Azurite."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -38,7 +39,8 @@ CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 CONSOLE = {"overview", "console", "get_order", "resubmit_order", "ack_alert", "list_orders",
-           "resubmit_orders", "cancel_order", "cancel_orders", "list_pauses", "pause", "resume"}
+           "resubmit_orders", "cancel_order", "cancel_orders", "list_pauses", "pause", "resume",
+           "resume_order"}
 
 
 @pytest.fixture(scope="module")
@@ -549,6 +551,9 @@ def open_cancel(page: Page, h: RunningHost, order_id: str) -> None:
     expect(page.get_by_test_id("cancel-form").locator("textarea[name=reason]")).to_be_focused()
 
 
+ONLY_CANCELLABLE = "Only a Pending, Processing or Parked order can be cancelled."
+
+
 def test_cancel_a_running_order_from_its_page(page: Page, h: RunningHost) -> None:
     page.get_by_test_id("in-flight").get_by_role("link", name="o-fresh").click()
     expect(page.locator('dd[data-field="state"]')).to_have_text("Processing")
@@ -571,7 +576,7 @@ def test_cancel_a_running_order_from_its_page(page: Page, h: RunningHost) -> Non
     assert page.get_by_test_id("order").locator("b").count() == 0
     # Nothing more to cancel: no button, and why.
     expect(cancel.get_by_role("button")).to_have_count(0)
-    expect(cancel).to_contain_text("Only a Pending or Processing order can be cancelled.")
+    expect(cancel).to_contain_text(ONLY_CANCELLABLE)
     state = h.container.store.get_state("o-fresh")
     assert (state.process_state, state.compensation.value) == (ProcessState.CANCELLED, "Pending")
     # Counted, and found by state, as the other states are; not a failure.
@@ -623,7 +628,7 @@ def test_a_finished_or_failed_order_offers_no_cancel(page: Page, h: RunningHost)
         page.goto(f"http://127.0.0.1:{h.port}/api/console#/orders/{order_id}")
         expect(page.locator('dd[data-field="state"]')).to_have_text(state)
         cancel = page.get_by_test_id("cancel")
-        expect(cancel).to_contain_text("Only a Pending or Processing order can be cancelled.")
+        expect(cancel).to_contain_text(ONLY_CANCELLABLE)
         expect(cancel.get_by_role("button")).to_have_count(0)
 
 
@@ -856,3 +861,150 @@ def test_pausing_what_was_paused_meanwhile_is_refused_with_why(page: Page,
     expect(row.locator("td.state")).to_have_text("running")
     expect(page.get_by_test_id("paused-banner")).to_have_count(0)
 
+
+# -- parked orders --------------------------------------------------------------------------------
+
+NEEDS = "the customer must confirm the payment"
+
+
+def parked(h: RunningHost, order_id: str) -> dict[str, Any]:
+    """Drive one order until its charge needs a person (its payment answered 402 with what is
+    needed, as StepRetry.park has the Agent say), by hand; the charge's request returned."""
+    s = h.container.scheduler
+    s.handle_command(accept(order_id))
+
+    def mine(step: int) -> dict[str, Any]:
+        return next(r for r in requests_of(h, step) if r["order_id"] == order_id)
+
+    s.handle_reply(reply(mine(0)))
+    charge = mine(1)
+    refused = json.loads(reply(charge, "permanent_error", "charge: HTTP 402 please confirm"))
+    s.handle_reply(json.dumps({**refused, "needs": NEEDS}))
+    assert h.container.store.get_state(order_id).process_state is ProcessState.PARKED
+    return charge
+
+
+def open_resume(page: Page, h: RunningHost, order_id: str) -> Locator:
+    """The parked order's page, its resume form opened (a button first); the reason has the
+    keyboard."""
+    page.goto(f"http://127.0.0.1:{h.port}/api/console#/orders/{order_id}")
+    expect(page.locator('dd[data-field="state"]')).to_have_text("Parked")
+    form = page.get_by_test_id("resume-form")
+    expect(form).to_have_count(0)
+    page.get_by_test_id("resume").get_by_role("button", name="Resume this order...").click()
+    expect(form.locator("textarea[name=reason]")).to_be_focused()
+    return form
+
+
+def test_a_parked_order_is_listed_and_resumed_from_its_page(page: Page, h: RunningHost) -> None:
+    """Listed with its step, what is needed and since when; resumed from its page with a
+    reason, as the signed-in operator: Pending, its charge asked again under the same key."""
+    charge = parked(h, "p-1")
+    expect(page.get_by_test_id("parked")).to_have_text("none")  # drawn before it was parked
+    page.reload()
+    rows = page.get_by_test_id("parked").locator("tbody tr")
+    expect(rows).to_have_count(1)
+    row = rows.first
+    expect(row).to_have_attribute("data-order", "p-1")
+    expect(row.locator("td").nth(1)).to_have_text("charge_payment")
+    expect(row.locator("td").nth(2)).to_have_text(NEEDS)  # without the step's name before it
+    since = h.container.store.get_state("p-1").updated_at
+    expect(row.locator("time")).to_have_attribute(
+        "title", since.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
+    expect(page.get_by_test_id("by-state-Parked")).to_contain_text("1")
+    # Not in flight, not failed: waiting for a person.
+    for other in ("in-flight", "failed", "compensation-failed"):
+        expect(page.get_by_test_id(other).locator('tr[data-order="p-1"]')).to_have_count(0)
+
+    row.get_by_role("link", name="p-1").click()
+    resume = page.get_by_test_id("resume")
+    expect(resume.get_by_test_id("resume-needs")).to_have_text(
+        f"charge_payment waits for a person: {NEEDS}")
+    form = open_resume(page, h, "p-1")
+    expect(form).to_contain_text("it goes on from charge_payment, the step that waited, asked "
+                                 "again under the same key")
+    form.locator("textarea[name=reason]").fill("customer confirmed <b>now</b>")
+    with page.expect_request(lambda r: r.method == "POST") as sent:
+        form.get_by_role("button", name="Resume the order", exact=True).click()
+    assert sent.value.url == f"http://127.0.0.1:{h.port}/api/orders/p-1/resume"
+    assert sent.value.post_data_json == {"reason": "customer confirmed <b>now</b>"}
+    assert sent.value.all_headers()["content-type"] == "application/json"
+    result = page.get_by_test_id("resume-result")
+    expect(result).to_have_text(
+        "Resumed: now Pending, charge_payment to be asked again under the same key.")
+    expect(result).to_be_focused()
+    expect(result).not_to_have_class("error")
+    # Drawn again: Pending, nothing more to resume.
+    expect(page.locator('dd[data-field="state"]')).to_have_text("Pending")
+    expect(resume).to_contain_text("Only a Parked order can be resumed")
+    expect(resume.get_by_role("button")).to_have_count(0)
+    state = h.container.store.get_state("p-1")
+    assert state.process_state is ProcessState.PENDING
+    assert {"event": "note", "detail": "resumed: customer confirmed <b>now</b>",
+            "by": DEVELOPER}.items() <= next(e for e in reversed(state.timeline)
+                                             if e.get("event") == "note").items()
+    # It goes on from the charge, under the same key.
+    (start,) = [c for c in drain_json(h.env["SchedulerQueueName"]) if c["order_id"] == "p-1"]
+    h.container.scheduler.handle_command(json.dumps(start))
+    (asked,) = [r for r in requests_of(h, 1) if r["order_id"] == "p-1"]
+    assert (asked["idempotency_key"], asked["attempt"]) == (charge["idempotency_key"], 2)
+    page.keyboard.press("Escape")
+    expect(page.get_by_test_id("parked")).to_have_text("none")
+
+
+def test_a_reader_is_told_why_they_cannot_resume(browser: Browser, h: RunningHost) -> None:
+    parked(h, "p-1")
+    pg, foreign = open_console(browser, h, signed_in(READ_ROLE))
+    form = open_resume(pg, h, "p-1")
+    form.locator("textarea[name=reason]").fill("customer confirmed")
+    form.get_by_role("button", name="Resume the order", exact=True).click()
+    result = pg.get_by_test_id("resume-result")
+    expect(result).to_contain_text("Ada Operator lacks the app role 'Orders.Resubmit'")
+    expect(result).to_have_class("error")
+    # Still parked, and still offered (to someone with the role).
+    expect(pg.locator('dd[data-field="state"]')).to_have_text("Parked")
+    expect(pg.get_by_test_id("resume").get_by_role("button", name="Resume this order...")
+           ).to_be_visible()
+    assert h.container.store.get_state("p-1").process_state is ProcessState.PARKED
+    pg.context.close()
+    assert foreign == []
+
+
+def test_an_order_resumed_meanwhile_is_refused_with_why(page: Page, h: RunningHost) -> None:
+    """The form was opened while it was parked; resumed meanwhile (another operator, the CLI),
+    the resume is refused (409), saying why, and the page shows it Pending."""
+    parked(h, "p-1")
+    form = open_resume(page, h, "p-1")
+    h.container.operator.resume("p-1", "customer called", by="Grace Operator (oid g)")
+    form.get_by_role("button", name="Resume the order", exact=True).click()
+    result = page.get_by_test_id("resume-result")
+    expect(result).to_contain_text("order p-1 is Pending, not Parked")
+    expect(result).to_have_class("error")
+    expect(page.locator('dd[data-field="state"]')).to_have_text("Pending")
+    expect(page.get_by_test_id("resume")).to_contain_text("Only a Parked order can be resumed")
+    expect(page.get_by_test_id("resume").get_by_role("button")).to_have_count(0)
+
+
+def test_a_parked_order_is_offered_cancel_too(page: Page, h: RunningHost) -> None:
+    parked(h, "p-1")
+    open_cancel(page, h, "p-1")
+    expect(page.get_by_test_id("resume")).to_be_visible()  # alongside its resume
+    form = page.get_by_test_id("cancel-form")
+    form.locator("textarea[name=reason]").fill("customer never confirmed")
+    form.get_by_role("button", name="Cancel the order", exact=True).click()
+    expect(page.get_by_test_id("cancel-result")).to_have_text(
+        "Cancelled: now Cancelled, its work being undone (compensation Pending).")
+    expect(page.locator('dd[data-field="state"]')).to_have_text("Cancelled")
+    expect(page.get_by_test_id("resume")).to_have_count(0)  # nothing to resume any more
+    state = h.container.store.get_state("p-1")
+    assert (state.process_state, state.compensation.value) == (ProcessState.CANCELLED, "Pending")
+
+
+def test_an_order_that_is_not_parked_offers_no_resume(page: Page, h: RunningHost) -> None:
+    for order_id, state in (("o-late", "Pending"), ("f-1", "Error")):
+        page.goto(f"http://127.0.0.1:{h.port}/api/console#/orders/{order_id}")
+        expect(page.locator('dd[data-field="state"]')).to_have_text(state)
+        expect(page.get_by_test_id("resume")).to_have_count(0)
+        # Nothing drawn in its place (a missing section written out as "null"): sections only.
+        assert page.locator("#main").evaluate(
+            "m => [...m.childNodes].every(n => n.nodeName === 'SECTION')")
