@@ -16,6 +16,7 @@ from orderctl.errors import CliError
 from orderctl.identity import cli_operator
 from orderctl.orders import on_storage
 from orderctl.output import api_shape, inert, out, print_rows
+from shared.domain.pauses import PauseKind
 from shared.handlers.pausing import PauseControl, PauseRefused, UnknownTarget
 
 Kind = Annotated[str, typer.Argument(help="service or workflow")]
@@ -53,6 +54,8 @@ def resume(what: Annotated[str | None, typer.Argument(
     if what is None:
         raise CliError("say what to resume: service NAME, workflow NAME, or a parked order's "
                        "id", 2)
+    if name is None and what in {k.value for k in PauseKind}:
+        raise CliError(f"say which {what} to resume (`orders pauses` lists them)", 2)
     if name is None:
         view = _resume_order(what, reason)
         _say(view, as_json, f"{what} resumed: it goes on from the step that waited")

@@ -20,8 +20,9 @@ from shared.adapters.remote_service import (
     PermanentServiceError,
     TransientServiceError,
 )
-from shared.domain import budget
+from shared.domain import budget, text
 from shared.domain.services import Call, CodeService, NeedsPerson, Refuse, Retry
+from shared.domain.step_policy import MAX_NEEDS
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,10 @@ class CodeServiceClient:
         except Refuse as e:
             raise PermanentServiceError(f"{call.operation}: {e}") from e
         except NeedsPerson as e:
-            raise NeedsPersonError(f"{call.operation}: {e}", str(e)) from e
+            # Told to the submitter: the code's words, made inert and held to a sentence.
+            said = text.inert(" ".join(str(e).split()))[:MAX_NEEDS]
+            raise NeedsPersonError(f"{call.operation}: {e}", said or (
+                f"a person must act before {call.step} can be done")) from e
         except self._service.permanent as e:
             raise PermanentServiceError(f"{call.operation}: {_text(e)}") from e
         except Exception as e:  # the user's code: anything else is worth another try

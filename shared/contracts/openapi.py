@@ -175,7 +175,7 @@ def openapi_document() -> dict[str, Any]:
                 "requestBody": {"required": True, "content": {
                     "application/json": {"schema": _ref(ResumeRequest)}}},
                 "responses": {"202": _json(OrderView, "Resumed: the order as it is now."),
-                              **_operator_errors(400, 401, 404, 409, 415)},
+                              **_operator_errors(400, 401, 404, 409, 415, 500)},
             }},
             "/orders/{order_id}/cancel": {"post": {
                 "operationId": "cancelOrder",

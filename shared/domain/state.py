@@ -348,12 +348,21 @@ class RetryPolicy:
     pause_recheck: timedelta = timedelta(hours=1)
 
 
+def doubled(first: timedelta, longest: timedelta, failures: int) -> timedelta:
+    """``first``, doubled for each failure after the first, never above ``longest`` (nor
+    past what a timedelta holds, however many failures)."""
+    try:
+        grown: timedelta = first * (2 ** max(0, failures - 1))
+    except OverflowError:
+        return longest
+    return min(longest, grown)
+
+
 def exponential_backoff(base: timedelta, cap: timedelta) -> Callable[[int], timedelta]:
     """Delay before retry number ``failures``: base, 2 x base, 4 x base, ... never above cap."""
 
     def delay(failures: int) -> timedelta:
-        grown: timedelta = base * (2 ** max(0, failures - 1))
-        return min(cap, grown)
+        return doubled(base, cap, failures)
 
     return delay
 

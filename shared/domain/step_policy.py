@@ -11,6 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import MappingProxyType
+
+from shared.domain import text
+from shared.domain.state import doubled
+
+# Bounds a declaration is held to: more attempts than anyone means is a mistake, and a storage
+# queue delays a message at most 7 days.
+MAX_ATTEMPTS = 100
+MAX_BACKOFF = timedelta(days=7)
 
 # What a person must do, as a step declares it: a sentence, shown to operators and told to the
 # submitter (never a service's own error text).
@@ -33,11 +42,15 @@ class StepRetry:
     park: Mapping[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.attempts is not None and self.attempts < 1:
-            raise ValueError("StepRetry(attempts=...) is at least 1")
+        if self.attempts is not None and (type(self.attempts) is not int
+                                          or not 1 <= self.attempts <= MAX_ATTEMPTS):
+            raise ValueError(f"StepRetry(attempts=...) is a whole number from 1 to "
+                             f"{MAX_ATTEMPTS}")
         if self.backoff is not None and not (
-                timedelta(0) < self.backoff[0] <= self.backoff[1]):
-            raise ValueError("StepRetry(backoff=(first, longest)): 0 < first <= longest")
+                len(self.backoff) == 2
+                and timedelta(0) < self.backoff[0] <= self.backoff[1] <= MAX_BACKOFF):
+            raise ValueError("StepRetry(backoff=(first, longest)): 0 < first <= longest <= "
+                             f"{MAX_BACKOFF.days} days (a delayed message waits no longer)")
         for status in [*self.transient, *self.park]:
             if not 400 <= status <= 499 or status in (408, 425, 429):
                 raise ValueError(f"StepRetry: {status} is not a 4xx the contract refuses "
@@ -46,14 +59,14 @@ class StepRetry:
         if both:
             raise ValueError(f"StepRetry: {both} cannot be both transient and parked")
         for status, needs in self.park.items():
-            if not needs.strip() or len(needs) > MAX_NEEDS:
+            if not needs.strip() or len(needs) > MAX_NEEDS or any(map(text.acts, needs)):
                 raise ValueError(f"StepRetry(park={{{status}: ...}}): say what a person must "
-                                 f"do, in 1 to {MAX_NEEDS} characters")
+                                 f"do, in 1 to {MAX_NEEDS} printable characters")
+        # Held as declared: nothing may change it once it was found fit.
+        object.__setattr__(self, "park", MappingProxyType(dict(self.park)))
 
     def delay(self, failures: int) -> timedelta | None:
         """The wait before retry number ``failures``, when the step declares its own."""
         if self.backoff is None:
             return None
-        first, longest = self.backoff
-        grown: timedelta = first * (2 ** max(0, failures - 1))
-        return min(longest, grown)
+        return doubled(*self.backoff, failures)

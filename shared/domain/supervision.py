@@ -195,10 +195,12 @@ def _expire_step(new: OrderState, now: datetime, policy: RetryPolicy,
         step.complete_by = None
         step.timeouts += 1
     # The step's own attempts, counted for it alone, when it declares them; else the app's,
-    # counted over the whole order.
+    # counted over the rest of the order (a step's own timeouts are its own business).
+    theirs = sum(s.timeouts for s in new.steps
+                 if workflow.step(s.name).retry.attempts is not None)
     again = (step.timeouts < declared.attempts
              if step is not None and declared is not None and declared.attempts is not None
-             else new.failure_count < policy.failure_threshold)
+             else new.failure_count - theirs < policy.failure_threshold)
     if again:
         if step is not None:
             step.status = StepStatus.NOT_STARTED

@@ -346,11 +346,13 @@ def _after_do(new: OrderState, step: StepState, reply: AgentReply, scheduler_id:
 
 
 def _park(new: OrderState, step: StepState, needs: str, error: str | None) -> list[Event]:
-    """A person must act before the step can be done, and its service did nothing: the order
-    waits, parked, for an operator, who resumes it (the step asked again under its key) or
-    cancels it. Its done work stands meanwhile."""
+    """A person must act before the step can be done: the order waits, parked, for an
+    operator, who resumes it (the step asked again under its key) or cancels it (its work
+    undone, this step's learned first). Its done work stands meanwhile."""
     step.status = StepStatus.NOT_STARTED
-    step.in_doubt = False
+    # Its service said it did nothing, but a copy of the request answered otherwise, or the
+    # person's act itself, may have done the work: a cancel asks again under its key first.
+    step.in_doubt = True
     step.last_error = error
     new.process_state = ProcessState.PARKED
     new.failed_step = step.name

@@ -77,7 +77,7 @@ def operator_api() -> func.Blueprint:
     # Going on with a parked order, as resubmitting a failed one is: the same role.
     @operator_route(bp, "resume_order", "orders/{order_id}/resume", "POST", RESUBMIT_ROLE)
     def resume_order(op: Operator, req: func.HttpRequest, who: Principal) -> BaseModel | Reply:
-        body = ResumeRequest.from_body(req.get_body(), required=False)
+        body = ResumeRequest.from_body(req.get_body())
         return Reply(op.resume(req.route_params.get("order_id", ""), body.reason,
                                by=who.label()), 202)
 

@@ -42,7 +42,7 @@ from shared.domain.messages import (
 from shared.domain.provenance import Verdict, judge
 from shared.domain.senders import RECORD_ID_MAX
 from shared.domain.services import Call, InputFailed, step_input
-from shared.domain.step_policy import MAX_NEEDS, StepRetry
+from shared.domain.step_policy import StepRetry
 from shared.domain.workflow import Registry, UnknownWorkflow, Workflow
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ class Agent:
                                attempt=req.attempt, outcome=ReplyOutcome.PERMANENT_ERROR,
                                # A service's error body can be any size; a reply cannot.
                                error=budget.clip(str(e), budget.ERROR_TEXT),
-                               needs=budget.clip(needs, MAX_NEEDS) if needs else None,
+                               needs=needs or None,
                                outbox_seq=req.outbox_seq, token=req.token,
                                # Refused: the order is in trouble; its trace is kept from here.
                                traceparent=tracing.keep(

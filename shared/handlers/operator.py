@@ -82,7 +82,7 @@ def _resubmittable(state: OrderState, force: bool, workflows: Registry) -> bool:
             and _runnable(state, workflows) is None)
 
 
-def _runnable(state: OrderState, workflows: Registry) -> str | None:
+def _runnable(state: OrderState, workflows: Registry, verb: str = "resubmit") -> str | None:
     """Why this release could not run the order again, if it could not: a resubmit keeps the
     version the order started on, and one taken out of the registry would leave it Pending
     with nobody to take it."""
@@ -93,11 +93,11 @@ def _runnable(state: OrderState, workflows: Registry) -> str | None:
                  if w.name == (state.workflow or workflows.default)]
         if e.newer or (known and state.workflow_version > max(known)):
             # Mid-rollout: the newer release's instances run it.
-            return (f"order {state.order_id} is of a newer release of the app ({e}): resubmit "
+            return (f"order {state.order_id} is of a newer release of the app ({e}): {verb} "
                     "it once that release runs")
         return (f"order {state.order_id} started on workflow {state.workflow or 'the default'} "
                 f"version {state.workflow_version}, which this app does not run ({e}): "
-                "resubmit it where that version runs, or put the version back in the registry")
+                f"{verb} it where that version runs, or put the version back in the registry")
     return None
 
 
@@ -323,17 +323,25 @@ class Operator:
         """Go on with a parked order from the step that needed a person, under its key
         (domain/parking.py), once the person has acted; refused, saying why, unless parked."""
         state = self._asked(order_id, reason, "a resume")
-        try:
-            new = resume_parked(state, self._clock(), self._pending_grace, reason, by)
-            saved = self._store.save(new)
-        except (IllegalTransition, ConcurrencyConflict) as e:
-            why = (str(e) if isinstance(e, IllegalTransition)
-                   else f"order {order_id} changed meanwhile; look again")
-            audit(OperatorAction.RESUME_ORDER, order_id, by, reason, f"refused: {why}",
-                  self._clock())
-            raise ResumeRefused(why) from None
-        audit(OperatorAction.RESUME_ORDER, order_id, by, reason, "done", self._clock())
-        return state_view(self._relay.carry_out(saved).state)
+        with tracing.span("operator resume", parent=state.trace, kind=SpanKind.INTERNAL,
+                          trouble=True, attributes=tracing.order_attributes(order_id)):
+            try:
+                why = (f"order {order_id} was written by a newer release of the app (record "
+                       f"schema {state.schema_version}); resume it once that release runs"
+                       if state.from_newer_release
+                       else _runnable(state, self._relay.workflows, "resume"))
+                if why is not None:
+                    raise IllegalTransition(why)
+                new = resume_parked(state, self._clock(), self._pending_grace, reason, by)
+                saved = self._store.save(new)
+            except (IllegalTransition, ConcurrencyConflict) as e:
+                why = (str(e) if isinstance(e, IllegalTransition)
+                       else f"order {order_id} changed meanwhile; look again")
+                audit(OperatorAction.RESUME_ORDER, order_id, by, reason, f"refused: {why}",
+                      self._clock())
+                raise ResumeRefused(why) from None
+            audit(OperatorAction.RESUME_ORDER, order_id, by, reason, "done", self._clock())
+            return state_view(self._relay.carry_out(saved).state)
 
     def _cancel(self, state: OrderState, reason: str, by: str | None) -> OrderView:
         if state.from_newer_release:

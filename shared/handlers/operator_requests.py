@@ -140,8 +140,15 @@ class PauseRequest(BaseModel):
         return ask
 
 
-class ResumeRequest(PauseRequest):
+class ResumeRequest(BaseModel):
     """The body of POST /api/orders/{id}/resume (optional): why, kept on its timeline."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    reason: str = Field("", max_length=MAX_REASON)
+
+    @classmethod
+    def from_body(cls, body: bytes) -> ResumeRequest:
+        return _read(cls, body, "a resume (reason)", '{"reason": "the customer confirmed"}')
 
 
 class BulkCancelRequest(BaseModel):

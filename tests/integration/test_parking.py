@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from azure.data.tables import UpdateMode
+
 from shared.handlers.principal import READ_ROLE, RESUBMIT_ROLE
 from tests.integration.conftest import RunningHost
 from tests.integration.helpers import drain_json, pending
@@ -54,10 +56,19 @@ def test_a_parked_order_is_listed_and_resumed_from_its_step_under_its_key(
 
 def test_the_cli_resumes_a_parked_order_and_says_why_it_would_not(
         run_host: Any, capsys: Any) -> None:
+    from datetime import UTC, datetime
+
     from orderctl.main import run
+    from shared.domain.state import ProcessState
+    from shared.workflows import REGISTRY
+    from tests.fakes import accepted
 
     h: RunningHost = run_host(workflows=TEST_FLOW, only=API)
-    _parked(h, "p-2")
+    # The CLI runs the app's own workflows: an order of one of them, parked at its first step.
+    store = h.container.store
+    state = accepted(store, "p-2", datetime.now(UTC), REGISTRY.get())
+    state.process_state, state.steps[0].in_doubt = ProcessState.PARKED, True
+    store.save(state)
     settings = ["--settings", "/nonexistent/local.settings.json"]
     assert run([*settings, "resume", "p-2", "--reason", "customer confirmed"]) == 0
     assert "p-2 resumed" in capsys.readouterr().out
@@ -66,3 +77,17 @@ def test_the_cli_resumes_a_parked_order_and_says_why_it_would_not(
     pending("p-3")
     assert run([*settings, "resume"]) == 2
     assert "say what to resume" in capsys.readouterr().err
+
+
+def test_a_parked_order_a_newer_release_wrote_is_left_to_it(run_host: Any) -> None:
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=API)
+    _parked(h, "p-4")
+    table = h.container.tables.get_table_client(h.env["StateTableName"])
+    record = table.get_entity("p-4", "state")
+    table.update_entity({"PartitionKey": "p-4", "RowKey": "state", "SchemaVersion": 99},
+                        mode=UpdateMode.MERGE)
+    with api(h, READ_ROLE, RESUBMIT_ROLE) as c:
+        r = c.post("/orders/p-4/resume", json={})
+        assert r.status_code == 409 and "newer release" in r.json()["error"], r.text
+    after = table.get_entity("p-4", "state")
+    assert (after["ProcessState"], after["SchemaVersion"]) == (record["ProcessState"], 99)

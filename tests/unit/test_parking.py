@@ -20,7 +20,7 @@ from shared.domain.parking import NotParked, resume_parked
 from shared.domain.services import CodeService, NeedsPerson
 from shared.domain.state import CompensationState, ProcessState, StepStatus, schema_of
 from shared.domain.step_policy import StepRetry
-from shared.domain.transitions import apply_reply, claim
+from shared.domain.transitions import apply_reply, begin_compensation, claim
 from shared.domain.workflow import Registry, Workflow
 from shared.handlers.agent import Agent, AgentRetryPolicy, RequestCheck
 from tests.conftest import FakeClock
@@ -58,8 +58,9 @@ def test_a_step_that_needs_a_person_parks_the_order_saying_what_and_nothing_is_u
     assert state.process_state is ProcessState.PARKED  # type: ignore[attr-defined]
     assert state.is_settled and schema_of(state) == 5  # type: ignore[attr-defined]
     take = state.step("take")  # type: ignore[attr-defined]
+    # In doubt: a copy of its request, or the person's act, may have done the work yet.
     assert (take.status, take.in_doubt, take.work_key) == (
-        StepStatus.NOT_STARTED, False, "o-1.take.do")
+        StepStatus.NOT_STARTED, True, "o-1.take.do")
     assert state.step("hold").status is StepStatus.COMPLETED  # type: ignore[attr-defined]
     assert state.compensation is None  # type: ignore[attr-defined]
     outbox = state.outbox  # type: ignore[attr-defined]
@@ -85,11 +86,16 @@ def test_a_resumed_order_goes_on_from_its_step_under_the_same_key() -> None:
         resume_parked(again, T0, GRACE, "")
 
 
-def test_a_parked_order_cancelled_undoes_what_was_done_and_is_filed_again() -> None:
+def test_a_parked_order_cancelled_learns_its_step_first_then_undoes_and_is_filed_again() -> None:
     _, state = _parked()
     cancelled = cancel(state, T0 + timedelta(hours=1), GRACE, "customer gave up")  # type: ignore[arg-type]
     assert cancelled.process_state is ProcessState.CANCELLED
     assert cancelled.compensation is CompensationState.PENDING and cancelled.index_key is None
+    undoing = begin_compensation(cancelled, "s1", T0 + timedelta(hours=1), WF)
+    # The parked step is asked again under its key before anything is undone: the person's
+    # act may have done it.
+    take = undoing.step("take")
+    assert (take.status, take.work_key) == (StepStatus.LEARNING, "o-1.take.do")
 
 
 def _agent(clock: FakeClock, script: Script, action: Action = Action.DO) -> Agent:
@@ -127,6 +133,20 @@ def test_a_code_service_raising_needs_person_is_told_apart_from_a_refusal() -> N
     with pytest.raises(NeedsPersonError) as e:
         client.call(a_call(), 5)
     assert e.value.needs == "the customer must confirm 3-D Secure"
+
+    # Its words go to the submitter: made inert, one line, a sentence long; none, a default.
+    def odd(call: object) -> dict[str, object]:
+        raise NeedsPerson("confirm\n\x1b[2J " + "x" * 500)
+
+    def silent(call: object) -> dict[str, object]:
+        raise NeedsPerson()
+
+    with pytest.raises(NeedsPersonError) as e:
+        CodeServiceClient(CodeService("beta", {"take": odd}), {}).call(a_call(), 5)
+    assert e.value.needs.startswith("confirm \\x1b[2J x") and len(e.value.needs) == 200
+    with pytest.raises(NeedsPersonError) as e:
+        CodeServiceClient(CodeService("beta", {"take": silent}), {}).call(a_call(), 5)
+    assert e.value.needs == "a person must act before take can be done"
 
 
 def test_a_park_declaration_that_cannot_work_is_refused() -> None:

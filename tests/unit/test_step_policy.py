@@ -12,7 +12,7 @@ from shared.adapters.remote_service import PermanentServiceError
 from shared.circuit_breaker import CircuitBreaker
 from shared.domain.messages import ReplyOutcome
 from shared.domain.resubmission import resubmit
-from shared.domain.state import ProcessState, RetryPolicy, exponential_backoff
+from shared.domain.state import ProcessState, RetryPolicy, StepStatus, exponential_backoff
 from shared.domain.step_policy import StepRetry
 from shared.domain.supervision import DecisionKind, supervise
 from shared.domain.transitions import claim
@@ -105,8 +105,30 @@ def test_a_status_the_step_declares_transient_is_asked_again_within_its_time() -
     assert reply is not None and reply.outcome is ReplyOutcome.PERMANENT_ERROR
 
 
+def test_a_steps_own_timeouts_do_not_use_up_the_others_failure_threshold() -> None:
+    wf = _with("hold", StepRetry(attempts=5))
+    store = FakeOrderStore()
+    state = claim(accepted(store, "o-1", T0, wf), "s1", T0, wf)
+    state.outbox = []
+    state.failure_count, state.step("hold").timeouts = 3, 3  # "hold" timed out 3 times
+    state.step("hold").status = StepStatus.COMPLETED  # and then was done
+    take = state.step("take")
+    take.status, take.attempt, take.work_key = StepStatus.RUNNING, 1, "o-1.take.do"
+    take.complete_by = state.complete_by = T0 + timedelta(seconds=30)
+    decision = supervise(state, T0 + timedelta(minutes=1), POLICY, wf)
+    assert decision is not None and decision.kind is DecisionKind.RETRY  # its first timeout
+
+
+def test_a_long_backoff_is_held_to_its_longest_however_many_failures() -> None:
+    retry = StepRetry(attempts=100, backoff=(timedelta(seconds=1), timedelta(hours=1)))
+    assert retry.delay(100) == timedelta(hours=1)
+    assert exponential_backoff(timedelta(days=1), timedelta(days=2))(10_000) == timedelta(days=2)
+
+
 @pytest.mark.parametrize("bad", [
-    {"attempts": 0}, {"backoff": (timedelta(0), timedelta(1))},
+    {"attempts": 0}, {"attempts": True}, {"attempts": 2.5}, {"attempts": 101},
+    {"backoff": (timedelta(seconds=1), timedelta(days=8))},
+    {"backoff": (timedelta(0), timedelta(1))},
     {"backoff": (timedelta(seconds=5), timedelta(seconds=1))},
     {"transient": frozenset({500})}, {"transient": frozenset({429})}])
 def test_a_policy_that_cannot_work_is_refused_when_declared(bad: dict[str, object]) -> None:
