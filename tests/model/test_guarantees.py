@@ -5,8 +5,10 @@ operator resubmit and cancel) over the in-memory adapters, with the things that 
 production as rules: deliveries and duplicate deliveries, messages handled in any order, Agent
 calls that succeed, are refused, fail transiently or succeed with the reply lost, Supervisor
 ticks at any time, the process dying at any point between a write and its effects, the store
-failing, operator resubmits (forced or not) and cancels, and an operator pausing and resuming a
-service or the workflow's intake while the pipeline runs on. A model of the remote services
+failing, operator resubmits (forced or not) and cancels, an operator pausing and resuming a
+service or the workflow's intake while the pipeline runs on, and steps that declare their own
+failure policy: their own attempts, and an answer that needs a person, which parks the order
+until an operator resumes it. A model of the remote services
 records every effect. The world also holds what earlier releases left behind and what no
 release should have: unreadable state records crowding the orders' own index partitions, index
 entries of the shapes written before the due-time index, and undo requests of the shape sent
