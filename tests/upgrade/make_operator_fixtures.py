@@ -70,6 +70,29 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+# Run before the runner: the payment step declares that a 402 needs a person (StepRetry.park,
+# de0c925 on), and the runner's refusals answer 402, as a provider waiting for its customer
+# does. The shipped workflows park on nothing; the rest is the release's own: its Agent, its
+# Scheduler's park, its relay's alert.
+PARK = """
+import dataclasses, runpy, sys
+import shared.workflows as shipped
+from shared.adapters import remote_service
+from shared.domain.step_policy import StepRetry
+refused = remote_service.PermanentServiceError.__init__
+def as_402(self, message, status=402):
+    refused(self, message, status)
+remote_service.PermanentServiceError.__init__ = as_402
+waits = StepRetry(park={402: "the customer must confirm the payment"})
+shipped.REGISTRY = dataclasses.replace(shipped.REGISTRY, workflows=tuple(
+    dataclasses.replace(w, steps=tuple(dataclasses.replace(s, retry=waits)
+                                       if s.service == "payment" else s for s in w.steps))
+    for w in shipped.REGISTRY.workflows))
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 @dataclass(frozen=True)
 class Keep:
     file: str
@@ -159,6 +182,19 @@ SCENARIOS = [
               "RequestRefused alert row (f9dc107 on): the step named, AlertKey "
               "refused.<fingerprint of the request>", "OperatorAlerts")],
         queues={"payment": "inventory"}),
+    Scenario(
+        "de0c925-order-parked", "de0c925",
+        "The reservation made, then the charge answered 402, which the payment step declares "
+        "needs a person: the order is parked and OrderParked raised, saying what is needed.",
+        [["intake"], ["agent", "inventory"], ["reply"], ["agent", "payment", "refuse"],
+         ["reply"]],
+        [Keep("alert-row_de0c925_order-parked", "alert-row",
+              "OrderParked alert row (de0c925 on): the step named, the reason the step's "
+              "declared words, AlertKey <order>.<outbox seq>.<n>", "OperatorAlerts")],
+        # The payment service is code from 14ccb65 on: its setting, though the runner's
+        # services answer in its place.
+        env={"PaymentProviderKey": "fixture", "PaymentProviderUrl": "http://127.0.0.1:9"},
+        prelude=PARK),
     Scenario(
         "75e3701-record-unreadable", "75e3701",
         "The order's state record unreadable (a ProcessState no release knows): the "

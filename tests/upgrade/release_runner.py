@@ -47,8 +47,14 @@ class Services:
         services = self
 
         class Client:
-            def call(self, operation: str, key: str, body: dict[str, Any],
-                     timeout: float) -> dict[str, Any]:
+            def call(self, *args: Any) -> dict[str, Any]:
+                # (operation, key, body, timeout) before Call; (call, timeout) from it (the
+                # service's client handed one Call, which holds the rest).
+                if len(args) == 2:
+                    c, _ = args
+                    operation, key, body = c.operation, c.key, c.http_body()
+                else:
+                    operation, key, body, _ = args
                 planned = services.plan.get(f"{service}/{operation}") or ["ok"]
                 outcome = planned.pop(0) if len(planned) > 1 else planned[0]
                 if outcome == "refuse":
@@ -231,7 +237,8 @@ def main() -> None:
 def _operations(c: Any, service: str) -> list[str]:
     # Every workflow's steps where the release has a registry of them (14ccb65 on: two).
     workflows = c.workflows.workflows if hasattr(c, "workflows") else [c.workflow]
-    steps = [s for w in workflows for s in w.steps if s.agent == service]
+    steps = [s for w in workflows for s in w.steps
+             if getattr(s, "agent", None) == service or getattr(s, "service", None) == service]
     return [op for s in steps for op in (s.operation, s.compensation) if op]
 
 
