@@ -154,7 +154,7 @@ soak: install
 # after the resume (docs/operating.md, Pausing a service or a workflow).
 .PHONY: pause-run
 pause-run: $(STAMP) node_modules/.package-lock.json
-	$(PY) -m localrun.bench.pausing --pause 300 --rate 2 --service payment
+	$(PY) -m localrun.bench.pausing --pause 300 --rate 2
 
 # A rolling deployment rehearsed, on demand (not in make test; tests/e2e/test_rolling.py runs a
 # small one): the previous release (PREVIOUS, a commit of this clone's history, in a temporary

@@ -3,7 +3,7 @@ local host while an operator pauses one service for a while and then resumes it.
 measures: how many orders waited, whether any failed, was undone or had a failure counted
 because of the pause (none should), and how long after the resume the last one finished.
 
-    python -m localrun.bench.pausing --pause 300 --rate 2 --service payment
+    python -m localrun.bench.pausing --pause 300 --rate 2 [--service NAME]
 
 It starts its own Azurite and runs the app's own workflow with no faults, so that every failure
 would be the pause's.
@@ -70,11 +70,22 @@ def pause_run(bench: Bench, pause_s: float, rate: float, service: str,
     }
 
 
+def middle_service() -> str:
+    """The service of the middle step of the app's default workflow: work before and after
+    it, as a pause in the middle of an order's life has."""
+    from shared.workflows import REGISTRY
+
+    steps = REGISTRY.get().steps
+    return steps[len(steps) // 2].service
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m localrun.bench.pausing")
     p.add_argument("--pause", type=float, default=300.0, help="seconds the service is paused")
     p.add_argument("--rate", type=float, default=2.0, help="orders a second, throughout")
-    p.add_argument("--service", default="payment")
+    p.add_argument("--service", default=None,
+                   help="the service to pause (default: the app's default workflow's middle "
+                        "step's)")
     args = p.parse_args(argv)
     import logging
 
@@ -92,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         started = datetime.now(UTC).isoformat(timespec="seconds")
         result = pause_run(Bench(az.connection_string, Scale(), azurite_pid=az.process.pid),
-                           args.pause, args.rate, args.service)
+                           args.pause, args.rate, args.service or middle_service())
     finally:
         az.stop()
         shutil.rmtree(data, ignore_errors=True)

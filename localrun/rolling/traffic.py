@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from localrun.bench.pausing import middle_service
 from localrun.rolling.hosts import HostProcess
 from localrun.rolling.store import Store, is_settled
 
@@ -25,7 +26,7 @@ DIGITAL_EVERY = 3
 CANCEL_EVERY = 7
 # The rehearsal's operator pauses this service for PAUSE_ROUNDS of its rounds, from its
 # PAUSE_AT-th, through a host of this release: what the previous release does beside held work.
-PAUSED_SERVICE = "payment"
+PAUSED_SERVICE = middle_service()
 PAUSE_AT, PAUSE_ROUNDS = 4, 20
 # The share of orders whose undo the services refuse: their compensation fails, an operator
 # resubmits them with force.

@@ -78,7 +78,7 @@ class Refuse(Exception):
 
 
 class NeedsPerson(Exception):
-    """The provider cannot do the work until a person acts (a customer confirms a payment),
+    """The provider cannot do the work until a person acts (a customer confirms a purchase),
     and did nothing: the order is parked, saying this (the message: a sentence for operators and
     the submitter, never a provider's own text), until an operator resumes it (the step asked
     again under the same key) or cancels it."""

@@ -38,7 +38,7 @@ class StepRetry:
     # time (a 409 "still processing", say), besides the contract's (5xx, 408, 425, 429).
     transient: frozenset[int] = frozenset()
     # HTTP statuses of its service's answers that need a person, each with what is needed
-    # ({402: "the customer must confirm the payment"}). A code service raises NeedsPerson.
+    # ({402: "the customer must confirm the purchase"}). A code service raises NeedsPerson.
     park: Mapping[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

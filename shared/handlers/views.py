@@ -74,7 +74,7 @@ class OrderView(_View):
     UpdatedAt: datetime
     Rescues: int
     Held: str | None = Field(None, description="The paused service or workflow the order waits "
-                                               "for (service:payment): its time stands still, "
+                                               "for (service:<name>): its time stands still, "
                                                "no failure counted; null when not held.")
     Steps: list[StepView]
     History: list[dict[str, Any]] = Field(description="What happened before each resubmission.")
@@ -209,7 +209,7 @@ class InFlightView(_View):
     FailureCount: int
     UpdatedAt: datetime
     Held: str | None = Field(None, description="The paused service or workflow it waits for "
-                                               "(service:payment); null when not held.")
+                                               "(service:<name>); null when not held.")
 
 
 class FailedView(_View):
