@@ -25,8 +25,8 @@ def cancel(order_id: Annotated[str | None, typer.Argument(
         reason: Annotated[str, typer.Option(
             help="Why (required; kept on its timeline with your name).")] = "",
         state: Annotated[str | None, typer.Option(
-            help="Cancel every order of this state the filters pick (Pending or Processing; "
-                 "'any' for both).")] = None,
+            help="Cancel every order of this state the filters pick (Pending, Processing or "
+                 "Parked; 'any' for Pending and Processing).")] = None,
         prefix: Annotated[str | None, typer.Option(
             help="With --state: only orders whose id starts with this.")] = None,
         since: Annotated[str | None, typer.Option(

@@ -155,8 +155,9 @@ class BulkCancelRequest(BaseModel):
     """The body of POST /api/cancellations: which orders still running, and why."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    state: Literal["Pending", "Processing"] | None = Field(
-        None, description="Only orders in this state (none: both).")
+    state: Literal["Pending", "Processing", "Parked"] | None = Field(
+        None, description="Only orders in this state (none: Pending and Processing; Parked "
+                          "ones, waiting for a person, only when asked for).")
     prefix: str | None = Field(None, pattern=ID_PREFIX_PATTERN,
                                description="Only orders whose id starts with this.")
     since: AwareDatetime | None = Field(None, description="Only orders received at or after "

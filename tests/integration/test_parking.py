@@ -10,7 +10,7 @@ from typing import Any
 
 from azure.data.tables import UpdateMode
 
-from shared.handlers.principal import READ_ROLE, RESUBMIT_ROLE
+from shared.handlers.principal import CANCEL_ROLE, READ_ROLE, RESUBMIT_ROLE
 from tests.integration.conftest import RunningHost
 from tests.integration.helpers import drain_json, pending
 from tests.integration.test_operator_api import accept, api, requests_of
@@ -52,6 +52,25 @@ def test_a_parked_order_is_listed_and_resumed_from_its_step_under_its_key(
     h.container.scheduler.handle_command(json.dumps(cmd))
     (asked,) = requests_of(h, 1)
     assert (asked["idempotency_key"], asked["attempt"]) == (take["idempotency_key"], 2)
+
+
+def test_parked_orders_are_cancelled_in_bulk_when_asked_for_by_state(run_host: Any) -> None:
+    """Customers who never acted: their parked orders picked by state, a dry run first."""
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=API | {"cancel_orders"})
+    _parked(h, "p-5")
+    pending("p-6")
+    with api(h, READ_ROLE, CANCEL_ROLE) as c:
+        ask = {"reason": "never confirmed", "dry_run": True}
+        r = c.post("/cancellations", json={**ask, "state": "Parked"})
+        assert r.status_code == 200, r.text
+        assert [(i["OrderID"], i["Outcome"]) for i in r.json()["Items"]] == [
+            ("p-5", "would cancel")]
+        r = c.post("/cancellations", json=ask)  # by default, only what runs
+        assert [i["OrderID"] for i in r.json()["Items"]] == ["p-6"]
+        r = c.post("/cancellations", json={**ask, "state": "Parked", "dry_run": False})
+        assert r.status_code == 202 and r.json()["Items"][0]["Outcome"] == "cancelled"
+    state = h.container.store.get_state("p-5")
+    assert state is not None and state.process_state.value == "Cancelled"
 
 
 def test_the_cli_resumes_a_parked_order_and_says_why_it_would_not(
