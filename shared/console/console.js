@@ -47,6 +47,19 @@ async function api(path, options = {}) {
   return body;
 }
 
+// An operator's action on one thing: POSTed as JSON (as every change is: web.py's check), and
+// what it came to, as a line for said(): what ``ok`` makes of the answer, or the API's refusal
+// in its own words.
+async function post(kind, path, payload, ok) {
+  try {
+    const body = await api(path, {method: "POST", headers: {"content-type": "application/json"},
+                                  body: JSON.stringify(payload)});
+    return {for: kind, ok: true, text: ok(body)};
+  } catch (e) {
+    return {for: kind, ok: false, text: String(e.message || e)};
+  }
+}
+
 // A time in the viewer's own zone, and in UTC on hover (and for a screen reader, the
 // machine-readable datetime).
 function when(iso) {
@@ -153,13 +166,8 @@ function ackResult() {
                                "data-testid": "ack-result", text: ackMessage.text}) : null;
 }
 async function acknowledge(a) {
-  try {
-    const body = await api(`/alerts/${encodeURIComponent(a.AlertId)}/ack`, {
-      method: "POST", headers: {"content-type": "application/json"}, body: "{}"});
-    ackMessage = {ok: true, text: `${a.Kind} acknowledged by ${body.AcknowledgedBy}.`};
-  } catch (e) {
-    ackMessage = {ok: false, text: String(e.message || e)};
-  }
+  ackMessage = await post("ack", `/alerts/${encodeURIComponent(a.AlertId)}/ack`, {},
+                          body => `${a.Kind} acknowledged by ${body.AcknowledgedBy}.`);
   await show();
 }
 
@@ -242,18 +250,12 @@ function pauseForm(section, p) {
       return;
     }
     send.disabled = true;  // once: a second click would be refused as paused already
-    try {
-      const body = await api(`/pauses/${encodeURIComponent(p.Kind)}/` +
-                             encodeURIComponent(p.Name) + (resume ? "/resume" : ""), {
-        method: "POST", headers: {"content-type": "application/json"},
-        body: JSON.stringify({reason: text})});
-      pauseMessage = {for: "pause", ok: true, text: body.Paused
-        ? `Paused ${what} as ${body.By}: ` +
-          (service ? "its steps wait until it is resumed." : "its new orders wait, Pending.")
-        : `Resumed ${what}: it runs again.`};
-    } catch (e) {
-      pauseMessage = {for: "pause", ok: false, text: String(e.message || e)};
-    }
+    pauseMessage = await post("pause", `/pauses/${encodeURIComponent(p.Kind)}/` +
+                              encodeURIComponent(p.Name) + (resume ? "/resume" : ""),
+                              {reason: text}, body => body.Paused
+      ? `Paused ${what} as ${body.By}: ` +
+        (service ? "its steps wait until it is resumed." : "its new orders wait, Pending.")
+      : `Resumed ${what}: it runs again.`);
     await show(pauseMessage);
   };
   section.querySelector("[data-testid=pause-form]")?.remove();
@@ -330,16 +332,9 @@ function resubmitForm(o, message) {
   form.onsubmit = async ev => {
     ev.preventDefault();
     const f = new FormData(form);
-    let result;
-    try {
-      const body = await api(`/orders/${encodeURIComponent(o.OrderID)}/resubmit`, {
-        method: "POST", headers: {"content-type": "application/json"},
-        body: JSON.stringify({reason: f.get("reason"), force: f.get("force") === "on"})});
-      result = {for: "resubmit", ok: true, text: `Resubmitted: now ${body.ProcessState}.`};
-    } catch (e) {
-      result = {for: "resubmit", ok: false, text: String(e.message || e)};
-    }
-    await show(result);
+    await show(await post("resubmit", `/orders/${encodeURIComponent(o.OrderID)}/resubmit`,
+                          {reason: f.get("reason"), force: f.get("force") === "on"},
+                          body => `Resubmitted: now ${body.ProcessState}.`));
   };
   section.append(form);
   return section;
@@ -384,17 +379,10 @@ function resumeForm(o, message) {
   form.onsubmit = async ev => {
     ev.preventDefault();
     send.disabled = true;  // once: a second click would be refused as not parked
-    let result;
-    try {
-      const body = await api(`/orders/${encodeURIComponent(o.OrderID)}/resume`, {
-        method: "POST", headers: {"content-type": "application/json"},
-        body: JSON.stringify({reason: String(new FormData(form).get("reason") || "")})});
-      result = {for: "resume", ok: true, text: `Resumed: now ${body.ProcessState}, ` +
-                `${o.FailedStep} to be asked again under the same key.`};
-    } catch (e) {
-      result = {for: "resume", ok: false, text: String(e.message || e)};
-    }
-    await show(result);
+    await show(await post("resume", `/orders/${encodeURIComponent(o.OrderID)}/resume`,
+                          {reason: String(new FormData(form).get("reason") || "")},
+                          body => `Resumed: now ${body.ProcessState}, ${o.FailedStep} to be ` +
+                                  "asked again under the same key."));
   };
   const open = el("button", {type: "button", "data-testid": "resume-order-open",
                              text: "Resume this order..."});
@@ -438,17 +426,10 @@ function cancelForm(o, message) {
       return;
     }
     send.disabled = true;  // once: a second click would be a second cancel
-    let result;
-    try {
-      const body = await api(`/orders/${encodeURIComponent(o.OrderID)}/cancel`, {
-        method: "POST", headers: {"content-type": "application/json"},
-        body: JSON.stringify({reason: text})});
-      result = {for: "cancel", ok: true, text: `Cancelled: now ${body.ProcessState}, its ` +
-                `work being undone (compensation ${body.Compensation}).`};
-    } catch (e) {
-      result = {for: "cancel", ok: false, text: String(e.message || e)};
-    }
-    await show(result);
+    await show(await post("cancel", `/orders/${encodeURIComponent(o.OrderID)}/cancel`,
+                          {reason: text}, body => `Cancelled: now ${body.ProcessState}, its ` +
+                                                  `work being undone (compensation ` +
+                                                  `${body.Compensation}).`));
   };
   const open = el("button", {type: "button", "data-testid": "cancel-open",
                              text: "Cancel this order..."});
