@@ -19,6 +19,7 @@ from azure.storage.queue import QueueServiceClient
 from shared import bindings_compat
 from shared.adapters.alerts import TableAlertStore
 from shared.adapters.code_service import CodeServiceClient
+from shared.adapters.limits import ServiceLimiter, TableLimits
 from shared.adapters.pauses import CachedPauses, TablePauses
 from shared.adapters.queues import StorageQueueSender
 from shared.adapters.rejections import TableRejectionStore
@@ -145,6 +146,7 @@ def build(settings: Settings | Configuration, *, clock: Clock = utc_now,
     pauses = CachedPauses(pause_store)
     breakers = {name: new_breaker(name, settings.breaker_failures, settings.breaker_reset,
                                   settings.breaker_window) for name in services}
+    limits = TableLimits(tables.get_table_client(settings.inflight_table))
     code = registry.code_services
     agents = {
         name: Agent(
@@ -152,6 +154,9 @@ def build(settings: Settings | Configuration, *, clock: Clock = utc_now,
                 CodeServiceClient(code[name], dict(config.code_settings[name]))
                 if name in code else RemoteServiceClient(v.url or "", http, key)),
             policy=retry, breaker=breakers[name], clock=clock, check=check, pauses=pauses,
+            limiter=ServiceLimiter(name, config.limits[name], limits,
+                                   now=lambda: clock().timestamp())
+            if name in config.limits else None,
         )
         for name, v in services.items()
     }

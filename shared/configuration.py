@@ -1,16 +1,18 @@
 """The app's settings resolved with its workflows, once, at the composition root: each service's
 URL and queue, each code service's settings, the step budgets, the queues an order may name for
-its status. Everything built from settings is handed this, and nothing reads settings again."""
+its status, each service's limit. Everything built from settings is handed this, and nothing
+reads settings again."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
 from shared.domain import senders as sending
+from shared.domain.limits import Limit
 from shared.domain.senders import Sender
 from shared.domain.services import CodeService
 from shared.domain.workflow import Registry
@@ -20,6 +22,7 @@ from shared.settings import (
     Settings,
     SettingsError,
     default_queue,
+    limit_setting_names,
     parse_budgets,
     reply_prefixes,
     service_setting_names,
@@ -52,6 +55,8 @@ class Configuration:
     reply_queues: ReplyQueues
     # The declared senders, each with a queue of its own (empty: the default sender only).
     senders: tuple[Sender, ...] = ()
+    # Each limited service's limit: as declared, or as its settings give it.
+    limits: Mapping[str, Limit] = field(default_factory=dict)
 
     @property
     def queues(self) -> list[str]:
@@ -95,6 +100,7 @@ def resolve(settings: Settings, workflows: Registry) -> Configuration:
                             "one the app reads")
     return Configuration(
         settings=settings, workflows=budgeted, services=services, code_settings=given,
+        limits=_limits(settings, workflows),
         reply_queues=ReplyQueues(reply_prefixes(settings.reply_allow_list), frozenset(
             own | {f"{q}-poison" for q in own} | {s.status_queue for s in senders})),
         senders=senders)
@@ -118,6 +124,32 @@ def _services(settings: Settings, names: list[str]) -> dict[str, ServiceSettings
             raise SettingsError("invalid app settings: " + "; ".join(
                 f"{keys[str(err['loc'][0])]}={given[str(err['loc'][0])]!r}: {err['msg']}"
                 for err in e.errors())) from None
+    return out
+
+
+def _limits(settings: Settings, workflows: Registry) -> dict[str, Limit]:
+    """Each service's limit: as declared, with either number replaced by its setting
+    (<Service>CallsAtOnce, <Service>CallsPerSecond) when one is given, as when a provider
+    raises the app's quota; a service declaring none gets one from its settings."""
+    declared = workflows.limits
+    out: dict[str, Limit] = {}
+    for name in workflows.services:
+        limit = declared.get(name)
+        at_once_key, per_second_key = limit_setting_names(name)
+        at_once = settings.environ.get(at_once_key, "").strip()
+        per_second = settings.environ.get(per_second_key, "").strip()
+        if not at_once and not per_second:
+            if limit is not None:
+                out[name] = limit
+            continue
+        try:
+            out[name] = Limit(
+                at_once=int(at_once) if at_once else (limit.at_once if limit else None),
+                per_second=float(per_second) if per_second else (
+                    limit.per_second if limit else None))
+        except ValueError as e:
+            raise SettingsError(f"invalid app settings: {at_once_key}={at_once!r}, "
+                                f"{per_second_key}={per_second!r}: {e}") from None
     return out
 
 

@@ -210,6 +210,13 @@ def service_setting_names(service: str) -> tuple[str, str]:
     return f"{stem}ServiceUrl", f"{stem}RequestsQueueName"
 
 
+def limit_setting_names(service: str) -> tuple[str, str]:
+    """The app settings that set one service's limit: <Service>CallsAtOnce and
+    <Service>CallsPerSecond (shared/domain/limits.py)."""
+    stem = service[:1].upper() + service[1:]
+    return f"{stem}CallsAtOnce", f"{stem}CallsPerSecond"
+
+
 # The hosts a service URL may name over plain http: this machine (the local host's simulated
 # services, the tests' stand-ins): LOOPBACK_HOSTS.
 

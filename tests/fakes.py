@@ -46,6 +46,7 @@ from shared.adapters.state_store import (
 from shared.domain import budget, due_index
 from shared.domain.alerts import OperatorAlert, rolled_up
 from shared.domain.due_index import IndexKey
+from shared.domain.limits import LimitState
 from shared.domain.messages import Action
 from shared.domain.outages import TickLog
 from shared.domain.pauses import Pause, Pauses, Target
@@ -86,6 +87,33 @@ class FakeTickLog:
         if version != self.version:
             raise ConcurrencyConflict(f"tick log is at {self.version}, not {version}")
         self.log, self.version = log, f"t{next(self._versions)}"
+
+
+class FakeLimits:
+    """The services' limit records, in memory, versioned like the table entities
+    (TableLimits)."""
+
+    def __init__(self, fault: Fault = no_fault) -> None:
+        self.fault = fault
+        self.records: dict[str, tuple[LimitState, str]] = {}
+        self._versions = itertools.count(1)
+        self.reads = self.writes = 0
+
+    def read(self, service: str) -> tuple[LimitState, str | None]:
+        self.fault("limits.read")
+        self.reads += 1
+        if service not in self.records:
+            return LimitState(), None
+        return self.records[service]
+
+    def write(self, service: str, state: LimitState, version: str | None) -> str:
+        self.fault("limits.write")
+        self.writes += 1
+        if version != self.records.get(service, (None, None))[1]:
+            raise ConcurrencyConflict(f"the {service} limit moved on")
+        written = f"l{next(self._versions)}"
+        self.records[service] = (state, written)
+        return written
 
 
 class FakePauses:

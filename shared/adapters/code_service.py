@@ -45,7 +45,8 @@ class CodeServiceClient:
             result = operation(replace(call, settings=self._settings, traceparent=(
                 tracing.current_traceparent() or call.traceparent)))
         except Retry as e:
-            raise TransientServiceError(f"{call.operation}: {e}", e.retry_after) from e
+            raise TransientServiceError(f"{call.operation}: {e}", e.retry_after,
+                                        busy=e.busy) from e
         except Refuse as e:
             raise PermanentServiceError(f"{call.operation}: {e}") from e
         except NeedsPerson as e:

@@ -25,10 +25,14 @@ _MAX_RETRY_AFTER = 3600.0
 class TransientServiceError(Exception):
     """Worth retrying: the service was slow, busy or briefly broken."""
 
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, retry_after: float | None = None, *,
+                 busy: bool = False) -> None:
         super().__init__(message)
         # Seconds the service asked us to wait before the next attempt.
         self.retry_after = retry_after
+        # It said it is overloaded (429, or a wait asked for): a limited service's every
+        # instance waits (shared/domain/limits.py).
+        self.busy = busy or retry_after is not None
 
 
 class PermanentServiceError(Exception):
@@ -102,7 +106,8 @@ class RemoteServiceClient:
         status = r.status_code
         if status >= 500 or status in _TRANSIENT_STATUS:
             raise TransientServiceError(f"{operation}: HTTP {status} {r.text[:200]}",
-                                        parse_retry_after(r.headers.get("Retry-After")))
+                                        parse_retry_after(r.headers.get("Retry-After")),
+                                        busy=status == 429)
         if 300 <= status < 400:
             raise PermanentServiceError(
                 f"{operation}: HTTP {status} redirect to {r.headers.get('Location', '?')}: "

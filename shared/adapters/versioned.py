@@ -17,14 +17,15 @@ from shared.adapters.state_store import ConcurrencyConflict
 
 
 def put_at_version(table: TableClient, entity: dict[str, Any], version: str | None,
-                   what: str) -> None:
-    """Create ``entity`` (``version`` None: read as absent) or replace it at ``version``;
-    ConcurrencyConflict, naming ``what``, when it moved on."""
+                   what: str) -> str:
+    """Create ``entity`` (``version`` None: read as absent) or replace it at ``version``, and
+    return its new version; ConcurrencyConflict, naming ``what``, when it moved on."""
     try:
         if version is None:
-            table.create_entity(entity)
+            written = table.create_entity(entity)
         else:
-            table.update_entity(entity, mode=UpdateMode.REPLACE, etag=version,
-                                match_condition=MatchConditions.IfNotModified)
+            written = table.update_entity(entity, mode=UpdateMode.REPLACE, etag=version,
+                                          match_condition=MatchConditions.IfNotModified)
     except (ResourceExistsError, ResourceModifiedError, ResourceNotFoundError) as e:
         raise ConcurrencyConflict(f"{what}: {e.reason}") from None
+    return str(written["etag"])

@@ -1,5 +1,6 @@
 """What a step's service is handed (``Call``), and what a service written as Python code
-declares (``CodeService``): how to write one is docs/adapting.md, A service as your own code.
+declares (``CodeService``), and the declaration of a service that speaks HTTP
+(``HttpService``, for its limit): how to write one is docs/adapting.md, A service as your own code.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shared.domain.limits import Limit
 from shared.domain.messages import Action
 
 # An app setting a code service reads: the names the Functions host and Bicep take.
@@ -65,11 +67,15 @@ class Call:
 
 
 class Retry(Exception):
-    """Transient: call again while time remains, after ``retry_after`` seconds if given."""
+    """Transient: call again while time remains, after ``retry_after`` seconds if given.
+    ``busy``: the provider said it is overloaded (its 429). On a service with a limit, a busy
+    answer or a ``retry_after`` makes every instance's calls to it wait (domain/limits.py)."""
 
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, retry_after: float | None = None, *,
+                 busy: bool = False) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.busy = busy
 
 
 class Refuse(Exception):
@@ -102,6 +108,8 @@ class CodeService:
     # for where the simulated services are (a simulated provider's URL, say), "{Name}" for the
     # app setting Name.
     local: Mapping[str, str] = field(default_factory=dict)
+    # Calls at once and a second across the app, as the provider allows (domain/limits.py).
+    limit: Limit | None = None
 
     def __post_init__(self) -> None:
         if not self.operations:
@@ -118,6 +126,16 @@ class CodeService:
             if not callable(fn):
                 raise ValueError(f"code service {self.name!r}: operation {op!r} is not a "
                                  "function")
+
+
+@dataclass(frozen=True)
+class HttpService:
+    """A service that speaks the HTTP contract (docs/contracts.md), declared when it needs more
+    than its name: a limit. A service a step names and nothing declares is one of these, with
+    no limit."""
+
+    name: str
+    limit: Limit | None = None
 
 
 # A step's declared input: the order's fields to send, or a function of the order and the

@@ -17,7 +17,8 @@ from datetime import timedelta
 from typing import Protocol
 
 from shared.domain import budget as budgets
-from shared.domain.services import CodeService, Input
+from shared.domain.limits import Limit
+from shared.domain.services import CodeService, HttpService, Input
 from shared.domain.step_policy import StepRetry
 from shared.domain.workflow_message import (
     WORKFLOW_NAME_PATTERN,
@@ -87,9 +88,10 @@ class Workflow:
     # What its messages hold: a model on WorkflowMessage (its id, workflow and reply queue),
     # adding the workflow's own fields. Intake validates each message with it.
     message: type[WorkflowMessage] = field(kw_only=True)
-    # The services among its steps' that are the user's own code (the rest speak the HTTP
-    # contract: docs/contracts.md).
-    services: tuple[CodeService, ...] = field(default=(), kw_only=True)
+    # The services among its steps' that are the user's own code, and those speaking the HTTP
+    # contract (docs/contracts.md) declared for more than their name (a limit); a service
+    # only named by a step speaks HTTP, with no limit.
+    services: tuple[CodeService | HttpService, ...] = field(default=(), kw_only=True)
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.steps]
@@ -113,12 +115,13 @@ class Workflow:
         if sum(self.result_budget(s.name) for s in self.steps) > budgets.RESULTS:
             raise ValueError(f"the steps' result budgets add up to more than a record keeps "
                              f"({budgets.RESULTS:,} bytes)")
-        code = {c.name: c for c in self.services}
-        if len(code) != len(self.services):
-            raise ValueError("a code service is declared twice")
-        unused = sorted(set(code) - self.agents)
+        declared = {c.name: c for c in self.services}
+        if len(declared) != len(self.services):
+            raise ValueError("a service is declared twice")
+        unused = sorted(set(declared) - self.agents)
         if unused:
-            raise ValueError(f"code services no step calls: {unused}")
+            raise ValueError(f"services declared that no step calls: {unused}")
+        code = {c.name: c for c in self.services if isinstance(c, CodeService)}
         for s in self.steps:
             service = code.get(s.service)
             missing = [op for op in (s.operation, s.compensation)
@@ -178,12 +181,14 @@ class Registry:
             raise ValueError(f"a workflow version is registered twice: {sorted(keys)}")
         if self.default not in {w.name for w in self.workflows}:
             raise ValueError(f"the default workflow {self.default!r} is not registered")
-        code: dict[str, CodeService] = {}
+        declared: dict[str, CodeService | HttpService] = {}
         for w in self.workflows:
             for c in w.services:
-                if code.setdefault(c.name, c) is not c:
-                    raise ValueError(f"service {c.name!r} is declared as code twice: declare "
-                                     "it once and name the one declaration in each workflow")
+                if declared.setdefault(c.name, c) is not c and declared[c.name] != c:
+                    raise ValueError(f"service {c.name!r} is declared twice, differently: "
+                                     "declare it once and name the one declaration in each "
+                                     "workflow")
+        code = {n: c for n, c in declared.items() if isinstance(c, CodeService)}
         # A service declared as code by one workflow is code for every workflow that calls it
         # (one Agent a service): each of their steps' operations must be among its own.
         for w in self.workflows:
@@ -276,7 +281,14 @@ class Registry:
     @property
     def code_services(self) -> dict[str, CodeService]:
         """The services that are the user's own code, by name (the rest speak HTTP)."""
-        return {c.name: c for w in self.workflows for c in w.services}
+        return {c.name: c for w in self.workflows for c in w.services
+                if isinstance(c, CodeService)}
+
+    @property
+    def limits(self) -> dict[str, Limit]:
+        """Each limited service's limit, by name (a service with none has no entry)."""
+        return {c.name: c.limit for w in self.workflows for c in w.services
+                if c.limit is not None}
 
     @property
     def operations(self) -> dict[str, dict[str, str]]:

@@ -21,6 +21,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 
 from shared import tracing
 from shared.adapters.alerts import AlertSink
+from shared.adapters.limits import NoSlot, ServiceLimiter
 from shared.adapters.pauses import PauseReader
 from shared.adapters.remote_service import (
     NeedsPersonError,
@@ -32,6 +33,7 @@ from shared.circuit_breaker import CircuitBreaker, CircuitOpen
 from shared.clock import Clock
 from shared.domain import budget, text
 from shared.domain.alerts import AlertKind, OperatorAlert
+from shared.domain.limits import Grant
 from shared.domain.messages import (
     Action,
     AgentReply,
@@ -91,7 +93,8 @@ class Agent:
     def __init__(self, *, name: str, client: ServiceClient, policy: AgentRetryPolicy,
                  breaker: CircuitBreaker, clock: Clock, check: RequestCheck,
                  sleep: Callable[[float], None] = time.sleep,
-                 pauses: PauseReader | None = None) -> None:
+                 pauses: PauseReader | None = None,
+                 limiter: ServiceLimiter | None = None) -> None:
         self.name = name
         self._client = client
         self._policy = policy
@@ -100,6 +103,15 @@ class Agent:
         self._check = check
         self._sleep = sleep
         self._pauses = pauses
+        self._limiter = limiter
+
+    def _take_slot(self, complete_by: datetime, remaining: float) -> Grant:
+        assert self._limiter is not None
+        try:
+            return self._limiter.acquire(complete_by.timestamp(),
+                                         min(remaining, self._policy.call_timeout))
+        except NoSlot as e:
+            raise _Expired(str(e)) from None
 
     def _check_paused(self) -> None:
         if self._pauses is not None:
@@ -255,6 +267,25 @@ class Agent:
             if remaining <= 0:
                 raise _Expired("complete-by passed")
             self._check_paused()  # before every call: a pause stops a retrying Agent too
+            if self._limiter is None:
+                return call_once(remaining)
+            if self._breaker.state == "open":  # no grant taken for a call it would not let by
+                raise CircuitOpen(f"circuit to {self.name} is open")
+            held = self._take_slot(req.complete_by, remaining)
+            try:
+                remaining = self._remaining(req.complete_by)
+                if remaining <= 0:
+                    raise _Expired("complete-by passed waiting for the service's limit")
+                return call_once(remaining)
+            except TransientServiceError as e:
+                if e.busy:  # the service is overloaded: every instance waits, not this call
+                    self._limiter.slow(e.retry_after, str(e))
+                raise
+            finally:
+                self._limiter.release(held)
+
+        def call_once(remaining: float) -> dict[str, Any]:
+            nonlocal calls
             calls += 1
             # One span per call attempt, inside the Agent's: its retries are in the trace.
             with tracing.span(f"{self.name} {req.operation}", kind=SpanKind.CLIENT,

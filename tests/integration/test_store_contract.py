@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from shared.adapters.limits import LimitStore, TableLimits
 from shared.adapters.pauses import PauseStore, TablePauses
 from shared.adapters.state_store import (
     ConcurrencyConflict,
@@ -22,13 +23,14 @@ from shared.adapters.state_store import (
 from shared.adapters.tick_log import TableTickLog, TickLogStore
 from shared.domain import budget
 from shared.domain.due_index import IndexKey
+from shared.domain.limits import Lease, LimitState
 from shared.domain.outages import TickLog
 from shared.domain.pauses import Pause, PauseKind, Target
 from shared.domain.state import ProcessState
 from shared.domain.transitions import receive
 from shared.workflows.orders import ORDER_FULFILMENT
 from shared.workflows.orders.message import parse_order
-from tests.fakes import FakeOrderStore, FakePauses, FakeTickLog
+from tests.fakes import FakeLimits, FakeOrderStore, FakePauses, FakeTickLog
 from tests.integration.helpers import order
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
@@ -367,3 +369,45 @@ def test_orders_are_found_by_a_column_their_model_writes(store: OrderStore) -> N
     assert store.order_ids_where("CustomerId", "nobody", 10) == ([], True)
     with pytest.raises(ValueError, match="column"):
         store.order_ids_where("CustomerId eq 'x' or true", "v", 10)
+
+
+@pytest.fixture(params=["fake", "table"])
+def limits(request: pytest.FixtureRequest,
+           app_env: Callable[..., dict[str, str]]) -> Iterator[LimitStore]:
+    if request.param == "fake":
+        yield FakeLimits()
+        return
+    from shared import bootstrap
+
+    app_env()
+    c = bootstrap.container()
+    yield TableLimits(c.tables.get_table_client(c.settings.inflight_table))
+
+
+def test_a_limit_is_written_only_at_the_version_read_and_read_back_whole(
+        limits: LimitStore) -> None:
+    assert limits.read("beta") == (LimitState(), None)
+    first = LimitState(next_start=1_800_000_000.25,
+                       leases=(Lease("a.1", 1_800_000_010.5), Lease("b.7", 1_800_000_011.0)),
+                       slow_until=1_800_000_003.0, slow_reason="HTTP 429 busy")
+    v1 = limits.write("beta", first, None)
+    with pytest.raises(ConcurrencyConflict):
+        limits.write("beta", first, None)  # a second instance's first grant, read as absent
+    assert limits.read("beta") == (first, v1)
+    second = LimitState(next_start=1_800_000_000.3, leases=first.leases[1:])
+    v2 = limits.write("beta", second, v1)
+    assert v2 != v1
+    with pytest.raises(ConcurrencyConflict):
+        limits.write("beta", first, v1)  # read before the write that won
+    assert limits.read("beta") == (second, v2)
+    assert limits.read("gamma") == (LimitState(), None)  # one record per service
+
+
+def test_limits_are_not_in_the_in_flight_index(app_env: Callable[..., dict[str, str]]) -> None:
+    from shared import bootstrap
+
+    app_env()
+    c = bootstrap.container()
+    TableLimits(c.tables.get_table_client(c.settings.inflight_table)).write(
+        "beta", LimitState(leases=(Lease("a.1", 1.0),)), None)
+    assert c.store.due(T0 + timedelta(days=3650), 100) == []

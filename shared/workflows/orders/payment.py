@@ -58,7 +58,8 @@ def _post(call: Call, path: str, body: dict[str, Any]) -> dict[str, Any]:
     if r.status_code in (408, 409, 425, 429) or r.status_code >= 500:
         after = r.headers.get("Retry-After", "")
         raise Retry(f"HTTP {r.status_code} {message}",
-                    float(after) if after.isascii() and after.isdigit() else None)
+                    float(after) if after.isascii() and after.isdigit() else None,
+                    busy=r.status_code == 429)
     if r.status_code >= 300:
         raise Refuse(f"HTTP {r.status_code} {message}")
     answer = r.json()

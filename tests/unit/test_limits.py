@@ -1,0 +1,146 @@
+"""A service's limit: its declaration, the settings that change it, and the Agent that honours
+it (a grant before each call, its lease given back after, a 429 slowing every instance). The
+limit across instances is searched in tests/model/test_limits.py; the record on Azurite is held
+to the fake's behaviour in tests/integration/test_store_contract.py."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from shared.adapters.limits import ServiceLimiter
+from shared.adapters.remote_service import PermanentServiceError, TransientServiceError
+from shared.circuit_breaker import CircuitBreaker
+from shared.configuration import resolve
+from shared.domain.limits import Limit
+from shared.domain.services import CodeService, HttpService
+from shared.domain.workflow import Registry, Workflow
+from shared.handlers.agent import Agent, AgentRetryPolicy, RequestCheck
+from shared.settings import Settings, SettingsError, load_settings
+from tests.conftest import FakeClock
+from tests.fakes import FakeAlertStore, FakeLimits, FakeOrderStore, in_flight
+from tests.unit.test_agent import Script, request
+from tests.workflow import FLOW
+from tests.workflow import Thing as Order
+
+
+@pytest.mark.parametrize("limit", [
+    dict(), dict(at_once=0), dict(at_once=501), dict(at_once=2.5), dict(at_once=True),
+    dict(per_second=0), dict(per_second=-1), dict(per_second=float("inf")),
+    dict(per_second=float("nan")), dict(per_second=1001), dict(per_second="20"),
+])
+def test_a_limit_that_cannot_work_is_refused_at_declaration(limit: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=r"limit needs|at_once|per_second"):
+        Limit(**limit)
+
+
+def test_a_service_is_declared_once_however_many_workflows_call_it() -> None:
+    beta = HttpService("beta", limit=Limit(per_second=5))
+    one = Workflow("one", FLOW.steps, message=Order, services=(beta,))
+    two = Workflow("two", FLOW.steps, message=Order,
+                   services=(HttpService("beta", limit=Limit(per_second=9)),))
+    with pytest.raises(ValueError, match="declared twice, differently"):
+        Registry.of([one, two], default="one")
+    assert Registry.of([one, Workflow("two", FLOW.steps, message=Order, services=(beta,))],
+                       default="one").limits == {"beta": Limit(per_second=5)}
+    with pytest.raises(ValueError, match="no step calls"):
+        Workflow("one", FLOW.steps, message=Order, services=(HttpService("delta"),))
+
+
+def test_code_services_take_a_limit_too() -> None:
+    code = CodeService("beta", {"take": lambda c: {}, "give_back": lambda c: {}},
+                       limit=Limit(at_once=3))
+    flow = Workflow("one", FLOW.steps, message=Order, services=(code,))
+    assert Registry.of([flow]).limits == {"beta": Limit(at_once=3)}
+
+
+def _settings(**environ: str) -> Settings:
+    return load_settings({"SimulatorBaseUrl": "http://127.0.0.1:7071/api/sim",
+                          "AzureWebJobsStorage": "UseDevelopmentStorage=true", **environ})
+
+
+def test_settings_change_a_declared_limit_or_give_one() -> None:
+    flow = Workflow("one", FLOW.steps, message=Order,
+                    services=(HttpService("beta", limit=Limit(at_once=4, per_second=10)),))
+    registry = Registry.of([flow])
+    assert resolve(_settings(), registry).limits == {"beta": Limit(4, 10)}
+    assert resolve(_settings(BetaCallsPerSecond="20"), registry).limits == {
+        "beta": Limit(4, 20)}
+    undeclared = Registry.of([FLOW])
+    assert resolve(_settings(), undeclared).limits == {}
+    assert resolve(_settings(BetaCallsAtOnce="2"), undeclared).limits == {
+        "beta": Limit(at_once=2)}
+    for bad in ({"BetaCallsAtOnce": "many"}, {"BetaCallsPerSecond": "0"}):
+        with pytest.raises(SettingsError, match="BetaCallsAtOnce") as e:
+            resolve(_settings(**bad), undeclared)
+        assert "Traceback" not in str(e.value)
+
+
+def limited_agent(clock: FakeClock, script: Script, store: FakeLimits, limit: Limit,
+                  instance: str = "a") -> tuple[Agent, ServiceLimiter]:
+    orders = FakeOrderStore()
+    in_flight(orders, "o-1", "take", clock.now)
+    limiter = ServiceLimiter("beta", limit, store, now=lambda: clock.now.timestamp(),
+                             sleep=lambda s: clock.advance(seconds=s), instance=instance)
+    return Agent(name="beta", client=script,  # type: ignore[arg-type]
+                 policy=AgentRetryPolicy(0.1, 1, 5),
+                 breaker=CircuitBreaker("beta", 100, 1), clock=clock,
+                 check=RequestCheck(orders, Registry.of([FLOW]), FakeAlertStore()),
+                 sleep=lambda s: clock.advance(seconds=s), limiter=limiter), limiter
+
+
+def test_every_call_takes_a_grant_and_gives_its_lease_back_whatever_the_answer() -> None:
+    clock = FakeClock()
+    store = FakeLimits()
+    script = Script(clock, TransientServiceError("503"), PermanentServiceError("no", 400))
+    agent, _ = limited_agent(clock, script, store, Limit(at_once=1))
+    reply = agent.handle(request(clock))
+    assert reply is not None and reply.outcome == "permanent_error"
+    assert len(script.calls) == 2
+    state, _ = store.records["beta"]
+    assert state.leases == ()  # both calls gave theirs back: the next call is not kept waiting
+    assert store.writes == 4  # a grant and a give-back a call
+
+
+def test_a_call_that_gets_no_grant_in_its_time_is_not_made_and_not_answered() -> None:
+    clock = FakeClock()
+    store = FakeLimits()
+    other = ServiceLimiter("beta", Limit(at_once=1), store, now=lambda: clock.now.timestamp(),
+                           sleep=lambda s: clock.advance(seconds=s), instance="b")
+    other.acquire(clock.now.timestamp() + 60, 60)  # another instance's call runs a minute
+    script = Script(clock, {"status": "applied"})
+    agent, _ = limited_agent(clock, script, store, Limit(at_once=1))
+    assert agent.handle(request(clock, budget=30)) is None
+    assert script.calls == []
+
+
+def test_a_429_slows_every_instance_not_only_the_call_that_got_it() -> None:
+    clock = FakeClock()
+    store = FakeLimits()
+    limit = Limit(per_second=100)
+    script = Script(clock, TransientServiceError("HTTP 429", busy=True), {"status": "applied"})
+    agent, _ = limited_agent(clock, script, store, limit)
+    asked = clock.now
+    reply = agent.handle(request(clock))
+    assert reply is not None and reply.outcome == "ok"
+    other = ServiceLimiter("beta", limit, store, now=lambda: clock.now.timestamp(),
+                           sleep=lambda s: clock.advance(seconds=s), instance="b")
+    # The other instance's next call, asked at the 429, starts no sooner than a second after.
+    clock.now = asked
+    got = other.acquire(asked.timestamp() + 30, 5)
+    assert got.start >= (asked + timedelta(seconds=1)).timestamp()
+    assert store.records["beta"][0].slow_reason == "HTTP 429"
+
+
+def test_a_busy_answer_with_retry_after_slows_every_instance_that_long() -> None:
+    clock = FakeClock()
+    store = FakeLimits()
+    script = Script(clock, TransientServiceError("HTTP 503", retry_after=12),
+                    {"status": "applied"})
+    agent, _ = limited_agent(clock, script, store, Limit(at_once=5))
+    asked = clock.now.timestamp()
+    assert agent.handle(request(clock)) is not None
+    assert script.calls[1][0] >= 12
+    assert store.records["beta"][0].slow_until >= asked + 12
