@@ -156,6 +156,13 @@ soak: install
 pause-run: $(STAMP) node_modules/.package-lock.json
 	$(PY) -m localrun.bench.pausing --pause 300 --rate 2
 
+# A backlog through a service limited to 4 calls at once and 20 a second, against the same
+# unlimited (tests/bench/test_limit_run.py runs a short one): what the service saw, and what
+# the limit cost in storage transactions per call (docs/operating.md, Limits per service).
+.PHONY: limit-run
+limit-run: $(STAMP) node_modules/.package-lock.json
+	$(PY) -m localrun.bench.limiting --orders 200 --at-once 4 --per-second 20
+
 # A rolling deployment rehearsed, on demand (not in make test; tests/e2e/test_rolling.py runs a
 # small one): the previous release (PREVIOUS, a commit of this clone's history, in a temporary
 # git worktree) and this checkout side by side under load on one Azurite, the two hosts rolled

@@ -10,7 +10,8 @@ faults); throughput and latency (500 orders) against the ceiling of the same Azu
 it serves each kind of request the run makes, before and after the run); one Supervisor tick
 with 50 expired steps, before and after 10,000 completed orders are added; recovery when Agents
 go silent for 10% of requests; a backlog while every remote call hangs (does the rest of the
-app still run?); log records per order, as the worker would forward them; peak memory; and the
+app still run?); a backlog through a service limited to 4 calls at once and 20 a second;
+log records per order, as the worker would forward them; peak memory; and the
 bill by meter at the shipped prices (docs/azure-prices.json) or at ``--prices FILE``.
 
 The command line and the run are here; the load driver is driver.py, the ceiling and the
@@ -36,6 +37,7 @@ from typing import Any
 from localrun.bench import cost
 from localrun.bench.ceiling import best_rates, every_request_seconds
 from localrun.bench.driver import BATCH, ROOT, TARGETS, Scale, per_order, thread_role
+from localrun.bench.limiting import LIMITED_SERVICE, limit_run
 from localrun.bench.report import (
     _azurite_slowed,
     cost_markdown,
@@ -144,6 +146,8 @@ def run_bench(out: Path, scale: Scale, prices: dict[str, Any] | None = None) -> 
         results["recovery"] = b.recovery()
         step("a backlog while every remote call hangs")
         results["starvation"] = b.starvation()
+        step("limits per service")
+        results["limits"] = limit_run(b, scale.limit_orders, LIMITED_SERVICE, 4, 20)
         step("tracing")
         results["tracing"] = b.tracing()
         step("latency, hop by hop")

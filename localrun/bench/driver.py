@@ -51,13 +51,14 @@ class Scale:
     ceiling_ops: int = 2000
     starvation_orders: int = 100
     starvation_window_s: float = 8.0
+    limit_orders: int = 200
 
     @classmethod
     def smoke(cls) -> Scale:
         return cls(transactions_orders=8, throughput_orders=20, completed_orders=200,
                    expired_steps=10, idle_in_flight=200, recovery_orders=20, latency_orders=10,
                    ceiling_ops=200,
-                   starvation_orders=20, starvation_window_s=3.0)
+                   starvation_orders=20, starvation_window_s=3.0, limit_orders=20)
 
 
 def percentile(values: list[float], p: float) -> float:

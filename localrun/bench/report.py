@@ -208,6 +208,33 @@ def markdown(r: dict[str, Any]) -> str:
                          f"{x['health_s']['answered']}/{x['health_s']['asked']} | "
                          f"{x['supervisor_ticks']} ({x['supervisor_ticks_due']}) |")
         lines.append("")
+    li = r.get("limits")
+    if li:
+        lim, free = li["limited"], li["unlimited"]
+        lines += ["## Limits per service", "",
+                  f"{li['orders']} orders at once; the {li['service']} service answering in "
+                  f"{li['latency_ms']} ms, unlimited and then limited to "
+                  f"{li['limit']['at_once']} calls at once and {li['limit']['per_second']:g} a "
+                  "second (`make limit-run`):", "",
+                  "| | unlimited | limited |", "|---|---|---|",
+                  f"| orders processed | {free['processed']} | {lim['processed']} |",
+                  f"| most calls at once, as sent | {free['sent_peak_at_once']} | "
+                  f"{lim['sent_peak_at_once']} |",
+                  f"| most grants in one second | - | "
+                  f"{lim['granted_most_begun_in_a_second']} |",
+                  f"| most calls sent in one second | {free['sent_most_begun_in_a_second']} | "
+                  f"{lim['sent_most_begun_in_a_second']} |",
+                  f"| most calls the simulated service took in one second | "
+                  f"{free['service_most_begun_in_a_second']} | "
+                  f"{lim['service_most_begun_in_a_second']} |",
+                  f"| Agent's table reads + writes per call | "
+                  f"{free['agent_table_reads_per_call']:.2f} + "
+                  f"{free['agent_table_writes_per_call']:.2f} | "
+                  f"{lim['agent_table_reads_per_call']:.2f} + "
+                  f"{lim['agent_table_writes_per_call']:.2f} |",
+                  f"| backlog settled in | {free['elapsed_s']:.1f} s | {lim['elapsed_s']:.1f} s |",
+                  "", f"The limit cost {li['limit_transactions_per_call']:.2f} storage "
+                  "transactions per call. One second is any second (a sliding window).", ""]
     three = next(t for t in r["transactions"] if t["workflow"] == "3-step"
                  and not t["transient_fault_rate"])
     if "log_records" in three:

@@ -32,7 +32,7 @@ MAX_AT_ONCE = 500
 MAX_PER_SECOND = 1000.0
 # How far ahead a grant may start: a caller waits at most this long for its start, and a
 # start reserved further ahead would hold a lease (at once) before its call began.
-HORIZON = 1.0
+HORIZON = 0.25
 # Added to a lease past its call's deadline: clocks a little apart, and the call's own end.
 LEASE_MARGIN = 2.0
 # A 429 that names no wait slows every instance this long.
