@@ -67,8 +67,9 @@ class Limit:
 
     @property
     def spacing(self) -> float:
-        """Seconds between two starts (0: no rate)."""
-        return 0.0 if self.per_second is None else 1.0 / self.per_second
+        """Seconds between two starts (0: no rate): a microsecond over 1/per_second, so that
+        starts added up in floating point never bring per_second + 1 into one second."""
+        return 0.0 if self.per_second is None else 1.0 / self.per_second + 1e-6
 
     def describe(self) -> str:
         parts = [f"{self.at_once} at once" if self.at_once is not None else "",

@@ -59,7 +59,8 @@ class LimitSearch(RuleBasedStateMachine):
         self.running: list[Running] = []
         self.starts: list[float] = []
         self.slowed_until = 0.0  # the latest wait the service asked for that was written
-        self.dead: list[Running] = []  # calls of instances that died, perhaps still running
+        self.dead: list[Running] = []
+        self.lives = 0  # calls of instances that died, perhaps still running
 
     def _fault(self, what: str) -> None:
         if self.down:
@@ -67,8 +68,10 @@ class LimitSearch(RuleBasedStateMachine):
 
     def _limiter(self, instance: int) -> ServiceLimiter:
         assert self.limit is not None
+        # A new process each life, as a restarted instance is: its leases are its own.
+        self.lives += 1
         return ServiceLimiter("beta", self.limit, self.store, now=self.clock,
-                              sleep=self.clock.sleep, instance=f"i{instance}")
+                              sleep=self.clock.sleep, instance=f"i{instance}.{self.lives}")
 
     @precondition(lambda self: self.limit is None)
     @rule(at_once=st.one_of(st.none(), st.integers(1, 4)),

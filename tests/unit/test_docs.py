@@ -24,7 +24,7 @@ from unittest import mock
 import pytest
 import typer
 
-from shared.settings import Settings, service_setting_names
+from shared.settings import Settings, limit_setting_names, service_setting_names
 from shared.workflows import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -318,8 +318,10 @@ def _setting_like(word: str, known: set[str]) -> bool:
 def wrong_settings(page: Page) -> list[str]:
     known = settings()
     # The convention's suffixes: service "x" has settings "X<suffix>".
-    per_service = {n.removeprefix("X") for n in service_setting_names("x")}
-    examples = {n for s in EXAMPLE_SERVICES for n in service_setting_names(s)}
+    per_service = {n.removeprefix("X") for n in (*service_setting_names("x"),
+                                                  *limit_setting_names("x"))}
+    examples = {n for s in EXAMPLE_SERVICES
+                for n in (*service_setting_names(s), *limit_setting_names(s))}
     out = []
     for snippet in code(page.text):
         for suffix in _PER_SERVICE.findall(snippet):
