@@ -22,6 +22,7 @@ from shared.adapters.code_service import CodeServiceClient
 from shared.adapters.limits import ServiceLimiter, TableLimits
 from shared.adapters.pauses import CachedPauses, TablePauses
 from shared.adapters.queues import StorageQueueSender
+from shared.adapters.redrives import TableRedrives
 from shared.adapters.rejections import TableRejectionStore
 from shared.adapters.remote_service import RemoteServiceClient, http_client
 from shared.adapters.state_store import TableOrderStore
@@ -37,6 +38,8 @@ from shared.handlers.health import HealthProbe
 from shared.handlers.intake import IntakeHandler
 from shared.handlers.operator import Operator
 from shared.handlers.pausing import PauseControl
+from shared.handlers.redrive import RedriveRunner
+from shared.handlers.redriving import RedriveControl
 from shared.handlers.relay import EffectRelay
 from shared.handlers.scheduler import Queues, Scheduler
 from shared.handlers.simulated_provider import SimulatedProvider
@@ -63,6 +66,9 @@ class Container:
     supervisor: Supervisor
     agents: dict[str, Agent]
     operator: Operator
+    # Re-drives: an operator's (start, progress, pause, cancel) and the runner's.
+    redrives: RedriveControl
+    redriver: RedriveRunner
     simulator: SimulatedService
     # A provider-shaped API for code services to call locally (SimulatorsEnabled).
     provider: SimulatedProvider
@@ -176,6 +182,14 @@ def build(settings: Settings | Configuration, *, clock: Clock = utc_now,
                           workflows=registry, clock=clock,
                           queues=Queues(sender, settings.scheduler_queue,
                                         settings.responses_queue), pauses=pauses)
+    operator = Operator(
+        store=store, relay=relay, alerts=alerts, rejections=rejections,
+        health=health_probe(config, breakers, clock),
+        pending_grace=policy.pending_grace, clock=clock,
+        customer_columns=registry.customer_columns,
+        pauses=PauseControl(store=pause_store, services=registry.services,
+                            workflows=registry.names, clock=clock))
+    redrive_store = TableRedrives(tables.get_table_client(settings.inflight_table))
     return Container(
         config=config, settings=settings, workflows=registry, tables=tables, queues=queues,
         store=store,
@@ -191,13 +205,13 @@ def build(settings: Settings | Configuration, *, clock: Clock = utc_now,
             relay=relay, alerts=alerts, policy=policy, workflows=registry, clock=clock,
             pauses=pause_store),
         agents=agents,
-        operator=Operator(
-            store=store, relay=relay, alerts=alerts, rejections=rejections,
-            health=health_probe(config, breakers, clock),
-            pending_grace=policy.pending_grace, clock=clock,
-            customer_columns=registry.customer_columns,
-            pauses=PauseControl(store=pause_store, services=registry.services,
-                                workflows=registry.names, clock=clock)),
+        operator=operator,
+        redrives=RedriveControl(store=redrive_store, orders=store, workflows=registry,
+                                limits=config.limits, clock=clock),
+        redriver=RedriveRunner(
+            store=redrive_store, orders=store, workflows=registry, clock=clock, pauses=pauses,
+            resubmit=lambda order_id, reason, force, by: operator.resubmit(
+                order_id, reason, force, by)),
         simulator=SimulatedService(
             tables.get_table_client(settings.simulator_table), registry.operations, faults,
             clock),

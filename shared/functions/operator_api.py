@@ -1,5 +1,5 @@
-"""The operator's HTTP routes: orders, resubmit, alerts, rejected intake, the overview, the
-console and health.
+"""The operator's HTTP routes: orders, resubmit, re-drives, pauses, alerts, rejected intake,
+the overview, the console and health.
 
 The operator routes are anonymous to the host on purpose: the operator is a person (or a tool)
 with an Entra ID identity, not a key holder. App Service Authentication signs them in and each
@@ -24,6 +24,7 @@ from shared.handlers.operator_requests import (
     BulkResubmitRequest,
     CancelRequest,
     PauseRequest,
+    RedriveRequest,
     ResubmitRequest,
     ResumeRequest,
 )
@@ -47,6 +48,7 @@ CONSOLE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; "
                   "form-action 'none'; frame-ancestors 'none'")
 
 _ACKNOWLEDGED = {"true": True, "false": False}
+REDRIVE_ACTIONS = ("pause", "resume", "cancel")
 
 
 def operator_api() -> func.Blueprint:
@@ -107,6 +109,37 @@ def operator_api() -> func.Blueprint:
         body = PauseRequest.from_body(req.get_body(), required=False)
         return op.pauses.resume(req.route_params.get("kind", ""),
                                 req.route_params.get("name", ""), body.reason, by=who.label())
+
+    @operator_route(bp, "list_redrives", "redrives", "GET", READ_ROLE)
+    def list_redrives(op: Operator, req: func.HttpRequest, _: Principal) -> BaseModel | Reply:
+        return bootstrap.container().redrives.list()
+
+    # Re-driving is resubmitting in the background: the same role, dry run included.
+    @operator_route(bp, "start_redrive", "redrives", "POST", RESUBMIT_ROLE)
+    def start_redrive(op: Operator, req: func.HttpRequest, who: Principal) -> BaseModel | Reply:
+        ask = RedriveRequest.from_body(req.get_body())
+        control = bootstrap.container().redrives
+        if ask.dry_run:
+            return control.preview(ask)
+        return Reply(control.start(ask, by=who.label()), 202)
+
+    @operator_route(bp, "get_redrive", "redrives/{redrive_id}", "GET", READ_ROLE)
+    def get_redrive(op: Operator, req: func.HttpRequest, _: Principal) -> BaseModel | Reply:
+        return bootstrap.container().redrives.get(req.route_params.get("redrive_id", ""))
+
+    @operator_route(bp, "change_redrive", "redrives/{redrive_id}/{action}", "POST",
+                    RESUBMIT_ROLE)
+    def change_redrive(op: Operator, req: func.HttpRequest, who: Principal
+                       ) -> BaseModel | Reply:
+        action = req.route_params.get("action", "")
+        if action not in REDRIVE_ACTIONS:
+            raise ValueError(f"{action[:20]!r}: a re-drive is paused, resumed or cancelled "
+                             "(…/pause, …/resume, …/cancel)")
+        body = PauseRequest.from_body(req.get_body(), required=False)
+        control = bootstrap.container().redrives
+        change = {"pause": control.pause, "resume": control.resume,
+                  "cancel": control.cancel}[action]
+        return change(req.route_params.get("redrive_id", ""), body.reason, who.label())
 
     @operator_route(bp, "list_rejected", "rejected", "GET", READ_ROLE)
     def list_rejected(op: Operator, req: func.HttpRequest, _: Principal) -> BaseModel | Reply:

@@ -1,5 +1,6 @@
 """The pattern's own functions, whatever the workflows: intake from the orders queue (Service
-Bus) and from each declared sender's, the Scheduler's two queues, the Supervisor's timer.
+Bus) and from each declared sender's, the Scheduler's two queues, the Supervisor's timer, and
+the re-drive runner's (shared/handlers/redrive.py).
 
 An exception leaves each on purpose: the host then retries the message (and in the end moves it
 to the poison or dead-letter queue), which is what a fault nobody expected should get.
@@ -14,6 +15,7 @@ import azure.functions as func
 from shared import bootstrap, tracing
 from shared.domain import senders
 from shared.domain.senders import Sender
+from shared.handlers import redrive
 
 
 def pipeline(declared: tuple[Sender, ...] = ()) -> func.Blueprint:
@@ -41,6 +43,12 @@ def pipeline(declared: tuple[Sender, ...] = ()) -> func.Blueprint:
                       use_monitor=True)
     def supervisor(timer: func.TimerRequest) -> None:
         bootstrap.container().supervisor.tick()
+
+    @bp.function_name("redrive_runner")
+    @bp.timer_trigger(arg_name="timer", schedule=redrive.SCHEDULE, run_on_startup=False,
+                      use_monitor=False)
+    def redrive_runner(timer: func.TimerRequest) -> None:
+        bootstrap.container().redriver.run(redrive.RUN_SECONDS)
 
     return bp
 

@@ -29,6 +29,7 @@ from shared.handlers.operator_requests import (
 )
 from shared.handlers.pausing import PauseRefused, UnknownTarget
 from shared.handlers.principal import Forbidden, Principal, Unauthenticated, authorise
+from shared.handlers.redriving import RedriveRefused, UnknownRedrive
 
 # On every answer of the API and the console: nothing of an operator's data kept in a cache on
 # the way or in the browser, a JSON body never taken for something else (a script, a page),
@@ -87,6 +88,8 @@ ERRORS: tuple[tuple[type[Exception], Callable[[Any], tuple[int, str]]], ...] = (
     (AckRefused, lambda e: (409, str(e))),
     (PauseRefused, lambda e: (409, str(e))),
     (UnknownTarget, lambda e: (404, str(e))),
+    (UnknownRedrive, lambda e: (404, str(e))),
+    (RedriveRefused, lambda e: (409, str(e))),
     (CorruptRecord, _unreadable),
     (ValueError, lambda e: (400, str(e))),  # a bad id, body, filter, limit or token
     (AzureError, _storage),  # storage down or refusing: said, not a bare 500

@@ -19,6 +19,10 @@ class OperatorAction(StrEnum):
     PAUSE = "pause"
     RESUME = "resume"
     RESUME_ORDER = "resume_order"
+    REDRIVE = "redrive"
+    REDRIVE_PAUSE = "redrive_pause"
+    REDRIVE_RESUME = "redrive_resume"
+    REDRIVE_CANCEL = "redrive_cancel"
 
 
 def audit(action: OperatorAction, target: str, by: str | None, why: str, outcome: str,

@@ -151,6 +151,43 @@ class ResumeRequest(BaseModel):
         return _read(cls, body, "a resume (reason)", '{"reason": "the customer confirmed"}')
 
 
+class RedriveRequest(BaseModel):
+    """The body of POST /api/redrives: which failed orders to resubmit in the background, at
+    what pace, and why."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    workflow: str | None = Field(None, max_length=64, description="Only orders of this "
+                                                                  "workflow.")
+    version: Annotated[int, BeforeValidator(_whole)] | None = Field(
+        None, ge=1, description="Only orders that started on this version of it.")
+    failed_step: str | None = Field(None, max_length=128, description="Only orders that "
+                                                                      "failed at this step.")
+    error_text: str | None = Field(None, min_length=1, max_length=200, description=(
+        "Only orders whose last error holds this text (any case)."))
+    since: AwareDatetime | None = Field(None, description="Only orders that failed at or "
+                                                          "after this time.")
+    until: AwareDatetime | None = Field(None, description="... and before this time (and "
+                                                          "never after the re-drive starts).")
+    force: bool = Field(False, description="Also orders whose compensation failed.")
+    reason: str = Field("", max_length=MAX_REASON, description="Why (required to act).")
+    rate: float | None = Field(None, gt=0, le=1000, description=(
+        "Orders resubmitted a second (default: the slowest limit among the workflow's "
+        "services, or 10)."))
+    dry_run: bool = Field(True, description="Only count what it would pick (the default: "
+                                            "starting takes dry_run false).")
+
+    @classmethod
+    def from_body(cls, body: bytes) -> RedriveRequest:
+        ask = _read(cls, body, "a re-drive (workflow, version, failed_step, error_text, "
+                               "since, until, force, reason, rate, dry_run)",
+                    '{"failed_step": "charge_payment", "reason": "PSP back", '
+                    '"dry_run": true}')
+        if not ask.dry_run and not ask.reason.strip():
+            raise ValueError('a re-drive needs a reason, e.g. {"reason": "provider incident '
+                             '4711 is over", "dry_run": false}')
+        return ask
+
+
 class BulkCancelRequest(BaseModel):
     """The body of POST /api/cancellations: which orders still running, and why."""
 

@@ -16,6 +16,7 @@ from shared.adapters.rejections import RejectionKind, StoredRejection
 # Modules, not names: the fields are named like the types (ProcessState: ProcessState).
 from shared.domain import state as domain
 from shared.domain.pauses import Pause
+from shared.domain.redrive import Redrive
 
 
 class _View(BaseModel):
@@ -195,6 +196,58 @@ class PauseView(_View):
 class PauseList(_View):
     Pauses: list[PauseView] = Field(description="Every service and workflow of the app, the "
                                                 "paused first.")
+
+
+class RefusalView(_View):
+    OrderID: str
+    Why: str
+
+
+class RedriveView(_View):
+    Id: str
+    State: str = Field(description='"running", "paused", "cancelled" or "done".')
+    Picks: str = Field(description="Which failed orders it resubmits, in words.")
+    Selection: dict[str, Any] = Field(description="The same, as asked for.")
+    Rate: float = Field(description="Orders resubmitted a second.")
+    Reason: str
+    By: str | None
+    Created: datetime
+    Updated: datetime | None
+    Ended: datetime | None
+    Scanned: int = Field(description="Failed orders' records read so far.")
+    Resubmitted: int
+    Refused: int
+    InHand: int = Field(description="Orders picked and being resubmitted now.")
+    Refusals: list[RefusalView] = Field(description="The latest refusals, with why.")
+    Waiting: str | None = Field(None, description="Why it waits now (a paused service).")
+    ChangedBy: str | None = Field(None, description="Who paused, resumed or cancelled it "
+                                                    "last.")
+    ChangeReason: str | None = None
+
+    @classmethod
+    def of(cls, r: Redrive) -> RedriveView:
+        return cls(Id=r.id, State=r.state.value, Picks=r.selection.describe(),
+                   Selection=r.selection.model_dump(mode="json", exclude_none=True),
+                   Rate=r.rate, Reason=r.reason, By=r.by, Created=r.created, Updated=r.updated,
+                   Ended=r.ended, Scanned=r.scanned, Resubmitted=r.resubmitted,
+                   Refused=r.refused, InHand=len(r.batch),
+                   Refusals=[RefusalView(OrderID=x.order_id, Why=x.why) for x in r.refusals],
+                   Waiting=r.waiting, ChangedBy=r.changed_by, ChangeReason=r.change_reason)
+
+
+class RedriveList(_View):
+    Redrives: list[RedriveView] = Field(description="The newest first.")
+
+
+class RedrivePreview(_View):
+    DryRun: bool = True
+    Picks: str
+    Matched: int = Field(description="Failed orders it would pick among those scanned.")
+    Scanned: int
+    More: bool = Field(description="More failed orders than one look reads: it may pick "
+                                   "more than Matched.")
+    Sample: list[str] = Field(description="The first few orders it would pick.")
+    Rate: float
 
 
 class InFlightView(_View):

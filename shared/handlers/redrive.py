@@ -1,0 +1,216 @@
+"""The re-drive runner (shared/domain/redrive.py): a timer's invocation takes each running
+re-drive in turn, for a few seconds, and resubmits its failed orders at its pace.
+
+What it writes, in order, so that an instance dying anywhere loses and repeats nothing:
+1. its claim on the re-drive (a lease, so that two instances never run one at once);
+2. a page's picks, with the listing's place after it, before it resubmits any of them;
+3. each resubmit (the single resubmit an operator makes, conditional on the order's record);
+4. the picks done or refused, counted and taken off the record (every page, and when its time
+   is up: what is left of the page is the next run's to finish first).
+A run that finds picks on the record it did not settle counts those whose generation moved on
+as resubmitted and resubmits the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import partial
+
+from shared.adapters.pauses import PauseReader
+from shared.adapters.redrives import RedriveStore
+from shared.adapters.state_store import ConcurrencyConflict, CorruptRecord, OrderStore
+from shared.clock import Clock
+from shared.domain.pauses import PauseKind, Target
+from shared.domain.redrive import (
+    LEASE_MARGIN,
+    PAGE,
+    NotApplicable,
+    Pick,
+    Redrive,
+    RedriveState,
+    Refusal,
+)
+from shared.domain.state import CompensationState, IllegalTransition, ProcessState
+from shared.domain.workflow import Registry, UnknownWorkflow
+from shared.handlers.operator_requests import OrderNotFound, ResubmitRefused
+
+log = logging.getLogger(__name__)
+
+# The runner's timer, and how long each of its runs may resubmit: less than the time between
+# two, so that runs never overlap on one instance and a claim ends before the next run.
+SCHEDULE = "*/10 * * * * *"
+RUN_SECONDS = 8.0
+# How often a running page looks at its record again: a pause or a cancel stops it this soon.
+LOOK_EVERY = 1.0
+# Conditional writes tried when the record moved on under the runner (an operator's action).
+WRITES = 5
+
+Resubmit = Callable[[str, str, bool, str | None], object]
+
+
+class Stopped(Exception):
+    """The re-drive is no longer the runner's to run: paused, cancelled, or claimed."""
+
+
+@dataclass
+class _Held:
+    """The runner's re-drive, at the version it last wrote or read."""
+    redrive: Redrive
+    version: str
+
+
+@dataclass
+class RedriveRunner:
+    store: RedriveStore
+    orders: OrderStore
+    resubmit: Resubmit
+    workflows: Registry
+    clock: Clock
+    pauses: PauseReader | None = None
+    sleep: Callable[[float], None] = time.sleep
+    monotonic: Callable[[], float] = time.monotonic
+    instance: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+    def run(self, seconds: float) -> None:
+        """Each running re-drive, oldest first, until ``seconds`` are spent."""
+        deadline = self.monotonic() + seconds
+        running = [(r, v) for r, v in self.store.listed(100, active_only=True)
+                   if r.state is RedriveState.RUNNING]
+        for redrive, version in reversed(running):  # listed newest first
+            if self.monotonic() >= deadline:
+                return
+            try:
+                self._run(_Held(redrive, version), deadline)
+            except Stopped as e:
+                log.info("re-drive %s: %s", redrive.id, e)
+
+    def _run(self, held: _Held, deadline: float) -> None:
+        until = self.clock() + timedelta(seconds=max(0.0, deadline - self.monotonic()))
+        self._write(held, lambda r: r.claim(self.instance, self.clock(), until + LEASE_MARGIN))
+        while self.monotonic() < deadline:
+            if held.redrive.batch:
+                self._resubmit_batch(held, deadline)
+                continue
+            if held.redrive.to_finish:
+                self._write(held, lambda r: r.finished(self.clock()))
+                return
+            waiting = self._waiting_for(held.redrive)
+            if waiting is not None:
+                if held.redrive.waiting != waiting:
+                    self._write(held, partial(Redrive.waits, why=waiting, now=self.clock()))
+                return
+            states, token = self.orders.list_states(ProcessState.ERROR.value, PAGE,
+                                                    held.redrive.cursor)
+            default = self.workflows.default
+            picks = [Pick(order_id=s.order_id, generation=s.generation) for s in states
+                     if held.redrive.selection.picks(s, default)
+                     and (held.redrive.selection.force
+                          or s.compensation is not CompensationState.FAILED)]
+            self._write(held, partial(Redrive.picked, picks=picks, cursor=token,
+                                      scanned=len(states), now=self.clock()))
+
+    def _resubmit_batch(self, held: _Held, deadline: float) -> None:
+        """The record's picks, at its pace, until they are done or the time is up; then what
+        was done is counted on the record."""
+        done: set[str] = set()
+        refused: list[Refusal] = []
+        spacing = 1.0 / held.redrive.rate
+        began = looked = self.monotonic()
+        try:
+            for i, pick in enumerate(held.redrive.batch):
+                now = self.monotonic()
+                if now >= deadline:
+                    break
+                if now - looked >= LOOK_EVERY:
+                    looked = now
+                    self._look(held)
+                self.sleep(max(0.0, began + i * spacing - now))
+                why = self._resubmit(held.redrive, pick)
+                if why is None:
+                    done.add(pick.order_id)
+                else:
+                    refused.append(Refusal(order_id=pick.order_id, why=why))
+        finally:
+            if done or refused:
+                self._write(held, lambda r: r.settled(done, refused, self.clock()),
+                            running=False)
+        if held.redrive.state is not RedriveState.RUNNING:
+            raise Stopped(f"{held.redrive.state.value} by {held.redrive.changed_by}")
+
+    def _resubmit(self, redrive: Redrive, pick: Pick) -> str | None:
+        """None once the order is resubmitted (now, or before: its generation moved on), or why
+        it was refused."""
+        try:
+            state = self.orders.get_state(pick.order_id)
+        except CorruptRecord as e:
+            return e.reason
+        if state is None:
+            return f"order {pick.order_id} is gone"
+        if state.generation != pick.generation:
+            return None  # resubmitted already: by this re-drive before a crash, or by hand
+        reason = f"re-drive {redrive.id}: {redrive.reason}"
+        try:
+            self.resubmit(pick.order_id, reason, redrive.selection.force, redrive.by)
+        except (ResubmitRefused, IllegalTransition, ValueError) as e:
+            return str(e)
+        except OrderNotFound:
+            return f"order {pick.order_id} is gone"
+        return None
+
+    def _waiting_for(self, redrive: Redrive) -> str | None:
+        """Why its orders would only wait now: a service they fail at, or their workflow, is
+        paused (they are resubmitted once it is resumed)."""
+        if self.pauses is None:
+            return None
+        pauses = self.pauses.current()
+        name = redrive.selection.workflow or self.workflows.default
+        if pauses.of(Target(PauseKind.WORKFLOW, name)).paused:
+            return f"workflow {name} is paused"
+        step = redrive.selection.failed_step
+        if step is None:
+            return None
+        try:
+            service = self.workflows.get(name).step(step).service
+        except (UnknownWorkflow, KeyError, ValueError):
+            return None
+        if pauses.of(Target(PauseKind.SERVICE, service)).paused:
+            return f"service {service} is paused"
+        return None
+
+    def _look(self, held: _Held) -> None:
+        redrive, version = self.store.read(held.redrive.id)
+        if redrive is None or version is None:
+            raise Stopped("its record is gone or unreadable")
+        if version != held.version:
+            # An operator's action, kept; the picks are this runner's still.
+            held.redrive, held.version = redrive, version
+        if redrive.state is not RedriveState.RUNNING:
+            raise Stopped(f"{redrive.state.value} by {redrive.changed_by}")
+
+    def _write(self, held: _Held, change: Callable[[Redrive], Redrive], *,
+               running: bool = True) -> None:
+        """``change`` written at the version held; on a lost race, applied again to the record
+        as it is now (what the runner did is never lost), unless ``running`` is asked for and
+        it is no longer running."""
+        for _ in range(WRITES):
+            try:
+                new = change(held.redrive)
+            except NotApplicable as e:
+                raise Stopped(str(e)) from None
+            try:
+                held.version = self.store.write(new, held.version)
+                held.redrive = new
+                return
+            except ConcurrencyConflict:
+                redrive, version = self.store.read(held.redrive.id)
+                if redrive is None or version is None:
+                    raise Stopped("its record is gone or unreadable") from None
+                held.redrive, held.version = redrive, version
+                if running and redrive.state is not RedriveState.RUNNING:
+                    raise Stopped(f"{redrive.state.value} by {redrive.changed_by}") from None
+        raise Stopped(f"its record kept changing ({WRITES} writes lost)")
