@@ -50,6 +50,7 @@ from shared.domain.limits import LimitState
 from shared.domain.messages import Action
 from shared.domain.outages import TickLog
 from shared.domain.pauses import Pause, Pauses, Target
+from shared.domain.redrive import Redrive
 from shared.domain.services import Call
 from shared.domain.state import SCHEMA_VERSION, OrderState, schema_of
 from shared.domain.workflow_message import WorkflowMessage
@@ -114,6 +115,34 @@ class FakeLimits:
         written = f"l{next(self._versions)}"
         self.records[service] = (state, written)
         return written
+
+
+class FakeRedrives:
+    """The re-drive records, in memory, versioned like the table entities (TableRedrives)."""
+
+    def __init__(self, fault: Fault = no_fault) -> None:
+        self.fault = fault
+        self.records: dict[str, tuple[Redrive, str]] = {}
+        self._versions = itertools.count(1)
+
+    def read(self, redrive_id: str) -> tuple[Redrive | None, str | None]:
+        self.fault("redrives.read")
+        if redrive_id not in self.records:
+            return None, None
+        return self.records[redrive_id]
+
+    def write(self, redrive: Redrive, version: str | None) -> str:
+        self.fault("redrives.write")
+        if version != self.records.get(redrive.id, (None, None))[1]:
+            raise ConcurrencyConflict(f"re-drive {redrive.id} moved on")
+        written = f"r{next(self._versions)}"
+        self.records[redrive.id] = (redrive, written)
+        return written
+
+    def listed(self, limit: int, active_only: bool = False) -> list[tuple[Redrive, str]]:
+        self.fault("redrives.read")
+        return [self.records[k] for k in sorted(self.records)
+                if not active_only or self.records[k][0].active][:limit]
 
 
 class FakePauses:
@@ -280,13 +309,16 @@ class FakeOrderStore:
     def list_states(self, process_state: str | None, limit: int,
                     continuation: str | None, prefix: str | None = None,
                     ) -> tuple[list[OrderState], str | None]:
-        """As the table store: by order id (its partition key), unreadable records left out;
-        one page (the fake has no continuation)."""
+        """As the table store: by order id (its partition key), unreadable records left out,
+        a page at a time (its continuation: the id the next page starts after)."""
         self.fault("store.list_states")
+        after = continuation.removeprefix("after:") if continuation else None
         items = [copy.deepcopy(s) for oid, s in sorted(self.states.items())
                  if (process_state is None or s.process_state.value == process_state)
-                 and (prefix is None or oid.startswith(prefix)) and oid not in self.corrupt]
-        return items[:limit], None
+                 and (prefix is None or oid.startswith(prefix)) and oid not in self.corrupt
+                 and (after is None or oid > after)]
+        page = items[:limit]
+        return page, f"after:{page[-1].order_id}" if len(items) > limit else None
 
     def order_ids_where(self, column: str, value: str,
                         limit: int) -> tuple[list[str], bool]:

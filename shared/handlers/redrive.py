@@ -75,6 +75,8 @@ class RedriveRunner:
     sleep: Callable[[float], None] = time.sleep
     monotonic: Callable[[], float] = time.monotonic
     instance: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    # When the next resubmit may be made (monotonic): the pace holds across pages and runs.
+    _next_at: float = field(default=0.0, init=False)
 
     def run(self, seconds: float) -> None:
         """Each running re-drive, oldest first, until ``seconds`` are spent."""
@@ -95,6 +97,8 @@ class RedriveRunner:
         while self.monotonic() < deadline:
             if held.redrive.batch:
                 self._resubmit_batch(held, deadline)
+                if held.redrive.batch:
+                    return  # its time is up: the next run finishes the page first
                 continue
             if held.redrive.to_finish:
                 self._write(held, lambda r: r.finished(self.clock()))
@@ -120,16 +124,17 @@ class RedriveRunner:
         done: set[str] = set()
         refused: list[Refusal] = []
         spacing = 1.0 / held.redrive.rate
-        began = looked = self.monotonic()
+        looked = self.monotonic()
         try:
-            for i, pick in enumerate(held.redrive.batch):
+            for pick in held.redrive.batch:
                 now = self.monotonic()
-                if now >= deadline:
+                if max(now, self._next_at) >= deadline:
                     break
                 if now - looked >= LOOK_EVERY:
                     looked = now
                     self._look(held)
-                self.sleep(max(0.0, began + i * spacing - now))
+                self.sleep(max(0.0, self._next_at - now))
+                self._next_at = max(now, self._next_at) + spacing
                 why = self._resubmit(held.redrive, pick)
                 if why is None:
                     done.add(pick.order_id)

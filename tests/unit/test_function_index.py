@@ -81,7 +81,8 @@ def test_the_function_set_is_exactly_the_documented_one() -> None:
         "get_order", "list_orders", "resubmit_order", "health", "list_rejected", "overview",
         "console", "openapi", "health_details", "list_alerts", "ack_alert",
         "resubmit_orders", "cancel_order", "cancel_orders", "list_pauses", "pause", "resume",
-        "resume_order", "redrive_runner", "start_redrive", "list_redrives", "get_redrive", "change_redrive",
+        "resume_order", "redrive_runner", "start_redrive", "list_redrives", "get_redrive",
+        "change_redrive",
         *(agent_function(s) for s in REGISTRY.services),
     }
     assert {"inventory_agent", "payment_agent", "shipping_agent", "email_agent"} <= set(index())
