@@ -49,6 +49,9 @@ from shared.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
 
+# How long one request for a service's limit may take (its record, on the call's way).
+LIMIT_TIMEOUT_SECONDS = 2.0
+
 # Each health check's connect and read timeout; the probe answers within 4 s in all.
 PROBE_TIMEOUT_SECONDS = 2.0
 
@@ -152,7 +155,10 @@ def build(settings: Settings | Configuration, *, clock: Clock = utc_now,
     pauses = CachedPauses(pause_store)
     breakers = {name: new_breaker(name, settings.breaker_failures, settings.breaker_reset,
                                   settings.breaker_window) for name in services}
-    limits = TableLimits(tables.get_table_client(settings.inflight_table))
+    # A call to a limited service waits for these requests: short, tried twice at most.
+    limits = TableLimits(table_service(settings, **{
+        **(table_options or {}), **probe_options(LIMIT_TIMEOUT_SECONDS), "retry_total": 1,
+    }).get_table_client(settings.inflight_table))
     code = registry.code_services
     agents = {
         name: Agent(
@@ -161,7 +167,8 @@ def build(settings: Settings | Configuration, *, clock: Clock = utc_now,
                 if name in code else RemoteServiceClient(v.url or "", http, key)),
             policy=retry, breaker=breakers[name], clock=clock, check=check, pauses=pauses,
             limiter=ServiceLimiter(name, config.limits[name], limits,
-                                   now=lambda: clock().timestamp())
+                                   now=lambda: clock().timestamp(),
+                                   longest_call=settings.agent_call_timeout)
             if name in config.limits else None,
         )
         for name, v in services.items()

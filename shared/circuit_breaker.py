@@ -58,6 +58,13 @@ class CircuitBreaker:
                 return "closed"
             return "open" if self._clock() - self._opened_at < self._reset else "half-open"
 
+    def allows(self) -> bool:
+        """Whether a call made now would be let through (closed, or half-open with no trial
+        running): what a caller checks before paying for one, a limit's grant say."""
+        with self._lock:
+            return self._opened_at is None or (
+                self._clock() - self._opened_at >= self._reset and not self._trial_running)
+
     def call(self, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
         with self._lock:
             began = self._clock()

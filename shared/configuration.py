@@ -127,6 +127,11 @@ def _services(settings: Settings, names: list[str]) -> dict[str, ServiceSettings
     return out
 
 
+# A limit's settings: plain ASCII digits (int() and float() take "1_0" and other scripts').
+AT_ONCE = re.compile(r"[0-9]{1,4}")
+PER_SECOND = re.compile(r"[0-9]{1,4}(\.[0-9]{1,6})?")
+
+
 def _limits(settings: Settings, workflows: Registry) -> dict[str, Limit]:
     """Each service's limit: as declared, with either number replaced by its setting
     (<Service>CallsAtOnce, <Service>CallsPerSecond) when one is given, as when a provider
@@ -143,6 +148,10 @@ def _limits(settings: Settings, workflows: Registry) -> dict[str, Limit]:
                 out[name] = limit
             continue
         try:
+            if (at_once and not AT_ONCE.fullmatch(at_once)) or (
+                    per_second and not PER_SECOND.fullmatch(per_second)):
+                raise ValueError("each is a number written in digits (calls a second may have "
+                                 "a decimal point: 2.5)")
             out[name] = Limit(
                 at_once=int(at_once) if at_once else (limit.at_once if limit else None),
                 per_second=float(per_second) if per_second else (

@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from azure.core.exceptions import AzureError, ResourceNotFoundError
@@ -26,9 +27,11 @@ from shared.adapters.state_store import ConcurrencyConflict
 from shared.adapters.versioned import put_at_version
 from shared.domain import budget, text
 from shared.domain.limits import (
+    HORIZON,
     Grant,
     Limit,
     LimitState,
+    bounded,
     give_back,
     grant,
     slow_down,
@@ -95,20 +98,29 @@ class NoSlot(Exception):
 class ServiceLimiter:
     """One instance's side of a service's limit: takes a grant before each call and gives its
     lease back after. The instance's calls share one view of the record (and one read of it
-    while they wait); a write another instance beat is read again and decided afresh."""
+    while they wait); a write another instance beat is read again and decided afresh.
+
+    Its store's requests must be short (a client of their own with short timeouts: bootstrap),
+    since the instance's calls to the service wait for them; giving a lease back is done in
+    the ``background`` (by default a thread of the limiter's), off the reply's way."""
 
     def __init__(self, service: str, limit: Limit, store: LimitStore, *,
                  now: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep,
-                 poll: float = POLL, instance: str | None = None) -> None:
+                 poll: float = POLL, instance: str | None = None,
+                 longest_call: float = 60.0,
+                 background: Callable[[Callable[[], None]], object] | None = None) -> None:
         self.service = service
         self.limit = limit
         self._store = store
         self._now = now
         self._sleep = sleep
         self._poll = poll
+        # A process's own: two processes never share a lease id.
         self._instance = instance or uuid.uuid4().hex[:12]
         self._ids = itertools.count(1)
+        self._longest = longest_call
+        self._background = background or _releaser().submit
         self._lock = threading.Lock()
         self._state: LimitState | None = None
         self._version: str | None = None
@@ -116,25 +128,52 @@ class ServiceLimiter:
 
     def _view(self, fresh: bool) -> LimitState:
         """The record as this instance last saw it, read again when ``fresh`` is asked for and
-        that view is older than the poll."""
+        that view is older than the poll; bounded as this limit and clock allow."""
         if self._state is None or (fresh and self._now() - self._read_at >= self._poll):
-            self._state, self._version = self._store.read(self.service)
+            state, self._version = self._store.read(self.service)
             self._read_at = self._now()
+            self._state = bounded(state, self.limit, self._read_at, self._longest)
         return self._state
 
     def _forget(self) -> None:
         self._state = None
 
-    def acquire(self, deadline: float, longest: float) -> Grant:
+    def acquire(self, deadline: float, longest: float,
+                stop: Callable[[], None] | None = None) -> Grant:
         """A grant whose start has come (this waits for it), for a call that must start
-        before ``deadline`` and lasts at most ``longest``; NoSlot when none starts in time."""
+        before ``deadline`` and lasts at most ``longest``; NoSlot when none can start in time.
+        ``stop`` is called while it waits, and once the grant is taken: what it raises ends
+        the wait (the grant given back)."""
+        late = 0
+        while True:
+            got = self._take(deadline, min(longest, self._longest), stop)
+            try:
+                if stop is not None:
+                    stop()
+                now = self._now()
+                if now - got.start <= HORIZON:
+                    if got.start > now:
+                        self._sleep(got.start - now)
+                    return got
+            except BaseException:
+                self.release(got)
+                raise
+            # Its write took so long that the call would begin next to later grants' calls
+            # (or outlive its lease): given back, and asked again.
+            self.release(got)
+            late += 1
+            if late >= WRITES:
+                raise NoSlot(f"the {self.service} limit's record answered too slowly")
+
+    def _take(self, deadline: float, longest: float,
+              stop: Callable[[], None] | None) -> Grant:
         lease_id = f"{self._instance}.{next(self._ids)}"
         while True:
             with self._lock:
                 now = self._now()
                 decision = grant(self.limit, self._view(fresh=False), now, lease_id,
                                  deadline, longest)
-                if decision.grant is None:
+                if decision.grant is None and not decision.hopeless:
                     decision = grant(self.limit, self._view(fresh=True), now, lease_id,
                                      deadline, longest)
                 if decision.grant is not None:
@@ -145,24 +184,24 @@ class ServiceLimiter:
                         self._forget()
                         continue
                     self._state, self._read_at = decision.state, now
-                    got = decision.grant
-                    break
+                    return decision.grant
                 wake = min(decision.retry_at or now + self._poll, now + self._poll)
-            if wake >= deadline:
+            if decision.hopeless or wake >= deadline:
                 raise NoSlot(f"the {self.service} service is at its limit "
                              f"({self.limit.describe()})")
+            if stop is not None:
+                stop()
             self._sleep(max(0.0, wake - now))
-        if got.start > now:
-            self._sleep(got.start - now)
-        return got
 
     def release(self, held: Grant) -> None:
-        """Give the grant's lease back. Failing that (storage down, or beaten every time),
-        the lease ends at its call's deadline anyway: logged, never raised."""
+        """Give the grant's lease back, in the background. Failing that (storage down, or
+        beaten every time), the lease ends at its call's deadline anyway: logged, never
+        raised."""
         if held.lease is None:
             return
-        self._update(lambda state, now: give_back(state, {held.lease or ""}, now),
-                     "give a lease back")
+        lease = held.lease
+        self._background(lambda: self._update(
+            lambda state, now: give_back(state, {lease}, now), "give a lease back"))
 
     def slow(self, seconds: float | None, reason: str) -> None:
         """The service asked for a wait: every instance's calls to it wait that long."""
@@ -190,3 +229,16 @@ class ServiceLimiter:
             return
         log.warning("limit %s: could not %s after %d tries; it ends at its deadline",
                     self.service, what, WRITES)
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _releaser() -> ThreadPoolExecutor:
+    """The process's threads that give leases back, shared by its limiters."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="limit-release")
+        return _pool

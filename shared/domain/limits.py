@@ -37,9 +37,9 @@ HORIZON = 0.25
 LEASE_MARGIN = 2.0
 # A 429 that names no wait slows every instance this long.
 DEFAULT_SLOW = 1.0
-# A service's Retry-After is honoured up to this: longer, and the steps' own time runs out
-# first (the Supervisor's retry takes over).
-MAX_SLOW = 300.0
+# A service's Retry-After slows every instance up to this: a longer wait would run out every
+# step's time at once (the steps whose time runs out are counted as for a slow service).
+MAX_SLOW = 60.0
 
 
 @dataclass(frozen=True)
@@ -122,11 +122,28 @@ class LimitState:
 @dataclass(frozen=True)
 class Decision:
     """What ``grant`` decided: the new record and the grant, or no grant and when to ask
-    again (``retry_at``; None: when another instance may have given a lease back)."""
+    again (``retry_at``; None: when another instance may have given a lease back), or that
+    none can start before the call's deadline (``hopeless``)."""
 
     state: LimitState
     grant: Grant | None
     retry_at: float | None = None
+    hopeless: bool = False
+
+
+def bounded(state: LimitState, limit: Limit, now: float, longest: float) -> LimitState:
+    """The record as no instance with a sane clock and this limit could have written it: a
+    host whose clock ran ahead, a rate since raised, a value not a number, can hold no call
+    back longer than the limit itself would (``longest``: the longest call a lease covers)."""
+    def at_most(value: float, cap: float) -> float:
+        return min(value, cap) if math.isfinite(value) else now
+    return replace(
+        state,
+        next_start=at_most(state.next_start, now + HORIZON + limit.spacing),
+        slow_until=at_most(state.slow_until, now + MAX_SLOW),
+        leases=tuple(replace(lease, until=min(lease.until, now + HORIZON + longest
+                                              + LEASE_MARGIN))
+                     for lease in state.leases if math.isfinite(lease.until)))
 
 
 def grant(limit: Limit, state: LimitState, now: float, lease_id: str, deadline: float,
@@ -135,7 +152,7 @@ def grant(limit: Limit, state: LimitState, now: float, lease_id: str, deadline: 
     at most ``longest`` seconds (its lease ends then, and LEASE_MARGIN later)."""
     start = max(now, state.next_start, state.slow_until)
     if start >= deadline:
-        return Decision(state, None, start)
+        return Decision(state, None, start, hopeless=True)
     if start - now > HORIZON:
         return Decision(state, None, start - HORIZON)
     live = state.live(now)

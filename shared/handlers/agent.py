@@ -108,8 +108,10 @@ class Agent:
     def _take_slot(self, complete_by: datetime, remaining: float) -> Grant:
         assert self._limiter is not None
         try:
+            # A pause that comes while the call waits for its grant stops it too.
             return self._limiter.acquire(complete_by.timestamp(),
-                                         min(remaining, self._policy.call_timeout))
+                                         min(remaining, self._policy.call_timeout),
+                                         stop=self._check_paused)
         except NoSlot as e:
             raise _Expired(str(e)) from None
 
@@ -269,7 +271,7 @@ class Agent:
             self._check_paused()  # before every call: a pause stops a retrying Agent too
             if self._limiter is None:
                 return call_once(remaining)
-            if self._breaker.state == "open":  # no grant taken for a call it would not let by
+            if not self._breaker.allows():  # no grant taken for a call it would not let by
                 raise CircuitOpen(f"circuit to {self.name} is open")
             held = self._take_slot(req.complete_by, remaining)
             try:

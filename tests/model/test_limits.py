@@ -71,7 +71,8 @@ class LimitSearch(RuleBasedStateMachine):
         # A new process each life, as a restarted instance is: its leases are its own.
         self.lives += 1
         return ServiceLimiter("beta", self.limit, self.store, now=self.clock,
-                              sleep=self.clock.sleep, instance=f"i{instance}.{self.lives}")
+                              sleep=self.clock.sleep, instance=f"i{instance}.{self.lives}",
+                              background=lambda release: release())
 
     @precondition(lambda self: self.limit is None)
     @rule(at_once=st.one_of(st.none(), st.integers(1, 4)),

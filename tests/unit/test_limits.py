@@ -10,17 +10,18 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.limits import ServiceLimiter
+from shared.adapters.limits import NoSlot, ServiceLimiter
 from shared.adapters.remote_service import PermanentServiceError, TransientServiceError
 from shared.circuit_breaker import CircuitBreaker
 from shared.configuration import resolve
-from shared.domain.limits import Limit
+from shared.domain.limits import Lease, Limit, LimitState
+from shared.domain.pauses import Pause, PauseKind, Pauses, Target
 from shared.domain.services import CodeService, HttpService
 from shared.domain.workflow import Registry, Workflow
 from shared.handlers.agent import Agent, AgentRetryPolicy, RequestCheck
 from shared.settings import Settings, SettingsError, load_settings
 from tests.conftest import FakeClock
-from tests.fakes import FakeAlertStore, FakeLimits, FakeOrderStore, in_flight
+from tests.fakes import FakeAlertStore, FakeLimits, FakeOrderStore, FakePauses, in_flight
 from tests.unit.test_agent import Script, request
 from tests.workflow import FLOW
 from tests.workflow import Thing as Order
@@ -83,7 +84,8 @@ def limited_agent(clock: FakeClock, script: Script, store: FakeLimits, limit: Li
     orders = FakeOrderStore()
     in_flight(orders, "o-1", "take", clock.now)
     limiter = ServiceLimiter("beta", limit, store, now=lambda: clock.now.timestamp(),
-                             sleep=lambda s: clock.advance(seconds=s), instance=instance)
+                             sleep=lambda s: clock.advance(seconds=s), instance=instance,
+                             background=lambda release: release())
     return Agent(name="beta", client=script,  # type: ignore[arg-type]
                  policy=AgentRetryPolicy(0.1, 1, 5),
                  breaker=CircuitBreaker("beta", 100, 1), clock=clock,
@@ -108,7 +110,8 @@ def test_a_call_that_gets_no_grant_in_its_time_is_not_made_and_not_answered() ->
     clock = FakeClock()
     store = FakeLimits()
     other = ServiceLimiter("beta", Limit(at_once=1), store, now=lambda: clock.now.timestamp(),
-                           sleep=lambda s: clock.advance(seconds=s), instance="b")
+                           sleep=lambda s: clock.advance(seconds=s), instance="b",
+                           background=lambda release: release())
     other.acquire(clock.now.timestamp() + 60, 60)  # another instance's call runs a minute
     script = Script(clock, {"status": "applied"})
     agent, _ = limited_agent(clock, script, store, Limit(at_once=1))
@@ -126,7 +129,8 @@ def test_a_429_slows_every_instance_not_only_the_call_that_got_it() -> None:
     reply = agent.handle(request(clock))
     assert reply is not None and reply.outcome == "ok"
     other = ServiceLimiter("beta", limit, store, now=lambda: clock.now.timestamp(),
-                           sleep=lambda s: clock.advance(seconds=s), instance="b")
+                           sleep=lambda s: clock.advance(seconds=s), instance="b",
+                           background=lambda release: release())
     # The other instance's next call, asked at the 429, starts no sooner than a second after.
     clock.now = asked
     got = other.acquire(asked.timestamp() + 30, 5)
@@ -144,3 +148,101 @@ def test_a_busy_answer_with_retry_after_slows_every_instance_that_long() -> None
     assert agent.handle(request(clock)) is not None
     assert script.calls[1][0] >= 12
     assert store.records["beta"][0].slow_until >= asked + 12
+
+
+def test_a_pause_that_comes_while_a_call_waits_for_its_grant_stops_it() -> None:
+    clock = FakeClock()
+    store = FakeLimits()
+    other = ServiceLimiter("beta", Limit(at_once=1), store, now=lambda: clock.now.timestamp(),
+                           sleep=lambda s: clock.advance(seconds=s), instance="b",
+                           background=lambda release: release())
+    other.acquire(clock.now.timestamp() + 60, 20)  # holds the one slot for 20 s
+    script = Script(clock, {"status": "applied"})
+    agent, _ = limited_agent(clock, script, store, Limit(at_once=1))
+    pauses = FakePauses()
+    paused_at = clock.now + timedelta(seconds=5)
+
+    def current() -> Pauses:
+        if clock.now >= paused_at and not pauses.records:
+            target = Target(PauseKind.SERVICE, "beta")
+            pauses.write(Pause(target).pause(clock.now, "ops", "incident"), None)
+        return pauses.read_all()
+
+    agent._pauses = type("Reader", (), {"current": staticmethod(current)})()
+    assert agent.handle(request(clock, budget=30)) is None
+    assert script.calls == [] and clock.now < paused_at + timedelta(seconds=1)
+    assert store.records["beta"][0].leases == other._state.leases  # type: ignore[union-attr]
+
+
+def test_a_call_that_cannot_start_in_time_is_told_at_once_not_left_polling() -> None:
+    clock = FakeClock()
+    store = FakeLimits()
+    limiter = ServiceLimiter("beta", Limit(per_second=5), store,
+                             now=lambda: clock.now.timestamp(),
+                             sleep=lambda s: clock.advance(seconds=s),
+                             background=lambda release: release())
+    limiter.slow(50, "HTTP 429")
+    asked = clock.now
+    with pytest.raises(NoSlot):
+        limiter.acquire(clock.now.timestamp() + 30, 5)
+    assert clock.now == asked and store.reads <= 1
+
+
+def test_a_record_no_sane_instance_could_have_written_holds_nothing_back() -> None:
+    """A host whose clock ran an hour ahead, or a rate since raised, or a lease for ever."""
+    clock = FakeClock()
+    now = clock.now.timestamp()
+    store = FakeLimits()
+    store.write("beta", LimitState(next_start=now + 3600, slow_until=now + 3600,
+                                   leases=(Lease("x.1", float("inf")),
+                                           Lease("x.2", now + 3600))), None)
+    limiter = ServiceLimiter("beta", Limit(at_once=2, per_second=20), store,
+                             now=lambda: clock.now.timestamp(),
+                             sleep=lambda s: clock.advance(seconds=s), longest_call=10,
+                             background=lambda release: release())
+    with pytest.raises(NoSlot):  # the slow-down is held to a minute: this call's 30 s no
+        limiter.acquire(now + 30, 5)
+    clock.advance(seconds=61)
+    got = limiter.acquire(clock.now.timestamp() + 30, 5)
+    assert got.start <= clock.now.timestamp() + 1
+
+
+def test_a_grant_whose_write_came_back_late_is_given_back_and_asked_again() -> None:
+    clock = FakeClock()
+    slow_writes = iter([True])
+
+    def fault(op: str) -> None:
+        if op == "limits.write" and next(slow_writes, False):
+            clock.advance(seconds=3)  # the write took 3 s to answer
+
+    store = FakeLimits(fault=fault)
+    limiter = ServiceLimiter("beta", Limit(at_once=1, per_second=10), store,
+                             now=lambda: clock.now.timestamp(),
+                             sleep=lambda s: clock.advance(seconds=s),
+                             background=lambda release: release())
+    asked = clock.now.timestamp()
+    got = limiter.acquire(asked + 30, 5)
+    assert got.start >= asked + 3  # the late grant was not the one used
+    assert [lease.id for lease in store.records["beta"][0].leases] == [got.lease]
+
+
+def test_a_half_open_breaker_with_its_trial_running_costs_no_grant() -> None:
+    clock = FakeClock()
+    store = FakeLimits()
+    script = Script(clock, {"status": "applied"})
+    agent, _ = limited_agent(clock, script, store, Limit(per_second=100))
+    breaker = CircuitBreaker("beta", 1, 0.0, window_seconds=20)
+    breaker._opened_at, breaker._trial_running = 0.0, True
+    agent._breaker = breaker
+    assert agent.handle(request(clock, budget=2)) is None
+    assert script.calls == [] and store.writes == 0
+
+
+@pytest.mark.parametrize("value", ["1_0", "\uff10\uff13", "1e3", "-2", " "])
+def test_a_limit_setting_is_plain_digits(value: str) -> None:
+    undeclared = Registry.of([FLOW])
+    if not value.strip():
+        assert resolve(_settings(BetaCallsAtOnce=value), undeclared).limits == {}
+        return
+    with pytest.raises(SettingsError, match="BetaCallsAtOnce"):
+        resolve(_settings(BetaCallsAtOnce=value), undeclared)
