@@ -79,13 +79,16 @@ class Seen:
         if limiter is not None:
             acquire = limiter.acquire
 
-            def granting(*args: Any) -> Any:
-                grant = acquire(*args)
+            def granting(*args: Any, **kwargs: Any) -> Any:
+                grant = acquire(*args, **kwargs)
                 with self._lock:
                     self.granted.append((grant.start, grant.start))
                 return grant
 
             limiter.acquire = granting
+            # Leases given back on the Agent's own thread, so that the meter counts those
+            # requests as the Agent's (a thread of the limiter's is no function's to it).
+            limiter._background = lambda release: release()
 
 
 

@@ -72,7 +72,8 @@ class TableRedrives:
     def listed(self, limit: int, active_only: bool = False) -> list[tuple[Redrive, str]]:
         query, params = "PartitionKey eq @p", {"p": REDRIVES_PARTITION}
         if active_only:
-            query += " and (State eq @running or State eq @paused)"
+            # The SDK finds parameters between spaces: none may touch a parenthesis.
+            query += " and ( State eq @running or State eq @paused )"
             params |= {"running": RedriveState.RUNNING.value,
                        "paused": RedriveState.PAUSED.value}
         page: Any = next(self._table.query_entities(query, parameters=params,

@@ -13,6 +13,7 @@ import pytest
 
 from shared.adapters.limits import LimitStore, TableLimits
 from shared.adapters.pauses import PauseStore, TablePauses
+from shared.adapters.redrives import RedriveStore, TableRedrives
 from shared.adapters.state_store import (
     ConcurrencyConflict,
     OrderAlreadyExists,
@@ -26,11 +27,12 @@ from shared.domain.due_index import IndexKey
 from shared.domain.limits import Lease, LimitState
 from shared.domain.outages import TickLog
 from shared.domain.pauses import Pause, PauseKind, Target
+from shared.domain.redrive import Redrive, Selection
 from shared.domain.state import ProcessState
 from shared.domain.transitions import receive
 from shared.workflows.orders import ORDER_FULFILMENT
 from shared.workflows.orders.message import parse_order
-from tests.fakes import FakeLimits, FakeOrderStore, FakePauses, FakeTickLog
+from tests.fakes import FakeLimits, FakeOrderStore, FakePauses, FakeRedrives, FakeTickLog
 from tests.integration.helpers import order
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
@@ -411,3 +413,40 @@ def test_limits_are_not_in_the_in_flight_index(app_env: Callable[..., dict[str, 
     TableLimits(c.tables.get_table_client(c.settings.inflight_table)).write(
         "beta", LimitState(leases=(Lease("a.1", 1.0),)), None)
     assert c.store.due(T0 + timedelta(days=3650), 100) == []
+
+
+@pytest.fixture(params=["fake", "table"])
+def redrives(request: pytest.FixtureRequest,
+             app_env: Callable[..., dict[str, str]]) -> Iterator[RedriveStore]:
+    if request.param == "fake":
+        yield FakeRedrives()
+        return
+    from shared import bootstrap
+
+    app_env()
+    c = bootstrap.container()
+    yield TableRedrives(c.tables.get_table_client(c.settings.inflight_table))
+
+
+def test_redrives_are_written_at_the_version_read_and_listed_newest_first(
+        redrives: RedriveStore) -> None:
+    def made(at: datetime) -> Redrive:
+        return Redrive(id=Redrive.new_id(at), selection=Selection(failed_step="take"), rate=20,
+                       reason="beta is back", by="ada", created=at)
+
+    old, new = made(T0), made(T0 + timedelta(minutes=1))
+    assert redrives.read(old.id) == (None, None)
+    v_old = redrives.write(old, None)
+    redrives.write(new, None)
+    with pytest.raises(ConcurrencyConflict):
+        redrives.write(old, None)
+    assert redrives.read(old.id) == (old, v_old)
+    assert [r.id for r, _ in redrives.listed(10)] == [new.id, old.id]
+    cancelled = old.cancel(T0, "bo", "wrong")
+    redrives.write(cancelled, v_old)
+    with pytest.raises(ConcurrencyConflict):
+        redrives.write(old.pause(T0, "bo", ""), v_old)
+    assert [r.id for r, _ in redrives.listed(10, active_only=True)] == [new.id]
+    paused = new.pause(T0, "bo", "")
+    redrives.write(paused, redrives.read(new.id)[1])
+    assert [r.state.value for r, _ in redrives.listed(10, active_only=True)] == ["paused"]
