@@ -4,8 +4,8 @@ Storage comes from --storage (a connection string), --account (a storage account
 your Entra ID), or else the AzureWebJobsStorage setting (environment, then local.settings.json),
 or else local Azurite. Table and queue names come from the same settings as the app's.
 
-`resubmit`, `cancel`, `pause`, `resume`, `pauses`, `alerts ack` and `health` go through the
-operator API when --api (ORDERS_API_URL) names it: as you, with an Entra ID access token for the
+`resubmit`, `cancel`, `pause`, `resume`, `pauses`, `redrive`, `redrives`, `alerts ack` and
+`health` go through the operator API when --api (ORDERS_API_URL) names it: as you, with an Entra ID access token for the
 app (--token or ORDERS_API_TOKEN; `az account get-access-token --resource api://<client id>`),
 checked for the route's role, and who acted is kept with the change. Against a local host with
 OperatorDevelopmentRoles no token is needed. Without --api they act on storage directly (your
@@ -26,7 +26,7 @@ import typer
 from azure.core.exceptions import AzureError
 from azure.servicebus.exceptions import ServiceBusError
 
-from orderctl import cancelling, orders, pausing, pipeline, sending
+from orderctl import cancelling, orders, pausing, pipeline, redriving, sending
 from orderctl.connection import ROOT, opts
 from orderctl.errors import CliError, first_line
 from orderctl.output import err, print_error
@@ -62,7 +62,7 @@ def main(
     opts.configure(storage, account, settings, api, token)
 
 
-# --help lists the commands in the order registered here, the alerts group after them.
+# --help lists the commands in the order registered here, the groups after them.
 app.command()(sending.send)
 app.command()(orders.status)
 app.command("list")(orders.list_)
@@ -72,6 +72,13 @@ app.command()(cancelling.cancel)
 app.command()(pausing.pause)
 app.command()(pausing.resume)
 app.command()(pausing.pauses)
+app.command()(redriving.redrive)
+redrives_app = typer.Typer(no_args_is_help=False)
+app.add_typer(redrives_app, name="redrives")
+redrives_app.callback(invoke_without_command=True)(redriving.redrives)
+redrives_app.command("pause")(redriving.pause)
+redrives_app.command("resume")(redriving.resume)
+redrives_app.command("cancel")(redriving.cancel)
 app.command()(pipeline.health)
 alerts_app = typer.Typer(no_args_is_help=False)
 app.add_typer(alerts_app, name="alerts")
