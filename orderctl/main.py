@@ -5,12 +5,13 @@ your Entra ID), or else the AzureWebJobsStorage setting (environment, then local
 or else local Azurite. Table and queue names come from the same settings as the app's.
 
 `resubmit`, `cancel`, `pause`, `resume`, `pauses`, `redrive`, `redrives`, `alerts ack` and
-`health` go through the operator API when --api (ORDERS_API_URL) names it: as you, with an Entra ID access token for the
-app (--token or ORDERS_API_TOKEN; `az account get-access-token --resource api://<client id>`),
-checked for the route's role, and who acted is kept with the change. Against a local host with
-OperatorDevelopmentRoles no token is needed. Without --api they act on storage directly (your
-storage role is the check) and record the identity storage accepted (--account: your Entra ID);
-with a storage key, only your login name, marked as not an identity.
+`health` go through the operator API when --api (ORDERS_API_URL) names it: as you, with an
+Entra ID access token for the app (--token or ORDERS_API_TOKEN; `az account get-access-token
+--resource api://<client id>`), checked for the route's role, and who acted is kept with the
+change. Against a local host with OperatorDevelopmentRoles no token is needed. Without --api
+they act on storage directly (your storage role is the check) and record the identity storage
+accepted (--account: your Entra ID); with a storage key, only your login name, marked as not an
+identity.
 """
 
 from __future__ import annotations
