@@ -51,7 +51,7 @@ def redrive(
             "--dry-run", help="Only count what it would pick.")] = False,
         as_json: AsJson = False) -> None:
     """Resubmit every failed order the filters pick, in the background, at a pace its services'
-    limits can take; `orders redrives ID --watch` shows its progress. --dry-run first."""
+    limits can take; `orders redrives show ID --watch` shows its progress. --dry-run first."""
     body = {"workflow": workflow, "version": version, "failed_step": failed_step,
             "error_text": error_text, "since": when(since, "--since"),
             "until": when(until, "--until"), "force": force, "rate": rate, "reason": reason,
@@ -81,25 +81,25 @@ def redrive(
             out().print(inert("e.g. " + ", ".join(view["Sample"])))
         return
     out().print(inert(f"re-drive {view['Id']} started: {view['Picks']}, {view['Rate']:g} a "
-                      f"second; `orders redrives {view['Id']} --watch` shows its progress"))
+                      f"second; `orders redrives show {view['Id']} --watch` shows its progress"))
 
 
-def redrives(redrive_id: Annotated[str | None, typer.Argument(
-                 help="One re-drive's progress (leave out: the newest re-drives).",
-                 show_default=False)] = None,
-             watch: Annotated[bool, typer.Option(
-                 "--watch", help="With an id: show its progress every 2 s until it ends.")
-                 ] = False,
-             as_json: AsJson = False) -> None:
-    """The newest re-drives with their progress; or one re-drive's, as it goes with --watch."""
-    if redrive_id is None:
-        if watch:
-            raise CliError("--watch goes with a re-drive's id", 2)
-        listed = call_api("GET", "/redrives") if opts.api else api_shape(_control().list())
-        rows = [{**r, "Done": f"{r['Resubmitted']} resubmitted, {r['Refused']} refused"}
-                for r in listed["Redrives"]]
-        print_rows(rows, ("Id", "State", "Picks", "Rate", "Done", "Created", "By"), as_json)
+def redrives(ctx: typer.Context, as_json: AsJson = False) -> None:
+    """The newest re-drives with their progress; `show ID --watch` follows one, `pause`,
+    `resume` and `cancel` act on one."""
+    if ctx.invoked_subcommand is not None:
         return
+    listed = call_api("GET", "/redrives") if opts.api else api_shape(_control().list())
+    rows = [{**r, "Done": f"{r['Resubmitted']} resubmitted, {r['Refused']} refused"}
+            for r in listed["Redrives"]]
+    print_rows(rows, ("Id", "State", "Picks", "Rate", "Done", "Created", "By"), as_json)
+
+
+def show(redrive_id: RedriveId,
+         watch: Annotated[bool, typer.Option(
+             "--watch", help="Show its progress every 2 s until it ends.")] = False,
+         as_json: AsJson = False) -> None:
+    """One re-drive's progress: resubmitted, refused (the latest, with why), in hand, read."""
     while True:
         view = _get(redrive_id)
         if as_json:
