@@ -67,7 +67,7 @@ def redrive(
             control = _control()
             view = api_shape(control.preview(ask) if dry_run
                              else control.start(ask, cli_operator()))
-        except ValueError as e:
+        except (ValueError, UnknownRedrive) as e:  # a name the app has not: input too
             raise CliError(str(e), 2) from None
     if as_json:
         print(json.dumps(view))

@@ -24,6 +24,7 @@ from shared.handlers.operator_requests import (
     BulkResubmitRequest,
     CancelRequest,
     PauseRequest,
+    RedriveRequest,
     ResubmitRequest,
     ResumeRequest,
 )
@@ -39,6 +40,9 @@ from shared.handlers.views import (
     Overview,
     PauseList,
     PauseView,
+    RedriveList,
+    RedrivePreview,
+    RedriveView,
     RejectedPage,
 )
 
@@ -92,6 +96,9 @@ _PAUSE_TARGET = [{"name": "kind", "in": "path", "required": True,
                  {"name": "name", "in": "path", "required": True,
                   "description": "The service's or the workflow's name (GET /pauses lists them).",
                   "schema": {"type": "string", "minLength": 1, "maxLength": 80}}]
+_REDRIVE_ID = {"name": "redrive_id", "in": "path", "required": True,
+               "description": "The re-drive's id (GET /redrives lists them).",
+               "schema": {"type": "string", "pattern": "^rd-[0-9]{13}-[0-9a-f]{8}$"}}
 _LIMIT = {"name": "limit", "in": "query", "required": False,
           "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 50}}
 _CONTINUATION = {"name": "continuation", "in": "query", "required": False,
@@ -104,10 +111,11 @@ def openapi_document() -> dict[str, Any]:
     _, defs = models_json_schema(
         [(m, "serialization") for m in (OrderView, OrderPage, RejectedPage, Overview,
                                         HealthReport, HealthDetails, AlertPage, AlertView,
-                                        BulkResult, ErrorBody, PauseList, PauseView)]
+                                        BulkResult, ErrorBody, PauseList, PauseView,
+                                        RedriveList, RedriveView, RedrivePreview)]
         + [(m, "validation") for m in (ResubmitRequest, AckRequest, BulkResubmitRequest,
                                        CancelRequest, BulkCancelRequest, PauseRequest,
-                                       ResumeRequest)],
+                                       ResumeRequest, RedriveRequest)],
         ref_template=_REF)
     function_key: list[dict[str, list[str]]] = [{"functionKey": []}, {"functionKeyQuery": []}]
     operator: list[dict[str, list[str]]] = [{"operator": []}]
@@ -272,6 +280,53 @@ def openapi_document() -> dict[str, Any]:
                 "requestBody": {"required": True, "content": {
                     "application/json": {"schema": _ref(PauseRequest)}}},
                 "responses": {"200": _json(PauseView, "Resumed: the pause as it is now."),
+                              **_operator_errors(400, 401, 404, 409, 415)},
+            }},
+            "/redrives": {
+                "get": {
+                    "operationId": "listRedrives",
+                    "summary": "The newest re-drives, with their progress.",
+                    "responses": {"200": _json(RedriveList, "The re-drives."),
+                                  **_operator_errors(401)},
+                },
+                "post": {
+                    "operationId": "redrive",
+                    "summary": "Resubmit every failed order a selection picks, in the "
+                               "background, at a pace (by default the slowest limit among the "
+                               "workflow's services); by default a dry run that counts what it "
+                               "would pick. Needs Orders.Resubmit.",
+                    "description": "Survives the instance running it: a page's picks are on "
+                                   "its record before any is resubmitted, and each order is "
+                                   "resubmitted once. Orders that fail after it starts are not "
+                                   "its own.",
+                    "requestBody": {"required": True, "content": {
+                        "application/json": {"schema": _ref(RedriveRequest)}}},
+                    "responses": {"200": _json(RedrivePreview, "A dry run: what it would "
+                                                               "pick."),
+                                  "202": _json(RedriveView, "Started: runs in the "
+                                                            "background."),
+                                  **_operator_errors(400, 401, 404, 415)},
+                },
+            },
+            "/redrives/{redrive_id}": {"get": {
+                "operationId": "getRedrive",
+                "summary": "One re-drive's progress: resubmitted, refused (the latest, with "
+                           "why), in hand, failed orders read.",
+                "parameters": [_REDRIVE_ID],
+                "responses": {"200": _json(RedriveView, "The re-drive."),
+                              **_operator_errors(401, 404)},
+            }},
+            "/redrives/{redrive_id}/{action}": {"post": {
+                "operationId": "changeRedrive",
+                "summary": "Pause a running re-drive (it stops before its next order, within a "
+                           "second), resume a paused one, or cancel it (what it resubmitted "
+                           "runs on; the rest stay failed). Needs Orders.Resubmit.",
+                "parameters": [_REDRIVE_ID, {
+                    "name": "action", "in": "path", "required": True,
+                    "schema": {"type": "string", "enum": ["pause", "resume", "cancel"]}}],
+                "requestBody": {"required": True, "content": {
+                    "application/json": {"schema": _ref(PauseRequest)}}},
+                "responses": {"200": _json(RedriveView, "The re-drive as it is now."),
                               **_operator_errors(400, 401, 404, 409, 415)},
             }},
             "/rejected": {"get": {

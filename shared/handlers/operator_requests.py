@@ -155,11 +155,14 @@ class RedriveRequest(BaseModel):
     """The body of POST /api/redrives: which failed orders to resubmit in the background, at
     what pace, and why."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # Starting one (dry_run false) takes a reason that says something.
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
+        "if": {"properties": {"dry_run": {"const": False}}, "required": ["dry_run"]},
+        "then": {"properties": {"reason": {"pattern": "\\S"}}, "required": ["reason"]}})
     workflow: str | None = Field(None, max_length=64, description="Only orders of this "
                                                                   "workflow.")
-    version: Annotated[int, BeforeValidator(_whole)] | None = Field(
-        None, ge=1, description="Only orders that started on this version of it.")
+    version: Annotated[int, Field(ge=1), BeforeValidator(_whole)] | None = Field(
+        None, description="Only orders that started on this version of it.")
     failed_step: str | None = Field(None, max_length=128, description="Only orders that "
                                                                       "failed at this step.")
     error_text: str | None = Field(None, min_length=1, max_length=200, description=(

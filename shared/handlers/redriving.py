@@ -34,7 +34,8 @@ class RedriveRefused(Exception):
 
 
 class UnknownRedrive(LookupError):
-    """No re-drive of that id: 404."""
+    """No re-drive of that id, or a selection naming a workflow, version or step this app does
+    not have: 404, naming the ones it has."""
 
 
 class RedriveControl:
@@ -47,20 +48,20 @@ class RedriveControl:
         self._clock = clock
 
     def _selection(self, ask: RedriveRequest) -> Selection:
-        """The request's selection, its names checked against the app's workflows (400)."""
+        """The request's selection, its names checked against the app's workflows (404)."""
         names = self._workflows.names
         if ask.workflow is not None and ask.workflow not in names:
-            raise ValueError(f"workflow: no workflow {ask.workflow!r} (this app's: "
-                             f"{', '.join(names)})")
+            raise UnknownRedrive(f"workflow: no workflow {ask.workflow!r} (this app's: "
+                                 f"{', '.join(names)})")
         flows = [w for w in self._workflows.workflows
                  if ask.workflow is None or w.name == ask.workflow]
         if ask.version is not None and ask.version not in {w.version for w in flows}:
-            raise ValueError(f"version: no version {ask.version} of "
-                             f"{ask.workflow or 'any workflow'} runs here")
+            raise UnknownRedrive(f"version: no version {ask.version} of "
+                                 f"{ask.workflow or 'any workflow'} runs here")
         steps = sorted({s.name for w in flows for s in w.steps})
         if ask.failed_step is not None and ask.failed_step not in steps:
-            raise ValueError(f"failed_step: no step {ask.failed_step!r} (the steps: "
-                             f"{', '.join(steps)})")
+            raise UnknownRedrive(f"failed_step: no step {ask.failed_step!r} (the steps: "
+                                 f"{', '.join(steps)})")
         if ask.since and ask.until and ask.since >= ask.until:
             raise ValueError("since must be before until")
         return Selection(workflow=ask.workflow, version=ask.version,

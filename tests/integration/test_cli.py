@@ -227,7 +227,8 @@ def test_bad_connection_string_is_one_line(capsys: pytest.CaptureFixture[str]) -
 
 
 COMMANDS = (["send"], ["status"], ["list"], ["watch"], ["resubmit"], ["cancel"], ["pause"],
-            ["resume"], ["pauses"], ["alerts"],
+            ["resume"], ["pauses"], ["redrive"], ["redrives"], ["redrives", "show"],
+            ["redrives", "pause"], ["redrives", "resume"], ["redrives", "cancel"], ["alerts"],
             ["alerts", "ack"], ["rejected"], ["health"], ["trace"])
 
 

@@ -30,7 +30,7 @@ def test_a_redrive_over_http_resubmits_the_failed_orders_and_shows_its_progress(
         r = c.post("/redrives", json={"failed_step": "take", "dry_run": False})
         assert r.status_code == 400 and "needs a reason" in r.json()["error"]
         r = c.post("/redrives", json={"failed_step": "tkae", "reason": "x", "dry_run": False})
-        assert r.status_code == 400 and "no step 'tkae'" in r.json()["error"]
+        assert r.status_code == 404 and "no step 'tkae'" in r.json()["error"]
         r = c.post("/redrives", json={"failed_step": "take", "reason": "card network back",
                                       "rate": 50, "dry_run": False})
         assert r.status_code == 202, (r.status_code, r.text)

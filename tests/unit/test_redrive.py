@@ -19,7 +19,7 @@ from shared.domain.transitions import receive
 from shared.domain.workflow import Registry
 from shared.handlers.operator_requests import RedriveRequest
 from shared.handlers.redrive import RedriveRunner, Stopped
-from shared.handlers.redriving import RedriveControl, RedriveRefused
+from shared.handlers.redriving import RedriveControl, RedriveRefused, UnknownRedrive
 from shared.workflows.orders.message import parse_order
 from tests.conftest import FakeClock
 from tests.fakes import Crash, FakeOrderStore, FakePauses, FakeRedrives
@@ -237,7 +237,7 @@ def test_two_runners_never_run_one_redrive_at_once() -> None:
     ({"since": T0, "until": T0}, "since must be before until")])
 def test_a_selection_naming_what_the_app_has_not_is_refused_saying_what_it_has(
         ask: dict[str, Any], problem: str) -> None:
-    with pytest.raises(ValueError, match=problem):
+    with pytest.raises((ValueError, UnknownRedrive), match=problem):
         World().control.preview(RedriveRequest(**ask))
 
 
