@@ -163,6 +163,14 @@ pause-run: $(STAMP) node_modules/.package-lock.json
 limit-run: $(STAMP) node_modules/.package-lock.json
 	$(PY) -m localrun.bench.limiting --orders 200 --at-once 4 --per-second 20
 
+# 10,000 failed orders re-driven against their failed step's service limited to 20 calls a
+# second (tests/bench/test_redrive_run.py runs a short one): what the service saw, whether any
+# order was resubmitted or shipped twice, and the progress an operator saw (docs/operating.md,
+# Re-driving failed orders).
+.PHONY: redrive-run
+redrive-run: $(STAMP) node_modules/.package-lock.json
+	$(PY) -m localrun.bench.redriving --orders 10000 --per-second 20
+
 # A rolling deployment rehearsed, on demand (not in make test; tests/e2e/test_rolling.py runs a
 # small one): the previous release (PREVIOUS, a commit of this clone's history, in a temporary
 # git worktree) and this checkout side by side under load on one Azurite, the two hosts rolled

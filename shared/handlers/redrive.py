@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 # The runner's timer, and how long each of its runs may resubmit: less than the time between
 # two, so that runs never overlap on one instance and a claim ends before the next run.
 SCHEDULE = "*/10 * * * * *"
-RUN_SECONDS = 8.0
+RUN_SECONDS = 9.0
 # How often a running page looks at its record again: a pause or a cancel stops it this soon.
 LOOK_EVERY = 1.0
 # Conditional writes tried when the record moved on under the runner (an operator's action).
