@@ -100,7 +100,7 @@ function cards(testid, title, counts, badKeys) {
 
 // The steps the last overview's failed orders failed at: the bulk page offers them.
 let failedSteps = [];
-function renderOverview(o, pauses) {
+function renderOverview(o, pauses, redrives) {
   failedSteps = [...new Set([...o.Failed, ...o.CompensationFailed]
     .map(r => r.FailedStep).filter(Boolean))].sort();
   const scanned = o.Complete ? "" : ` (the first ${o.Counted} records; there are more)`;
@@ -127,7 +127,12 @@ function renderOverview(o, pauses) {
                 cell(r.FailedStep), cell(needed(r), "needs"), cell(when(r.UpdatedAt))))),
     el("section", {}, el("h2", {}, "Failed ", el("small", {text: "newest first "}),
         el("a", {href: "#/resubmit", "data-testid": "bulk-open",
-                 text: "resubmit several at once"})),
+                 text: "resubmit several at once"}), ", or ",
+        el("a", {href: "#", "data-testid": "redrives-go", text: "re-drive them in the background",
+                 onclick: ev => {
+                   ev.preventDefault();
+                   document.getElementById("redrives-heading").focus();
+                 }})),
       table("failed", ["order", "failed step", "reason", "compensation", "resubmissions",
                        "updated"], o.Failed, failedRow)),
     el("section", {}, el("h2", {}, "Compensation failed ",
@@ -156,6 +161,8 @@ function renderOverview(o, pauses) {
       table("rejected", ["rejected", "kind", "message id", "reason", "deliveries"], o.Rejected,
         r => el("tr", {}, cell(when(r.RejectedAt)), cell(r.Kind), cell(r.MessageId, "id"),
                 cell(r.Reason), cell(r.DeliveryCount)))),
+    redrivePanel(redrives.Redrives,
+                 pauses.Pauses.filter(p => p.Kind === "workflow").map(p => p.Name)),
     pausePanel(pauses.Pauses),
   ].filter(Boolean));
 }
@@ -261,6 +268,201 @@ function pauseForm(section, p) {
   section.querySelector("[data-testid=pause-form]")?.remove();
   section.append(form);
   reason.focus();
+}
+
+// Re-drives: failed orders resubmitted in the background, at a pace, with progress (GET
+// /api/redrives, the newest first; POST /api/redrives, a preview unless dry_run is false;
+// POST /api/redrives/{id}/pause, .../resume, .../cancel, with a reason). The panel refreshes
+// with the overview, so their progress moves; its forms, as the pauses': a button first, then
+// the form below the list (one at a time, and a form on the page holds it still).
+const REDRIVE_MEANS = "A re-drive resubmits the failed orders its filters pick, in the " +
+  "background, so many a second, each as a single resubmit is (its reason and the name of " +
+  "whoever started it in the order's history), until every one has been through it. Orders " +
+  "that fail after it starts are not its to pick. A paused one stops before its next order; " +
+  "a cancelled one ends: the orders it resubmitted run on, the rest stay failed.";
+const REDRIVE_ACTS = {
+  pause: {verb: "Pause", needs: true,
+          notice: "It stops before its next order, within a second, until it is resumed; " +
+                  "the orders it resubmitted run on.",
+          done: (what, r) => `Paused ${what} as ${r.ChangedBy}: it stops before its next ` +
+                             "order until it is resumed."},
+  resume: {verb: "Resume", needs: false,
+           notice: "It goes on where it stopped, at its pace.",
+           done: (what, r) => `Resumed ${what}: it goes on, ${r.Rate} a second.`},
+  cancel: {verb: "Cancel", needs: true,
+           notice: "It ends, and cannot be resumed: the orders it resubmitted run on; the " +
+                   "rest stay failed.",
+           done: what => `Cancelled ${what}: the orders it resubmitted run on; the rest stay ` +
+                         "failed."},
+};
+
+// The last start's, pause's, resume's or cancel's outcome, shown in the panel until the next.
+let redriveMessage = null;
+function redrivePanel(redrives, workflows) {
+  const section = el("section", {"data-testid": "redrives"},
+    el("h2", {id: "redrives-heading", tabindex: "-1"}, "Re-drives ",
+       el("small", {text: "failed orders resubmitted in the background, the newest first"})),
+    el("p", {class: "empty", text: REDRIVE_MEANS}));
+  if (redriveMessage) said(section, "redrive-result", redriveMessage);
+  section.append(
+    el("p", {}, el("button", {type: "button", "data-testid": "redrive-open",
+                              text: "Re-drive failed orders...",
+                              onclick: () => redriveForm(section, workflows)})),
+    table("redrives-list", ["re-drive", "state", "picks", "rate", "progress", "started by",
+                            "why", "latest refusals", ""], redrives, r => redriveRow(section, r)));
+  return section;
+}
+
+function redriveRow(section, r) {
+  const act = action => el("button", {type: "button", "data-testid": `redrive-${action}-open`,
+    "aria-label": `${REDRIVE_ACTS[action].verb} re-drive ${r.Id}...`,
+    text: `${REDRIVE_ACTS[action].verb}...`, onclick: () => redriveChange(section, r, action)});
+  const acts = {running: ["pause", "cancel"], paused: ["resume", "cancel"]}[r.State] || [];
+  // Who paused, resumed or cancelled it last, and why (a done one: ended by itself).
+  const changed = r.ChangedBy && r.State !== "done"
+    ? `${r.State === "running" ? "resumed" : r.State} by ${r.ChangedBy}` +
+      (r.ChangeReason ? `: ${r.ChangeReason}` : "") : null;
+  return el("tr", {"data-redrive": r.Id, class: r.State},
+    cell(el("span", {}, el("code", {text: r.Id}), el("br"), "started ", when(r.Created))),
+    cell(el("span", {}, el("span", {class: "state", text: r.State}),
+      r.Waiting ? el("span", {class: "notice", "data-testid": "redrive-waiting",
+                              text: ` waiting: ${r.Waiting}`}) : null,
+      changed ? el("span", {class: "empty", "data-testid": "redrive-changed",
+                            text: ` ${changed}`}) : null,
+      r.Ended ? el("span", {class: "empty"}, " ended ", when(r.Ended)) : null)),
+    cell(r.Picks), cell(`${r.Rate} a second`),
+    cell(`${r.Resubmitted} resubmitted, ${r.Refused} refused, ${r.InHand} in hand, ` +
+         `${r.Scanned} failed orders read`, "progress"),
+    cell(r.By), cell(r.Reason),
+    cell(r.Refusals.length ? el("ul", {class: "refusals", "data-testid": "redrive-refusals"},
+      ...r.Refusals.map(x => el("li", {"data-order": x.OrderID}, orderLink(x.OrderID),
+                                `: ${x.Why}`))) : ""),
+    cell(el("span", {}, ...acts.flatMap(a => [act(a), " "]))));
+}
+
+// One form in the panel at a time, below the list; the keyboard on its first field.
+function panelForm(section, form, first) {
+  section.querySelector("form")?.remove();
+  section.append(form);
+  first.focus();
+}
+
+// Pause, resume or cancel one re-drive: a pause and a cancel need a reason, refused here
+// without one; a resume's is optional. Sent as the operator signed in.
+function redriveChange(section, r, action) {
+  const {verb, needs, notice, done} = REDRIVE_ACTS[action];
+  const what = `re-drive ${r.Id}`;
+  const reason = el("textarea", Object.assign({name: "reason", rows: "2", maxlength: "1000"},
+                                              needs ? {"aria-required": "true"} : {}));
+  const send = el("button", {type: "submit", "data-testid": "redrive-send",
+                             text: `${verb} ${what}`});
+  const form = el("form", {"data-testid": "redrive-change-form", "data-redrive": r.Id,
+                           "data-action": action},
+    el("label", {}, `Why ${verb.toLowerCase()} ${what}` +
+                    (needs ? " (kept in the audit log)" : " (optional, kept in the audit log)"),
+       reason),
+    el("p", {class: "notice", text: `${notice} As you: your name is kept with it.`}),
+    send);
+  form.onsubmit = async ev => {
+    ev.preventDefault();
+    const text = String(new FormData(form).get("reason") || "");
+    if (needs && !text.trim()) {  // refused here: nothing is sent
+      said(section, "redrive-result", {ok: false, text: `Say why ${what} is ` +
+        `${action === "pause" ? "paused" : "cancelled"}: a ${action} needs a reason.`}).focus();
+      return;
+    }
+    send.disabled = true;  // once: a second click would be refused
+    redriveMessage = await post("redrive", `/redrives/${encodeURIComponent(r.Id)}/${action}`,
+                                {reason: text}, body => done(what, body));
+    await show(redriveMessage);
+  };
+  panelForm(section, form, reason);
+}
+
+// Start one: its filters (none: every failed order), its pace and why. Preview (a dry run,
+// the form's Enter) says how many of the failed orders one look reads it would pick, and the
+// first few; it changes nothing, and a field changed since drops it. Start needs a reason.
+function redriveForm(section, workflows) {
+  const field = (label, input) => el("label", {}, label, " ", input);
+  const steps = el("datalist", {id: "redrive-steps"},
+                   ...failedSteps.map(step => el("option", {value: step})));
+  const flows = el("datalist", {id: "redrive-workflows"},
+                   ...workflows.map(name => el("option", {value: name})));
+  const first = el("input", {name: "failed_step", list: "redrive-steps", maxlength: "128",
+                             autocomplete: "off"});
+  const start = el("button", {type: "button", "data-testid": "redrive-start",
+                              text: "Start the re-drive"});
+  const answer = el("div", {"data-testid": "redrive-preview", class: "bulk-plan"});
+  const form = el("form", {"data-testid": "redrive-form", class: "bulk-form"},
+    el("h3", {class: "wide", text: "Re-drive failed orders"}),
+    el("p", {class: "empty wide", text: "Each filter given must match; none picks every " +
+      "failed order. Times are yours."}),
+    field("Failed at step", first), steps,
+    field("Last error contains", el("input", {name: "error_text", maxlength: "200",
+                                              autocomplete: "off"})),
+    field("Workflow (optional)", el("input", {name: "workflow", list: "redrive-workflows",
+                                              maxlength: "64", autocomplete: "off"})), flows,
+    field("Failed since (optional)", el("input", {type: "datetime-local", name: "since"})),
+    field("Failed before (optional)", el("input", {type: "datetime-local", name: "until"})),
+    field("Orders a second (optional)", el("input", {type: "number", name: "rate",
+      min: "0.001", max: "1000", step: "any", placeholder: "its services' slowest limit"})),
+    el("label", {class: "notice wide"}, el("input", {type: "checkbox", name: "force"}),
+       " Also orders whose compensation failed: I have checked the services"),
+    el("label", {class: "wide"}, "Reason (kept in each order's history)",
+       el("textarea", {name: "reason", rows: "2", maxlength: "1000", "aria-required": "true"})),
+    el("p", {class: "wide"}, el("button", {type: "submit", "data-testid": "redrive-preview-run",
+                                           text: "Preview"}), " ", start, " ",
+       el("span", {class: "empty", text: "started as you, your name in each order's history"})),
+    el("div", {class: "wide"}, answer));
+  const say = (text, ok = false) => {
+    answer.replaceChildren(el("p", {class: ok ? "" : "error", "data-testid": "redrive-said",
+                                    tabindex: "-1", text}));
+    answer.firstChild.focus();
+  };
+  form.oninput = () => answer.replaceChildren();  // a preview holds for what it ran on
+  form.onsubmit = async ev => {
+    ev.preventDefault();
+    let p;
+    try {
+      p = await api("/redrives", {method: "POST", headers: {"content-type": "application/json"},
+        body: JSON.stringify(Object.assign(redriveAsk(form), {dry_run: true}))});
+    } catch (e) {
+      return say(String(e.message || e));
+    }
+    const more = p.More ? " (more failed orders than one look reads: it may pick more)" : "";
+    say(`Would pick ${p.Matched} of ${p.Scanned} failed orders read${more}: ${p.Picks}, ` +
+        `${p.Rate} a second (a preview: nothing was changed)`, true);
+    if (p.Sample.length) answer.append(el("p", {"data-testid": "redrive-sample"}, "e.g. ",
+      ...p.Sample.flatMap((id, i) => [i ? ", " : "", orderLink(id)])));
+  };
+  start.onclick = async () => {
+    const ask = redriveAsk(form);
+    if (!ask.reason.trim())  // refused here: nothing is sent
+      return say("Say why they are re-driven: a re-drive needs a reason.");
+    start.disabled = true;  // once: a second click would be a second re-drive
+    const m = await post("redrive", "/redrives", Object.assign(ask, {dry_run: false}),
+      body => `Started re-drive ${body.Id}: ${body.Picks}, ${body.Rate} a second. Its ` +
+              "progress shows in the list.");
+    if (!m.ok) {  // the form stays as filled in, to be put right
+      start.disabled = false;
+      return say(m.text);
+    }
+    redriveMessage = m;
+    await show(m);
+  };
+  panelForm(section, form, first);
+}
+
+function redriveAsk(form) {
+  const f = new FormData(form);
+  const text = name => String(f.get(name) || "").trim() || null;
+  // A datetime-local is the viewer's own time: sent as UTC (the API needs the zone).
+  const at = name => f.get(name) ? new Date(String(f.get(name))).toISOString() : null;
+  return {workflow: text("workflow"), failed_step: text("failed_step"),
+          error_text: text("error_text"), since: at("since"), until: at("until"),
+          force: f.get("force") === "on",
+          rate: text("rate") === null ? null : Number(f.get("rate")),
+          reason: String(f.get("reason") || "")};
 }
 
 // What a parked order waits for: its reason without the step's name before it (LastError is
@@ -463,8 +665,9 @@ async function show(message) {
       const found = await find(search.get("q") || "", search.get("state") || "");
       draw = () => renderSearch(search, found);
     } else {
-      const [body, pauses] = await Promise.all([api("/overview"), api("/pauses")]);
-      draw = () => renderOverview(body, pauses);
+      const [body, pauses, redrives] = await Promise.all([api("/overview"), api("/pauses"),
+                                                           api("/redrives")]);
+      draw = () => renderOverview(body, pauses, redrives);
     }
     if (mine !== shown) return;
     // A refresh does not replace a form the operator opened while it was asked for (the
@@ -767,8 +970,8 @@ function drawCancelPlan(plan, ask, result) {
 
 function schedule() {
   clearInterval(timer);
-  // Live only while someone looks, and not while a form (resubmit, resume, cancel, bulk, pause)
-  // is on the page: it is being filled in. A search's answer stays as it was (a search by
+  // Live only while someone looks, and not while a form (resubmit, resume, cancel, bulk, pause,
+  // re-drive) is on the page: it is being filled in. A search's answer stays as it was (a search by
   // customer reads the table: once per asking).
   timer = setInterval(() => {
     const typing = main.querySelector("form");

@@ -20,6 +20,7 @@ import pytest
 from playwright.sync_api import Browser, Locator, Page, Request, Route, expect, sync_playwright
 
 from shared.domain.state import ProcessState, due_at
+from shared.handlers.operator_requests import RedriveRequest
 from shared.handlers.principal import CANCEL_ROLE, PAUSE_ROLE, READ_ROLE, RESUBMIT_ROLE
 from tests.integration.conftest import RunningHost
 from tests.integration.helpers import drain_json, function, sb_message
@@ -40,7 +41,7 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 CONSOLE = {"overview", "console", "get_order", "resubmit_order", "ack_alert", "list_orders",
            "resubmit_orders", "cancel_order", "cancel_orders", "list_pauses", "pause", "resume",
-           "resume_order"}
+           "resume_order", "list_redrives", "start_redrive", "change_redrive"}
 
 
 @pytest.fixture(scope="module")
@@ -1008,3 +1009,354 @@ def test_an_order_that_is_not_parked_offers_no_resume(page: Page, h: RunningHost
         # Nothing drawn in its place (a missing section written out as "null"): sections only.
         assert page.locator("#main").evaluate(
             "m => [...m.childNodes].every(n => n.nodeName === 'SECTION')")
+
+
+# -- re-drives ------------------------------------------------------------------------------------
+
+GRACE = "Grace Operator (oid g)"
+PREVIEWED = "(a preview: nothing was changed)"
+
+
+def being_compensated(h: RunningHost, order_id: str) -> None:
+    """Drive one order to Error, by hand, its undo left unanswered: a re-drive picks it and its
+    resubmit is refused (its compensation has not settled)."""
+    s = h.container.scheduler
+    s.handle_command(accept(order_id))
+
+    def mine(step: int) -> dict[str, Any]:
+        return next(r for r in requests_of(h, step) if r["order_id"] == order_id)
+
+    s.handle_reply(reply(mine(0)))
+    s.handle_reply(reply(mine(1), "permanent_error", "HTTP 422 card declined"))
+    state = h.container.store.get_state(order_id)
+    assert state.process_state is ProcessState.ERROR and not state.is_settled
+
+
+def started(h: RunningHost, **ask: Any) -> str:
+    """A re-drive of the orders that failed at the charge, started by another operator (or the
+    CLI): its id."""
+    return h.container.redrives.start(
+        RedriveRequest(failed_step="charge_payment", reason="PSP back", **ask), GRACE).Id
+
+
+def redrive_state(h: RunningHost, redrive_id: str) -> str:
+    return h.container.redrives.get(redrive_id).State
+
+
+def redrive_row(page: Page, redrive_id: str) -> Locator:
+    """The re-drives panel's row of one."""
+    return page.get_by_test_id("redrives-list").locator(f'tr[data-redrive="{redrive_id}"]')
+
+
+def open_redrive(page: Page) -> Locator:
+    """The panel's start form opened (a button first); the failed step has the keyboard."""
+    page.get_by_test_id("redrives").get_by_role("button", name="Re-drive failed orders...").click()
+    form = page.get_by_test_id("redrive-form")
+    expect(form.locator("input[name=failed_step]")).to_be_focused()
+    return form
+
+
+def open_redrive_change(page: Page, redrive_id: str, action: str) -> Locator:
+    """A row's Pause, Resume or Cancel form opened; the reason has the keyboard."""
+    redrive_row(page, redrive_id).get_by_role(
+        "button", name=f"{action} re-drive {redrive_id}...").click()
+    form = page.get_by_test_id("redrive-change-form")
+    expect(form).to_have_attribute("data-redrive", redrive_id)
+    expect(form.locator("textarea[name=reason]")).to_be_focused()
+    return form
+
+
+def asked(**fields: Any) -> dict[str, Any]:
+    """The body the start form sends: every filter, null when left empty."""
+    return {"workflow": None, "failed_step": None, "error_text": None, "since": None,
+            "until": None, "force": False, "rate": None, "reason": "", **fields}
+
+
+def test_preview_a_redrive_from_the_panel(page: Page, h: RunningHost) -> None:
+    """A dry run: how many of the failed orders it read it would pick, what, how fast, and the
+    first few; nothing is started and no order changes."""
+    page.get_by_test_id("redrives-go").click()  # from the failed orders to the panel
+    expect(page.locator("#redrives-heading")).to_be_focused()
+    expect(page.get_by_test_id("redrives-list")).to_have_text("none")
+    form = open_redrive(page)
+    # The failed steps the overview showed are offered, and the app's workflows.
+    assert {o.get_attribute("value") for o in form.locator("#redrive-steps option").all()} == {
+        "charge_payment", "arrange_shipping"}
+    assert {o.get_attribute("value") for o in form.locator("#redrive-workflows option").all()
+            } == set(h.container.workflows.names)
+    form.locator("input[name=failed_step]").fill("charge_payment")
+    with page.expect_request(lambda r: r.method == "POST") as sent:
+        form.get_by_role("button", name="Preview", exact=True).click()
+    assert sent.value.url == f"http://127.0.0.1:{h.port}/api/redrives"
+    assert sent.value.post_data_json == asked(failed_step="charge_payment", dry_run=True)
+    assert sent.value.all_headers()["content-type"] == "application/json"
+    rate = h.container.redrives.preview(RedriveRequest(failed_step="charge_payment")).Rate
+    answer = page.get_by_test_id("redrive-said")
+    expect(answer).to_have_text("Would pick 1 of 2 failed orders read: failed at charge_payment, "
+                                f"{rate:g} a second {PREVIEWED}")
+    expect(answer).not_to_have_class("error")
+    expect(answer).to_be_focused()
+    sample = page.get_by_test_id("redrive-sample")
+    expect(sample).to_have_text("e.g. f-1")
+    expect(sample.get_by_role("link", name="f-1")).to_have_attribute("href", "#/orders/f-1")
+    # A field changed drops the preview: it holds only for what it ran on.
+    form.locator("input[name=failed_step]").fill("")
+    expect(answer).to_have_count(0)
+    # Compensation failures too (confirmed), by a part of the error, at a pace of its own.
+    form.locator("input[name=error_text]").fill("http 422")
+    form.locator("input[name=rate]").fill("2.5")
+    form.locator("input[name=force]").check()
+    form.locator("input[name=error_text]").press("Enter")  # Enter previews
+    expect(answer).to_have_text("Would pick 2 of 2 failed orders read: error containing "
+                                f"'http 422', compensation failures too, 2.5 a second {PREVIEWED}")
+    expect(sample.get_by_role("link")).to_have_count(2)
+    assert {a.inner_text() for a in sample.get_by_role("link").all()} == {"f-1", "f-2"}
+    # Nothing started, nothing resubmitted.
+    assert h.container.redrives.list().Redrives == []
+    assert [h.container.store.get_state(o).generation for o in ("f-1", "f-2")] == [0, 0]
+    expect(page.get_by_test_id("redrives-list")).to_have_text("none")
+
+
+def test_start_a_redrive_and_watch_its_progress(page: Page, h: RunningHost) -> None:
+    """Started with a reason, as the signed-in operator: listed running; once its runner has
+    run, the page's own refresh shows it done, what it resubmitted and what it refused, why."""
+    being_compensated(h, "f-3")
+    page.reload()
+    form = open_redrive(page)
+    form.locator("input[name=failed_step]").fill("charge_payment")
+    form.locator("input[name=rate]").fill("50")
+    form.locator("textarea[name=reason]").fill("PSP back <b>4711</b>")
+    with page.expect_request(lambda r: r.method == "POST") as sent:
+        form.get_by_role("button", name="Start the re-drive").click()
+    assert sent.value.post_data_json == asked(failed_step="charge_payment", rate=50,
+                                              reason="PSP back <b>4711</b>", dry_run=False)
+    result = page.get_by_test_id("redrive-result")
+    expect(result).to_contain_text("Started re-drive rd-")
+    (view,) = h.container.redrives.list().Redrives
+    assert (view.State, view.By, view.Rate, view.Reason) == ("running", DEVELOPER, 50,
+                                                             "PSP back <b>4711</b>")
+    expect(result).to_have_text(f"Started re-drive {view.Id}: {view.Picks}, 50 a second. Its "
+                                "progress shows in the list.")
+    expect(result).to_be_focused()
+    expect(page.get_by_test_id("redrive-form")).to_have_count(0)  # drawn again, the form gone
+    row = redrive_row(page, view.Id)
+    expect(row.locator(".state")).to_have_text("running")
+    expect(row.locator("td.progress")).to_have_text(
+        "0 resubmitted, 0 refused, 0 in hand, 0 failed orders read")
+    for text in (view.Picks, "50 a second", DEVELOPER, "PSP back <b>4711</b>"):
+        expect(row).to_contain_text(text)
+    assert row.locator("b").count() == 0  # the reason as text
+    expect(row.locator("time")).to_have_attribute(
+        "title", view.Created.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
+    expect(row.get_by_role("button", name=f"Pause re-drive {view.Id}...")).to_be_visible()
+    expect(row.get_by_role("button", name=f"Cancel re-drive {view.Id}...")).to_be_visible()
+    expect(row.get_by_role("button")).to_have_count(2)  # no resume of a running one
+
+    h.container.redriver.run(8)  # the timer's run, by hand
+    # No reload: the overview's refresh every 5 s moves it on.
+    expect(row.locator(".state")).to_have_text("done", timeout=15_000)
+    expect(row.locator("td.progress")).to_have_text(
+        "1 resubmitted, 1 refused, 0 in hand, 3 failed orders read")
+    refusals = row.get_by_test_id("redrive-refusals").locator("li")
+    expect(refusals).to_have_count(1)
+    expect(refusals).to_have_attribute("data-order", "f-3")
+    expect(refusals).to_contain_text("f-3: order f-3 is Error")
+    expect(refusals).to_contain_text("only a failed order whose compensation has settled can "
+                                     "be resubmitted")
+    expect(row).to_contain_text("ended")
+    expect(row.get_by_role("button")).to_have_count(0)  # nothing left to do to it
+    f1 = h.container.store.get_state("f-1")
+    assert (f1.process_state, f1.generation) == (ProcessState.PENDING, 1)
+    assert (f1.history[-1]["by"], f1.history[-1]["reason"]) == (
+        DEVELOPER, f"re-drive {view.Id}: PSP back <b>4711</b>")
+    assert h.container.store.get_state("f-2").generation == 0  # its compensation failed
+
+
+def test_pause_a_redrive_from_the_panel(page: Page, h: RunningHost) -> None:
+    rid = started(h)
+    page.reload()
+    row = redrive_row(page, rid)
+    expect(row.locator(".state")).to_have_text("running")
+    expect(row).to_contain_text(GRACE)
+    form = open_redrive_change(page, rid, "Pause")
+    form.locator("textarea[name=reason]").fill("looking at the <i>PSP</i>")
+    with page.expect_request(lambda r: r.method == "POST") as sent:
+        form.get_by_role("button", name=f"Pause re-drive {rid}").click()
+    assert sent.value.url == f"http://127.0.0.1:{h.port}/api/redrives/{rid}/pause"
+    assert sent.value.post_data_json == {"reason": "looking at the <i>PSP</i>"}
+    result = page.get_by_test_id("redrive-result")
+    expect(result).to_have_text(f"Paused re-drive {rid} as {DEVELOPER}: it stops before its "
+                                "next order until it is resumed.")
+    expect(result).to_be_focused()
+    expect(result).not_to_have_class("error")
+    expect(row.locator(".state")).to_have_text("paused")
+    expect(row.get_by_test_id("redrive-changed")).to_have_text(
+        f"paused by {DEVELOPER}: looking at the <i>PSP</i>")
+    assert row.locator("i").count() == 0
+    expect(row.get_by_role("button", name=f"Resume re-drive {rid}...")).to_be_visible()
+    expect(row.get_by_role("button", name=f"Cancel re-drive {rid}...")).to_be_visible()
+    expect(row.get_by_role("button")).to_have_count(2)
+    expect(page.get_by_test_id("redrive-change-form")).to_have_count(0)
+    assert redrive_state(h, rid) == "paused"
+    h.container.redriver.run(8)  # a paused one is left be
+    assert h.container.store.get_state("f-1").generation == 0
+
+
+def test_resume_a_redrive_from_the_panel(page: Page, h: RunningHost) -> None:
+    rid = started(h, rate=5.0)
+    h.container.redrives.pause(rid, "looking", GRACE)
+    page.reload()
+    row = redrive_row(page, rid)
+    expect(row.locator(".state")).to_have_text("paused")
+    expect(row.get_by_test_id("redrive-changed")).to_have_text(f"paused by {GRACE}: looking")
+    form = open_redrive_change(page, rid, "Resume")
+    with page.expect_request(lambda r: r.method == "POST") as sent:
+        form.get_by_role("button", name=f"Resume re-drive {rid}").click()  # no reason: optional
+    assert sent.value.url == f"http://127.0.0.1:{h.port}/api/redrives/{rid}/resume"
+    assert sent.value.post_data_json == {"reason": ""}
+    expect(page.get_by_test_id("redrive-result")).to_have_text(
+        f"Resumed re-drive {rid}: it goes on, 5 a second.")
+    expect(row.locator(".state")).to_have_text("running")
+    expect(row.get_by_test_id("redrive-changed")).to_have_text(f"resumed by {DEVELOPER}")
+    expect(row.get_by_role("button", name=f"Pause re-drive {rid}...")).to_be_visible()
+    assert redrive_state(h, rid) == "running"
+    h.container.redriver.run(8)  # it goes on
+    page.reload()
+    expect(row.locator(".state")).to_have_text("done")
+    expect(row.locator("td.progress")).to_have_text(
+        "1 resubmitted, 0 refused, 0 in hand, 2 failed orders read")
+    assert h.container.store.get_state("f-1").generation == 1
+
+
+def test_cancel_a_redrive_from_the_panel(page: Page, h: RunningHost) -> None:
+    """A cancel needs a reason (refused in the page without one); cancelled, it ends: no order
+    is resubmitted by it any more."""
+    rid = started(h)
+    page.reload()
+    form = open_redrive_change(page, rid, "Cancel")
+    sent = posts(page)
+    for reason in ("", "   "):
+        form.locator("textarea[name=reason]").fill(reason)
+        form.get_by_role("button", name=f"Cancel re-drive {rid}").click()
+        result = page.get_by_test_id("redrive-result")
+        expect(result).to_have_text(f"Say why re-drive {rid} is cancelled: a cancel needs a "
+                                    "reason.")
+        expect(result).to_have_class("error")
+        expect(result).to_be_focused()
+    assert sent == []
+    assert redrive_state(h, rid) == "running"
+    form.locator("textarea[name=reason]").fill("wrong step")  # the form is still there
+    form.get_by_role("button", name=f"Cancel re-drive {rid}").click()
+    expect(result).to_have_text(f"Cancelled re-drive {rid}: the orders it resubmitted run on; "
+                                "the rest stay failed.")
+    assert [(r.url, r.post_data_json) for r in sent] == [
+        (f"http://127.0.0.1:{h.port}/api/redrives/{rid}/cancel", {"reason": "wrong step"})]
+    row = redrive_row(page, rid)
+    expect(row.locator(".state")).to_have_text("cancelled")
+    expect(row.get_by_test_id("redrive-changed")).to_have_text(
+        f"cancelled by {DEVELOPER}: wrong step")
+    expect(row).to_contain_text("ended")
+    expect(row.get_by_role("button")).to_have_count(0)
+    assert redrive_state(h, rid) == "cancelled"
+    h.container.redriver.run(8)
+    assert h.container.store.get_state("f-1").generation == 0
+
+
+def test_cancelling_a_redrive_done_meanwhile_is_refused_with_why(page: Page,
+                                                                  h: RunningHost) -> None:
+    """The form was opened while it ran (a form holds the page still); done meanwhile, the
+    cancel is refused (409) in the API's words, and the page shows it done."""
+    rid = started(h)
+    page.reload()
+    form = open_redrive_change(page, rid, "Cancel")
+    h.container.redriver.run(8)
+    assert redrive_state(h, rid) == "done"
+    form.locator("textarea[name=reason]").fill("wrong step")
+    form.get_by_role("button", name=f"Cancel re-drive {rid}").click()
+    result = page.get_by_test_id("redrive-result")
+    expect(result).to_have_text(f"re-drive {rid} is done already")
+    expect(result).to_have_class("error")
+    expect(result).to_be_focused()
+    row = redrive_row(page, rid)
+    expect(row.locator(".state")).to_have_text("done")
+    expect(row.locator("td.progress")).to_contain_text("1 resubmitted, 0 refused")
+    expect(row.get_by_role("button")).to_have_count(0)
+
+
+def test_a_redrive_the_api_refuses_is_said_and_the_form_kept(page: Page, h: RunningHost) -> None:
+    """Without a reason: refused in the page, nothing sent. A step the app has not (404), a
+    time span that ends before it begins (400): the API's words, the form kept as filled in."""
+    form = open_redrive(page)
+    sent = posts(page)
+    start = form.get_by_role("button", name="Start the re-drive")
+    said = page.get_by_test_id("redrive-said")
+    form.locator("input[name=failed_step]").fill("chrage_payment")
+    start.click()
+    expect(said).to_have_text("Say why they are re-driven: a re-drive needs a reason.")
+    expect(said).to_have_class("error")
+    expect(said).to_be_focused()
+    assert sent == []
+    form.locator("textarea[name=reason]").fill("PSP back")
+    start.click()
+    expect(said).to_contain_text("failed_step: no step 'chrage_payment' (the steps: ")
+    expect(said).to_contain_text("charge_payment")
+    expect(said).to_have_class("error")
+    assert [r.post_data_json["dry_run"] for r in sent] == [False]
+    form.get_by_role("button", name="Preview", exact=True).click()  # the same, as a preview
+    expect(said).to_contain_text("failed_step: no step 'chrage_payment'")
+    form.locator("input[name=failed_step]").fill("charge_payment")
+    form.locator("input[name=since]").fill("2030-01-02T10:00")
+    form.locator("input[name=until]").fill("2030-01-01T10:00")
+    start.click()
+    expect(said).to_have_text(re.compile("since must be before until"))
+    expect(form.locator("input[name=failed_step]")).to_have_value("charge_payment")
+    expect(form.locator("textarea[name=reason]")).to_have_value("PSP back")
+    assert h.container.redrives.list().Redrives == []
+    expect(page.get_by_test_id("redrive-result")).to_have_count(0)
+    expect(page.get_by_test_id("redrives-list")).to_have_text("none")
+
+
+def test_a_reader_is_told_why_they_cannot_redrive(browser: Browser, h: RunningHost) -> None:
+    rid = started(h)
+    pg, foreign = open_console(browser, h, signed_in(READ_ROLE))
+    row = redrive_row(pg, rid)
+    expect(row.locator(".state")).to_have_text("running")  # reading is a reader's
+    form = open_redrive(pg)
+    form.locator("textarea[name=reason]").fill("PSP back")
+    form.get_by_role("button", name="Start the re-drive").click()
+    expect(pg.get_by_test_id("redrive-said")).to_contain_text(
+        "Ada Operator lacks the app role 'Orders.Resubmit'")
+    form = open_redrive_change(pg, rid, "Pause")  # the start form gives way to it
+    expect(pg.get_by_test_id("redrive-form")).to_have_count(0)
+    form.locator("textarea[name=reason]").fill("looking")
+    form.get_by_role("button", name=f"Pause re-drive {rid}").click()
+    result = pg.get_by_test_id("redrive-result")
+    expect(result).to_contain_text("Ada Operator lacks the app role 'Orders.Resubmit'")
+    expect(result).to_have_class("error")
+    expect(row.locator(".state")).to_have_text("running")
+    assert [r.Id for r in h.container.redrives.list().Redrives] == [rid]
+    assert redrive_state(h, rid) == "running"
+    pg.context.close()
+    assert foreign == []
+
+
+def test_a_waiting_redrive_says_why_as_text(page: Page, h: RunningHost) -> None:
+    """Its service paused, a re-drive's orders would only wait: it waits too, and says why.
+    (What it says comes from the store: text, never markup.)"""
+    rid = started(h)
+    page.reload()
+    row = redrive_row(page, rid)
+    expect(row.locator(".state")).to_have_text("running")
+    expect(row.get_by_test_id("redrive-waiting")).to_have_count(0)
+    expect(page.get_by_test_id("redrives")).not_to_contain_text("null")
+
+    def waiting(route: Route) -> None:
+        answer = route.fetch()
+        body = answer.json()
+        body["Redrives"][0]["Waiting"] = "service <b>payment</b> is paused\u202e"
+        route.fulfill(response=answer, json=body)
+    page.route("**/api/redrives", waiting)
+    page.reload()
+    expect(row.get_by_test_id("redrive-waiting")).to_have_text(
+        "waiting: service <b>payment</b> is paused\\u202e")
+    assert row.locator("b").count() == 0

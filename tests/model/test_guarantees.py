@@ -73,8 +73,15 @@ from shared.handlers.agent import Agent, AgentRetryPolicy, RequestCheck
 from shared.handlers.health import HealthProbe
 from shared.handlers.intake import IntakeHandler
 from shared.handlers.operator import Operator
-from shared.handlers.operator_requests import CancelRefused, ResubmitRefused, ResumeRefused
+from shared.handlers.operator_requests import (
+    CancelRefused,
+    RedriveRequest,
+    ResubmitRefused,
+    ResumeRefused,
+)
 from shared.handlers.pausing import PauseControl, PauseRefused
+from shared.handlers.redrive import RedriveRunner
+from shared.handlers.redriving import RedriveControl, RedriveRefused
 from shared.handlers.relay import EffectRelay
 from shared.handlers.scheduler import Queues, Scheduler
 from shared.handlers.supervisor import Supervisor
@@ -86,6 +93,7 @@ from tests.fakes import (
     FakeOrderStore,
     FakePauses,
     FakeQueues,
+    FakeRedrives,
     FakeRejections,
     FakeTickLog,
     QueuedMessage,
@@ -266,6 +274,17 @@ class PipelineMachine(RuleBasedStateMachine):
             pending_grace=self.policy.pending_grace, clock=self.clock,
             pauses=PauseControl(store=self.pauses, services=list(AGENT_QS),
                                 workflows=[workflow.name], clock=self.clock))
+        # Re-drives, and their runner, as a timer runs it: with the operator's resubmit.
+        self.redrives = FakeRedrives(self.fault)
+        self.redrive_control = RedriveControl(store=self.redrives, orders=self.store,
+                                              workflows=self.workflows, limits={},
+                                              clock=self.clock)
+        self.redriver = RedriveRunner(
+            store=self.redrives, orders=self.store, workflows=self.workflows,
+            clock=self.clock, pauses=self.pauses, instance="runner",
+            resubmit=lambda oid, why, force, by: self.operator.resubmit(oid, why, force, by),
+            sleep=lambda s: self.clock.advance(seconds=s),
+            monotonic=lambda: self.clock.now.timestamp())
         # Each Agent's view of the pauses, and the requests one dropped uncalled for a pause:
         # order, step, attempt and the complete-by that send of it carried.
         self.views = {name: self.instance_view() for name in AGENT_QS}
@@ -648,6 +667,65 @@ class PipelineMachine(RuleBasedStateMachine):
 
         self.run(fault, cancel)
 
+    @rule(step=st.sampled_from([None, *SERVICE_OF_STEP]),
+          act=st.sampled_from(["start", "start", "pause", "resume", "cancel"]), fault=FAULTS)
+    def operator_redrives(self, step: str | None, act: str,
+                          fault: tuple[int, str] | None) -> None:
+        """A re-drive of the failed orders (all, or those failed at a step) started, or the
+        newest paused, resumed or cancelled, racing the pipeline, resubmits and cancels."""
+        newest = sorted(self.redrives.records)[:1]
+
+        def do() -> None:
+            with contextlib.suppress(RedriveRefused):
+                if act == "start":
+                    self.redrive_control.start(RedriveRequest(
+                        failed_step=step, reason="provider back", rate=2, dry_run=False),
+                        "model operator")
+                elif newest:
+                    change = {"pause": self.redrive_control.pause,
+                              "resume": self.redrive_control.resume,
+                              "cancel": self.redrive_control.cancel}[act]
+                    change(newest[0], "", "model operator")
+
+        self.run(fault, do)
+
+    @precondition(lambda self: any(s.process_state is ProcessState.ERROR and s.is_settled
+                                   for s in self.store.states.values()))
+    @rule(seconds=st.sampled_from([0.4, 1.2, 9]), fault=FAULTS,
+          dies_after=st.sampled_from([None, 1, 2]))
+    def a_redrive_takes_the_failed_orders(self, seconds: float, fault: tuple[int, str] | None,
+                                          dies_after: int | None) -> None:
+        """Failed orders there are: a re-drive of them started a second later, and its runner
+        run at once, dying anywhere (the race with the rest: the two rules around)."""
+        self.clock.advance(seconds=1)
+        self.operator_redrives(None, "start", None)
+        self.the_redrive_runner_runs(seconds, fault, dies_after)
+
+    @precondition(lambda self: bool(self.redrives.records))
+    @rule(seconds=st.sampled_from([0.4, 1.2, 9]), fault=FAULTS,
+          dies_after=st.sampled_from([None, 1, 2]))
+    def the_redrive_runner_runs(self, seconds: float, fault: tuple[int, str] | None,
+                                dies_after: int | None) -> None:
+        """Its timer's run, cut short or dying at any write it makes, or right after its
+        ``dies_after``-th resubmit took (before it counted it)."""
+        made = 0
+
+        def resubmit(oid: str, why: str, force: bool, by: str | None) -> object:
+            nonlocal made
+            view = self.operator.resubmit(oid, why, force, by)
+            made += 1
+            if made == dies_after:
+                event("the re-drive runner died right after a resubmit")
+                raise Crash("after a resubmit")
+            return view
+
+        plain = self.redriver.resubmit
+        self.redriver.resubmit = resubmit
+        try:
+            self.run(fault, lambda: self.redriver.run(seconds))
+        finally:
+            self.redriver.resubmit = plain
+
     @rule(what=st.sampled_from(TARGETS), aimed=st.booleans(), resume=st.booleans(),
           fault=FAULTS, then=st.sampled_from([0, 0, 8, 30]))
     def operator_pauses_or_resumes(self, what: Target, aimed: bool, resume: bool,
@@ -685,6 +763,21 @@ class PipelineMachine(RuleBasedStateMachine):
             self.tick()
 
     # --- what must always hold -----------------------------------------------------------------
+
+    @invariant()
+    def a_redrive_resubmits_an_order_once_and_counts_what_it_did(self) -> None:
+        """Whatever dies where: no order is resubmitted twice by one re-drive, and every
+        resubmit a re-drive made is counted on it, or is in its hand (its page's picks)."""
+        for rid, (redrive, _) in self.redrives.records.items():
+            named = Counter(oid for oid, state in self.store.states.items()
+                            for h in state.history if str(h.get("reason", "")).startswith(
+                                f"re-drive {rid}:"))
+            twice = [oid for oid, n in named.items() if n > 1]
+            assert not twice, f"re-drive {rid} resubmitted {twice} more than once"
+            in_hand = {p.order_id for p in redrive.batch}
+            uncounted = len([o for o in named if o not in in_hand]) - redrive.resubmitted
+            assert uncounted <= 0, (
+                f"re-drive {rid}: {uncounted} of its resubmits are neither counted nor in hand")
 
     @invariant()
     def a_paused_workflow_starts_no_new_order(self) -> None:
@@ -805,6 +898,7 @@ class PipelineMachine(RuleBasedStateMachine):
                 self.operator.pauses.resume(target.kind.value, target.name, "", by="model")
         self.note_pauses()
         for _ in range(400):
+            self.redriver.run(9)  # its timer: what a re-drive has in hand is finished
             for oid, body in self.orders.items():
                 if oid not in self.store.states:
                     self.intake.handle(f"m-{oid}", body)
