@@ -93,12 +93,15 @@ def redrive_run(connection: str, orders: int, per_second: float,
         while time.time() - started < timeout:
             time.sleep(LOOK_SECONDS)
             view = c.redrives.get(rid)
+            looks.append({"at_s": round(time.time() - started, 1), "state": view.State,
+                          "resubmitted": view.Resubmitted, "refused": view.Refused})
+            if view.State != "done":
+                continue
+            # Once it is done: how many have finished (a scan of the table, not every look).
             processed = sum(1 for _ in states.query_entities(
                 "RowKey eq 'state' and ProcessState eq 'Processed'", select=["PartitionKey"]))
-            looks.append({"at_s": round(time.time() - started, 1), "state": view.State,
-                          "resubmitted": view.Resubmitted, "refused": view.Refused,
-                          "processed": processed})
-            if view.State == "done" and processed + view.Refused >= orders:
+            looks[-1]["processed"] = processed
+            if processed + view.Refused >= orders:
                 break
         elapsed = time.time() - started
     finally:

@@ -14,9 +14,11 @@ as resubmitted and resubmits the others.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
@@ -75,6 +77,8 @@ class RedriveRunner:
     sleep: Callable[[float], None] = time.sleep
     monotonic: Callable[[], float] = time.monotonic
     instance: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    # Resubmits at once (1: one after the other, in the caller's thread).
+    workers: int = 8
     # When the next resubmit may be made (monotonic): the pace holds across pages and runs.
     _next_at: float = field(default=0.0, init=False)
 
@@ -120,30 +124,55 @@ class RedriveRunner:
 
     def _resubmit_batch(self, held: _Held, deadline: float) -> None:
         """The record's picks, at its pace, until they are done or the time is up; then what
-        was done is counted on the record."""
+        was done is counted on the record. Up to ``workers`` resubmits run at once (each is a
+        few storage requests: one at a time would hold the pace under ten a second)."""
         done: set[str] = set()
         refused: list[Refusal] = []
+        failed: list[BaseException] = []
+        lock = threading.Lock()
+        slots = threading.BoundedSemaphore(self.workers)
+
+        def one(pick: Pick) -> None:
+            try:
+                why = self._resubmit(held.redrive, pick)
+            except BaseException as e:  # said once every resubmit begun has ended
+                with lock:
+                    failed.append(e)
+                return
+            finally:
+                slots.release()
+            with lock:
+                if why is None:
+                    done.add(pick.order_id)
+                else:
+                    refused.append(Refusal(order_id=pick.order_id, why=why))
+
         spacing = 1.0 / held.redrive.rate
         looked = self.monotonic()
+        pool = ThreadPoolExecutor(self.workers, "redrive") if self.workers > 1 else None
         try:
             for pick in held.redrive.batch:
                 now = self.monotonic()
-                if max(now, self._next_at) >= deadline:
+                if max(now, self._next_at) >= deadline or failed:
                     break
                 if now - looked >= LOOK_EVERY:
                     looked = now
                     self._look(held)
                 self.sleep(max(0.0, self._next_at - now))
                 self._next_at = max(now, self._next_at) + spacing
-                why = self._resubmit(held.redrive, pick)
-                if why is None:
-                    done.add(pick.order_id)
+                slots.acquire()
+                if pool is None:
+                    one(pick)
                 else:
-                    refused.append(Refusal(order_id=pick.order_id, why=why))
+                    pool.submit(one, pick)
         finally:
+            if pool is not None:
+                pool.shutdown(wait=True)  # every resubmit begun has ended before counting
             if done or refused:
                 self._write(held, lambda r: r.settled(done, refused, self.clock()),
                             running=False)
+        if failed:
+            raise failed[0]
         if held.redrive.state is not RedriveState.RUNNING:
             raise Stopped(f"{held.redrive.state.value} by {held.redrive.changed_by}")
 

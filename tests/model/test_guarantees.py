@@ -284,7 +284,7 @@ class PipelineMachine(RuleBasedStateMachine):
             clock=self.clock, pauses=self.pauses, instance="runner",
             resubmit=lambda oid, why, force, by: self.operator.resubmit(oid, why, force, by),
             sleep=lambda s: self.clock.advance(seconds=s),
-            monotonic=lambda: self.clock.now.timestamp())
+            monotonic=lambda: self.clock.now.timestamp(), workers=1)
         # Each Agent's view of the pauses, and the requests one dropped uncalled for a pause:
         # order, step, attempt and the complete-by that send of it carried.
         self.views = {name: self.instance_view() for name in AGENT_QS}

@@ -147,7 +147,10 @@ def orders_cli() -> Cli:
     subcommands: dict[str, Any] = getattr(group, "commands")  # noqa: B009
 
     def options(cmd: Any) -> list[Any]:
-        return [p for p in cmd.params if p.param_type_name == "option"]
+        # A group's (orders alerts, orders redrives) with its own commands' beside its own.
+        inner = getattr(cmd, "commands", {}) if cmd is not group else {}
+        return [p for c in (cmd, *inner.values()) for p in c.params
+                if p.param_type_name == "option"]
 
     flags = {o for cmd in (group, *subcommands.values()) for p in options(cmd) if p.is_flag
              for o in p.opts}

@@ -63,7 +63,7 @@ class World:
         return RedriveRunner(store=self.redrives, orders=self.store, resubmit=self.resubmit,
                              workflows=Registry.of([FLOW]), clock=self.clock, pauses=self.pauses,
                              sleep=lambda s: self.clock.advance(seconds=s),
-                             monotonic=self.monotonic, instance=instance)
+                             monotonic=self.monotonic, instance=instance, workers=1)
 
     def start(self, **ask: Any) -> str:
         return self.control.start(RedriveRequest(reason="beta is back", dry_run=False, **ask),
