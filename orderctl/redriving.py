@@ -43,7 +43,7 @@ def redrive(
         force: Annotated[bool, typer.Option(
             "--force", help="Also orders whose compensation failed.")] = False,
         rate: Annotated[float | None, typer.Option(
-            min=0.001, max=1000, help="Orders a second (default: the slowest limit among the "
+            min=0.01, max=1000, help="Orders a second (default: the slowest limit among the "
                                       "workflow's services, or 10).")] = None,
         reason: Annotated[str, typer.Option(
             help="Why (required to start; kept in each order's history).")] = "",
@@ -127,8 +127,8 @@ def _progress(v: dict[str, Any]) -> str:
 def pause(redrive_id: RedriveId,
           reason: Annotated[str, typer.Option(help="Why (kept in the audit log).")] = "",
           as_json: AsJson = False) -> None:
-    """Pause a re-drive: it stops before its next order, within a second; `orders redrives
-    resume ID` goes on where it stopped."""
+    """Pause a re-drive: it stops within about a second; `orders redrives resume ID` goes on
+    where it stopped."""
     _act(redrive_id, "pause", reason, as_json, lambda c, by: c.pause(redrive_id, reason, by))
 
 

@@ -318,9 +318,9 @@ def openapi_document() -> dict[str, Any]:
             }},
             "/redrives/{redrive_id}/{action}": {"post": {
                 "operationId": "changeRedrive",
-                "summary": "Pause a running re-drive (it stops before its next order, within a "
-                           "second), resume a paused one, or cancel it (what it resubmitted "
-                           "runs on; the rest stay failed). Needs Orders.Resubmit.",
+                "summary": "Pause a running re-drive (it stops within about a second), resume "
+                           "a paused one, or cancel it (what it resubmitted runs on; the rest "
+                           "stay failed). Needs Orders.Resubmit.",
                 "parameters": [_REDRIVE_ID, {
                     "name": "action", "in": "path", "required": True,
                     "schema": {"type": "string", "enum": ["pause", "resume", "cancel"]}}],

@@ -33,9 +33,15 @@ PAGE = 100
 MAX_BATCH = 100
 # Refusals remembered (the newest), each an order id and why, for the operator to look at.
 KEPT_REFUSALS = 5
-# The pace when nothing sets one: no limit, no setting.
+# The pace when nothing sets one: no limit, no setting; and its bounds (slower than one order
+# a hundred seconds is no pace an operator means).
 DEFAULT_RATE = 10.0
+MIN_RATE = 0.01
 MAX_RATE = 1000.0
+# Re-drives running or paused at once: each running one gets its turn in every run.
+MAX_ACTIVE = 20
+# What the record keeps of an operator's words: the batch's ids take half of its property.
+KEPT_TEXT = 500
 # A runner's claim on a re-drive holds this long past its run: one that dies frees it then.
 LEASE_MARGIN = timedelta(seconds=5)
 
@@ -104,7 +110,7 @@ class Redrive(BaseModel):
     model_config = ConfigDict(frozen=True)
     id: str
     selection: Selection
-    rate: float = Field(gt=0, le=MAX_RATE)
+    rate: float = Field(ge=MIN_RATE, le=MAX_RATE)
     reason: str
     by: str | None
     created: AwareDatetime
@@ -139,23 +145,28 @@ class Redrive(BaseModel):
     def active(self) -> bool:
         return self.state in (RedriveState.RUNNING, RedriveState.PAUSED)
 
+    @staticmethod
+    def words(reason: str) -> str | None:
+        """An operator's reason as the record keeps it: inert, within KEPT_TEXT."""
+        return budget.clip(text.inert(reason), KEPT_TEXT) or None
+
     def pause(self, now: datetime, by: str | None, reason: str) -> Redrive:
         if self.state is not RedriveState.RUNNING:
             raise NotApplicable(f"re-drive {self.id} is {self.state.value}: only a running "
                                 "one can be paused")
         return self.model_copy(update={"state": RedriveState.PAUSED, "updated": now,
-                                       "changed_by": by, "change_reason": reason or None})
+                                       "changed_by": by, "change_reason": self.words(reason)})
 
     def resume(self, now: datetime, by: str | None, reason: str) -> Redrive:
         if self.state is not RedriveState.PAUSED:
             raise NotApplicable(f"re-drive {self.id} is {self.state.value}: only a paused one "
                                 "can be resumed")
         return self.model_copy(update={"state": RedriveState.RUNNING, "updated": now,
-                                       "changed_by": by, "change_reason": reason or None})
+                                       "changed_by": by, "change_reason": self.words(reason)})
 
     def cancel(self, now: datetime, by: str | None, reason: str) -> Redrive:
         """Ends it: the orders it resubmitted run on; the rest stay failed. A page its runner
-        is in the middle of stops before its next order."""
+        is in the middle of stops within about a second (at its pace, that many orders)."""
         if not self.active:
             raise NotApplicable(f"re-drive {self.id} is {self.state.value} already")
         return self.model_copy(update={"state": RedriveState.CANCELLED, "updated": now,
@@ -171,12 +182,15 @@ class Redrive(BaseModel):
             raise NotApplicable(f"re-drive {self.id} is being run by {self.runner}")
         return self.model_copy(update={"runner": runner, "lease_until": until})
 
-    def picked(self, picks: list[Pick], cursor: str | None, scanned: int,
-               now: datetime) -> Redrive:
-        """A page read: its picks on the record, and the listing's place after it (None: that
-        was its last page)."""
+    def picked(self, picks: list[Pick], cursor: str | None, scanned: int, now: datetime,
+               after: str | None) -> Redrive:
+        """A page read, from the listing's place ``after``: its picks on the record, and the
+        place after it (None: that was its last page). Once only: a page already taken (its
+        write answered late, and tried again) is refused."""
         if self.batch:
             raise NotApplicable(f"re-drive {self.id} has picks to finish first")
+        if self.cursor != after:
+            raise NotApplicable(f"re-drive {self.id} has read this page already")
         return self.model_copy(update={"batch": tuple(picks[:MAX_BATCH]), "cursor": cursor,
                                        "listed_all": cursor is None,
                                        "scanned": self.scanned + scanned, "updated": now,
@@ -189,7 +203,7 @@ class Redrive(BaseModel):
         done = done & on
         refused = [r for r in refused if r.order_id in on and r.order_id not in done]
         kept = (*self.refusals, *(Refusal(order_id=r.order_id, why=budget.clip(
-            text.inert(r.why), budget.ERROR_TEXT)) for r in refused))[-KEPT_REFUSALS:]
+            text.inert(r.why), KEPT_TEXT)) for r in refused))[-KEPT_REFUSALS:]
         gone = done | {r.order_id for r in refused}
         return self.model_copy(update={
             "batch": tuple(p for p in self.batch if p.order_id not in gone),

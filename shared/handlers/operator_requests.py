@@ -173,7 +173,7 @@ class RedriveRequest(BaseModel):
                                                           "never after the re-drive starts).")
     force: bool = Field(False, description="Also orders whose compensation failed.")
     reason: str = Field("", max_length=MAX_REASON, description="Why (required to act).")
-    rate: float | None = Field(None, gt=0, le=1000, description=(
+    rate: float | None = Field(None, ge=0.01, le=1000, description=(
         "Orders resubmitted a second (default: the slowest limit among the workflow's "
         "services, or 10)."))
     dry_run: bool = Field(True, description="Only count what it would pick (the default: "

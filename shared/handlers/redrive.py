@@ -30,6 +30,7 @@ from shared.clock import Clock
 from shared.domain.pauses import PauseKind, Target
 from shared.domain.redrive import (
     LEASE_MARGIN,
+    MAX_ACTIVE,
     PAGE,
     NotApplicable,
     Pick,
@@ -79,13 +80,14 @@ class RedriveRunner:
     instance: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     # Resubmits at once (1: one after the other, in the caller's thread).
     workers: int = 8
-    # When the next resubmit may be made (monotonic): the pace holds across pages and runs.
-    _next_at: float = field(default=0.0, init=False)
+    # When each re-drive's next resubmit may be made (monotonic), by its id: its pace holds
+    # across pages and runs, and is its own (a slow one holds no other back).
+    _next_at: dict[str, float] = field(default_factory=dict, init=False)
 
     def run(self, seconds: float) -> None:
         """Each running re-drive, oldest first, until ``seconds`` are spent."""
         deadline = self.monotonic() + seconds
-        running = [(r, v) for r, v in self.store.listed(100, active_only=True)
+        running = [(r, v) for r, v in self.store.listed(MAX_ACTIVE, active_only=True)
                    if r.state is RedriveState.RUNNING]
         for redrive, version in reversed(running):  # listed newest first
             if self.monotonic() >= deadline:
@@ -94,6 +96,8 @@ class RedriveRunner:
                 self._run(_Held(redrive, version), deadline)
             except Stopped as e:
                 log.info("re-drive %s: %s", redrive.id, e)
+            except Exception:  # one re-drive's trouble holds no other back; its next run retries
+                log.exception("re-drive %s: its run failed", redrive.id)
 
     def _run(self, held: _Held, deadline: float) -> None:
         until = self.clock() + timedelta(seconds=max(0.0, deadline - self.monotonic()))
@@ -115,12 +119,14 @@ class RedriveRunner:
             states, token = self.orders.list_states(ProcessState.ERROR.value, PAGE,
                                                     held.redrive.cursor)
             default = self.workflows.default
+            # An order still being undone is not picked (a resubmit would refuse it).
             picks = [Pick(order_id=s.order_id, generation=s.generation) for s in states
-                     if held.redrive.selection.picks(s, default)
+                     if held.redrive.selection.picks(s, default) and s.is_settled
                      and (held.redrive.selection.force
                           or s.compensation is not CompensationState.FAILED)]
             self._write(held, partial(Redrive.picked, picks=picks, cursor=token,
-                                      scanned=len(states), now=self.clock()))
+                                      scanned=len(states), now=self.clock(),
+                                      after=held.redrive.cursor))
 
     def _resubmit_batch(self, held: _Held, deadline: float) -> None:
         """The record's picks, at its pace, until they are done or the time is up; then what
@@ -148,18 +154,21 @@ class RedriveRunner:
                     refused.append(Refusal(order_id=pick.order_id, why=why))
 
         spacing = 1.0 / held.redrive.rate
+        rid = held.redrive.id
         looked = self.monotonic()
         pool = ThreadPoolExecutor(self.workers, "redrive") if self.workers > 1 else None
         try:
             for pick in held.redrive.batch:
                 now = self.monotonic()
-                if max(now, self._next_at) >= deadline or failed:
+                next_at = self._next_at.get(rid, 0.0)
+                if max(now, next_at) >= deadline or failed:
                     break
-                if now - looked >= LOOK_EVERY:
-                    looked = now
+                self.sleep(max(0.0, next_at - now))
+                self._next_at[rid] = max(now, next_at) + spacing
+                if self.monotonic() - looked >= LOOK_EVERY:
+                    # After the wait: a pause or a cancel meanwhile stops it before this one.
+                    looked = self.monotonic()
                     self._look(held)
-                self.sleep(max(0.0, self._next_at - now))
-                self._next_at = max(now, self._next_at) + spacing
                 slots.acquire()
                 if pool is None:
                     one(pick)
@@ -185,9 +194,14 @@ class RedriveRunner:
             return e.reason
         if state is None:
             return f"order {pick.order_id} is gone"
-        if state.generation != pick.generation:
-            return None  # resubmitted already: by this re-drive before a crash, or by hand
         reason = f"re-drive {redrive.id}: {redrive.reason}"
+        if state.generation != pick.generation:
+            # Resubmitted since it was picked: by this re-drive before its runner died (its
+            # history names it), or by someone else, which is not this re-drive's to count.
+            if any(str(h.get("reason", "")).startswith(f"re-drive {redrive.id}:")
+                   for h in state.history):
+                return None
+            return f"order {pick.order_id} was resubmitted meanwhile, not by this re-drive"
         try:
             self.resubmit(pick.order_id, reason, redrive.selection.force, redrive.by)
         except (ResubmitRefused, IllegalTransition, ValueError) as e:
@@ -225,6 +239,8 @@ class RedriveRunner:
             held.redrive, held.version = redrive, version
         if redrive.state is not RedriveState.RUNNING:
             raise Stopped(f"{redrive.state.value} by {redrive.changed_by}")
+        if redrive.runner != self.instance:
+            raise Stopped(f"claimed by {redrive.runner} (this runner's claim ran out)")
 
     def _write(self, held: _Held, change: Callable[[Redrive], Redrive], *,
                running: bool = True) -> None:

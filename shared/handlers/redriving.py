@@ -13,6 +13,8 @@ from shared.clock import Clock
 from shared.domain.limits import Limit
 from shared.domain.redrive import (
     DEFAULT_RATE,
+    MAX_ACTIVE,
+    MIN_RATE,
     NotApplicable,
     Redrive,
     Selection,
@@ -25,6 +27,7 @@ from shared.handlers.views import RedriveList, RedrivePreview, RedriveView
 
 # Failed orders a dry run reads at most (as a bulk resubmit's look does).
 PREVIEW_SCAN = 5000
+PREVIEW_PAGES = 20
 SAMPLE = 10
 LISTED = 50
 
@@ -77,14 +80,17 @@ class RedriveControl:
                     if ask.workflow is None or w.name == ask.workflow for s in w.steps}
         rates = [lim.per_second for name, lim in self._limits.items()
                  if name in services and lim.per_second is not None]
-        return min(rates, default=DEFAULT_RATE)
+        return max(MIN_RATE, min(rates, default=DEFAULT_RATE))
 
     def preview(self, ask: RedriveRequest) -> RedrivePreview:
         """What it would pick among the failed orders one look reads; nothing written."""
         selection = self._selection(ask)
-        matched, scanned, token = 0, 0, None
+        matched, scanned, token, pages = 0, 0, None, 0
         sample: list[str] = []
-        while scanned < PREVIEW_SCAN:
+        # Bounded by pages too: the query filters on a property, and the service may answer a
+        # page of a big table with nothing while it reads on.
+        while scanned < PREVIEW_SCAN and pages < PREVIEW_PAGES:
+            pages += 1
             states, token = self._orders.list_states(ProcessState.ERROR.value, MAX_PAGE, token)
             scanned += len(states)
             for s in states:
@@ -105,10 +111,14 @@ class RedriveControl:
         now = self._clock()
         # Orders that fail from now on are not its to pick: it would chase its own tail.
         until = min(selection.until, now) if selection.until else now
+        active = [r for r, _ in self._store.listed(MAX_ACTIVE, active_only=True)]
+        if len(active) >= MAX_ACTIVE:
+            raise RedriveRefused(f"{len(active)} re-drives are running or paused: cancel or "
+                                 f"finish one first (at most {MAX_ACTIVE})")
         redrive = Redrive(id=Redrive.new_id(now),
                           selection=selection.model_copy(update={"until": until}),
-                          rate=self._rate(ask), reason=ask.reason, by=by, created=now,
-                          updated=now)
+                          rate=self._rate(ask), reason=Redrive.words(ask.reason) or "",
+                          by=by, created=now, updated=now)
         self._store.write(redrive, None)
         audit(OperatorAction.REDRIVE, redrive.id, by, ask.reason,
               f"started: {redrive.selection.describe()}, {redrive.rate:g} a second", now)

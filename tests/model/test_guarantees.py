@@ -778,6 +778,8 @@ class PipelineMachine(RuleBasedStateMachine):
             uncounted = len([o for o in named if o not in in_hand]) - redrive.resubmitted
             assert uncounted <= 0, (
                 f"re-drive {rid}: {uncounted} of its resubmits are neither counted nor in hand")
+            assert redrive.resubmitted <= len(named), (
+                f"re-drive {rid} counts {redrive.resubmitted} resubmits; it made {len(named)}")
 
     @invariant()
     def a_paused_workflow_starts_no_new_order(self) -> None:

@@ -243,3 +243,78 @@ def test_a_selection_naming_what_the_app_has_not_is_refused_saying_what_it_has(
 
 def test_stopped_is_what_a_runner_says_when_a_redrive_is_not_its_to_run() -> None:
     assert issubclass(Stopped, Exception) and RedriveState.DONE.value == "done"
+
+
+def test_a_slow_redrive_holds_no_other_back() -> None:
+    w = World(failed=10)
+    slow = w.start(rate=0.1)
+    fast = w.start(rate=100)
+    runner = w.runner()
+    for _ in range(6):
+        runner.run(9)
+        w.clock.advance(seconds=1)
+    assert w.control.get(fast).Resubmitted + w.control.get(slow).Resubmitted == 10
+    assert w.control.get(fast).State == "done"
+
+
+def test_a_pace_slower_than_one_order_in_a_hundred_seconds_is_refused() -> None:
+    with pytest.raises(ValueError, match="rate"):
+        RedriveRequest.from_body(b'{"rate": 5e-324, "reason": "x", "dry_run": false}')
+
+
+def test_an_order_resubmitted_by_hand_while_in_hand_is_not_counted_as_its_own() -> None:
+    w = World(failed=3)
+    rid = w.start(rate=100)
+
+    runner = w.runner("dies")
+    runner.resubmit = lambda *a: (_ for _ in ()).throw(Crash("before any resubmit"))
+    with pytest.raises(Crash):
+        runner.run(9)
+    w.operator.resubmit("o-00001", "by hand", False, "bo")
+    w.clock.advance(seconds=30)
+    w.runner("next").run(9)
+    view = w.control.get(rid)
+    assert (view.Resubmitted, view.Refused) == (2, 1), view
+    assert "resubmitted meanwhile, not by this re-drive" in view.Refusals[0].Why
+
+
+def test_an_order_still_being_undone_is_not_picked() -> None:
+    w = World(failed=2)
+    s = w.store.get_state("o-00000")
+    assert s is not None
+    s.compensation = CompensationState.RUNNING
+    w.store.save(s)
+    rid = w.start()
+    w.runner().run(9)
+    view = w.control.get(rid)
+    assert (view.Resubmitted, view.Refused) == (1, 0)
+
+
+def test_at_most_so_many_redrives_run_or_wait_at_once() -> None:
+    from shared.domain.redrive import MAX_ACTIVE
+
+    w = World()
+    for _ in range(MAX_ACTIVE):
+        w.start()
+    with pytest.raises(RedriveRefused, match="cancel or finish one first"):
+        w.start()
+
+
+def test_one_redrives_trouble_holds_no_other_back() -> None:
+    w = World(failed=4)
+    broken = w.start(failed_step="hold")  # the older: run first, and its listing fails
+    w.clock.advance(seconds=1)
+    fine = w.start(failed_step="take")
+    calls = {"n": 0}
+    real = w.store.list_states
+
+    def listing(*a: Any, **k: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("the store answered nonsense")
+        return real(*a, **k)
+
+    w.store.list_states = listing  # type: ignore[method-assign]
+    w.runner().run(9)
+    assert w.control.get(fine).Resubmitted == 4
+    assert w.control.get(broken).State == "running"
