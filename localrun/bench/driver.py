@@ -3,11 +3,15 @@ until all settle, with every storage request, log record and CPU second of the r
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +63,31 @@ class Scale:
                    expired_steps=10, idle_in_flight=200, recovery_orders=20, latency_orders=10,
                    ceiling_ops=200,
                    starvation_orders=20, starvation_window_s=3.0, limit_orders=20)
+
+
+@contextlib.contextmanager
+def own_azurite(name: str) -> Iterator[Any]:
+    """An Azurite of a run's own (its data in .azurite/NAME, gone after), with the app's
+    settings that function_app reads at import pointed at it, as the on-demand runs (make
+    pause-run, limit-run, redrive-run) start: the Azurite, its connection string and pid."""
+    import logging
+
+    from localrun.azurite import Azurite
+
+    logging.basicConfig(level=logging.ERROR, force=True)
+    data = ROOT / ".azurite" / name
+    shutil.rmtree(data, ignore_errors=True)
+    az = Azurite.start(location=data)
+    os.environ.setdefault("AzureWebJobsStorage", az.connection_string)
+    os.environ.setdefault("SimulatorsEnabled", "true")
+    os.environ.setdefault("RemoteServiceKey", json.loads(
+        (ROOT / "local.settings.template.json").read_text())["Values"]["RemoteServiceKey"])
+    sys.path.insert(0, str(ROOT))
+    try:
+        yield az
+    finally:
+        az.stop()
+        shutil.rmtree(data, ignore_errors=True)
 
 
 def percentile(values: list[float], p: float) -> float:

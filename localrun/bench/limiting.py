@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import sys
 import threading
 import time
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from localrun.bench.driver import ROOT, Run, Scale
+from localrun.bench.driver import Run, Scale, own_azurite
 from localrun.bench.scenarios import Bench
 from localrun.metering import READS, is_table_write
 from shared.settings import limit_setting_names
@@ -162,27 +159,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--at-once", type=int, default=4)
     p.add_argument("--per-second", type=float, default=20.0)
     args = p.parse_args(argv)
-    import logging
-
-    from localrun.azurite import Azurite
-
-    logging.basicConfig(level=logging.ERROR, force=True)
-    data = ROOT / ".azurite" / "limit-run"
-    shutil.rmtree(data, ignore_errors=True)
-    az = Azurite.start(location=data)
-    os.environ.setdefault("AzureWebJobsStorage", az.connection_string)
-    os.environ.setdefault("SimulatorsEnabled", "true")
-    os.environ.setdefault("RemoteServiceKey", json.loads(
-        (ROOT / "local.settings.template.json").read_text())["Values"]["RemoteServiceKey"])
-    sys.path.insert(0, str(ROOT))
-    try:
+    with own_azurite("limit-run") as az:
         started = datetime.now(UTC).isoformat(timespec="seconds")
         result = limit_run(Bench(az.connection_string, Scale(), azurite_pid=az.process.pid),
                            args.orders, args.service, args.at_once or None,
                            args.per_second or None)
-    finally:
-        az.stop()
-        shutil.rmtree(data, ignore_errors=True)
     print(json.dumps({"when": started, **result}, indent=2))
     lim = result["limited"]
     within = ((not args.at_once or lim["sent_peak_at_once"] <= args.at_once)

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import sys
 import time
 from datetime import UTC, datetime
 from typing import Any
 
-from localrun.bench.driver import ROOT, Scale
+from localrun.bench.driver import Scale, own_azurite
 from localrun.bench.scenarios import Bench
 
 # Orders keep arriving this long before the pause and after the resume.
@@ -87,26 +84,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="the service to pause (default: the app's default workflow's middle "
                         "step's)")
     args = p.parse_args(argv)
-    import logging
-
-    from localrun.azurite import Azurite
-
-    logging.basicConfig(level=logging.ERROR, force=True)
-    data = ROOT / ".azurite" / "pause-run"
-    shutil.rmtree(data, ignore_errors=True)
-    az = Azurite.start(location=data)
-    os.environ.setdefault("AzureWebJobsStorage", az.connection_string)
-    os.environ.setdefault("SimulatorsEnabled", "true")
-    os.environ.setdefault("RemoteServiceKey", json.loads(
-        (ROOT / "local.settings.template.json").read_text())["Values"]["RemoteServiceKey"])
-    sys.path.insert(0, str(ROOT))
-    try:
+    with own_azurite("pause-run") as az:
         started = datetime.now(UTC).isoformat(timespec="seconds")
         result = pause_run(Bench(az.connection_string, Scale(), azurite_pid=az.process.pid),
                            args.pause, args.rate, args.service or middle_service())
-    finally:
-        az.stop()
-        shutil.rmtree(data, ignore_errors=True)
     print(json.dumps({"when": started, **result}, indent=2))
     return 0 if result["failed"] == result["undone"] == result["failures_counted"] == 0 else 1
 

@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from localrun.bench.driver import ROOT
+from localrun.bench.driver import ROOT, own_azurite
 from localrun.bench.limiting import Seen, most_in_a_second, peak_at_once
 from shared.settings import limit_setting_names
 
@@ -139,25 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--orders", type=int, default=10_000)
     p.add_argument("--per-second", type=float, default=20.0)
     args = p.parse_args(argv)
-    import logging
-
-    from localrun.azurite import Azurite
-
-    logging.basicConfig(level=logging.ERROR, force=True)
-    data = ROOT / ".azurite" / "redrive-run"
-    shutil.rmtree(data, ignore_errors=True)
-    az = Azurite.start(location=data)
-    os.environ.setdefault("AzureWebJobsStorage", az.connection_string)
-    os.environ.setdefault("SimulatorsEnabled", "true")
-    os.environ.setdefault("RemoteServiceKey", json.loads(
-        (ROOT / "local.settings.template.json").read_text())["Values"]["RemoteServiceKey"])
-    sys.path.insert(0, str(ROOT))
-    try:
+    with own_azurite("redrive-run") as az:
         when = datetime.now(UTC).isoformat(timespec="seconds")
         result = redrive_run(az.connection_string, args.orders, args.per_second)
-    finally:
-        az.stop()
-        shutil.rmtree(data, ignore_errors=True)
     print(json.dumps({"when": when, **result}, indent=2))
     ok = (result["processed"] == args.orders and result["resubmitted_more_than_once"]
           == result["not_resubmitted"] == result["shipped_twice"] == result["not_shipped"] == 0
