@@ -5,6 +5,7 @@ versioned; the state is a column too, so the runner reads only the active ones."
 
 from __future__ import annotations
 
+import itertools
 import logging
 from typing import Any, Protocol
 
@@ -18,6 +19,8 @@ from shared.domain.redrive import SCHEMA_VERSION, Redrive, RedriveState
 log = logging.getLogger(__name__)
 
 REDRIVES_PARTITION = "redrives"
+# Pages a listing follows at most.
+LIST_PAGES = 10
 
 
 class RedriveStore(Protocol):
@@ -76,7 +79,14 @@ class TableRedrives:
             query += " and ( State eq @running or State eq @paused )"
             params |= {"running": RedriveState.RUNNING.value,
                        "paused": RedriveState.PAUSED.value}
-        page: Any = next(self._table.query_entities(query, parameters=params,
-                                                    results_per_page=limit).by_page(), [])
-        found = ((from_entity(e), str(e.metadata["etag"])) for e in page)
-        return [(r, v) for r, v in found if r is not None]
+        # Filtered on a property, the service may answer a page short, or empty, while it
+        # reads on: the pages are followed (a few) until ``limit`` are found.
+        found: list[tuple[Redrive, str]] = []
+        pages = self._table.query_entities(query, parameters=params,
+                                           results_per_page=limit).by_page()
+        for page in itertools.islice(pages, LIST_PAGES):
+            found += [(r, str(e.metadata["etag"])) for e in page
+                      if (r := from_entity(e)) is not None]
+            if len(found) >= limit:
+                break
+        return found[:limit]
