@@ -305,7 +305,7 @@ def openapi_document() -> dict[str, Any]:
                                                                "pick."),
                                   "202": _json(RedriveView, "Started: runs in the "
                                                             "background."),
-                                  **_operator_errors(400, 401, 404, 415)},
+                                  **_operator_errors(400, 401, 404, 409, 415)},
                 },
             },
             "/redrives/{redrive_id}": {"get": {

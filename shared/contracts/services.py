@@ -18,6 +18,8 @@ from shared.settings import default_queue, service_setting_names
 HOST_JSON = Path(__file__).resolve().parents[2] / "host.json"
 # The Scheduler's two queue-triggered functions; the Agents are one per service.
 SCHEDULER_QUEUE_FUNCTIONS = 2
+# The timers: the Supervisor's and the re-drive runner's, one invocation each at a time.
+TIMER_FUNCTIONS = 2
 # infra/main.bicep's httpPerInstanceConcurrency default (tests/infra/test_thread_pool.py).
 HTTP_PER_INSTANCE = 16
 
@@ -30,7 +32,7 @@ def thread_pool(workflows: Registry, host_json: dict[str, Any]) -> int:
     queues, service_bus = ext.get("queues", {}), ext.get("serviceBus", {})
     per_queue_function = queues.get("batchSize", 16) + queues.get("newBatchThreshold", 8)
     need = ((SCHEDULER_QUEUE_FUNCTIONS + len(workflows.services)) * per_queue_function
-            + service_bus.get("maxConcurrentCalls", 16) + 1 + HTTP_PER_INSTANCE)
+            + service_bus.get("maxConcurrentCalls", 16) + TIMER_FUNCTIONS + HTTP_PER_INSTANCE)
     return int(-(-need // 50) * 50)
 
 

@@ -20,7 +20,7 @@ import pytest
 from playwright.sync_api import Browser, Locator, Page, Request, Route, expect, sync_playwright
 
 from shared.domain.state import ProcessState, due_at
-from shared.handlers.operator_requests import RedriveRequest
+from shared.handlers.operator_requests import RedriveRequest, ResubmitRefused
 from shared.handlers.principal import CANCEL_ROLE, PAUSE_ROLE, READ_ROLE, RESUBMIT_ROLE
 from tests.integration.conftest import RunningHost
 from tests.integration.helpers import drain_json, function, sb_message
@@ -1017,19 +1017,23 @@ GRACE = "Grace Operator (oid g)"
 PREVIEWED = "(a preview: nothing was changed)"
 
 
-def being_compensated(h: RunningHost, order_id: str) -> None:
-    """Drive one order to Error, by hand, its undo left unanswered: a re-drive picks it and its
-    resubmit is refused (its compensation has not settled)."""
+def failed_beside_others(h: RunningHost, order_id: str) -> None:
+    """Drive one order to Error and its undo done, by hand, among the fixture's orders in
+    flight (their requests on the same queues, left as they are)."""
     s = h.container.scheduler
     s.handle_command(accept(order_id))
 
     def mine(step: int) -> dict[str, Any]:
         return next(r for r in requests_of(h, step) if r["order_id"] == order_id)
 
-    s.handle_reply(reply(mine(0)))
+    first = mine(0)
+    s.handle_reply(reply(first))
     s.handle_reply(reply(mine(1), "permanent_error", "HTTP 422 card declined"))
+    undo = mine(0)
+    assert (undo["action"], undo["compensates"]) == ("undo", first["idempotency_key"])
+    s.handle_reply(reply(undo))
     state = h.container.store.get_state(order_id)
-    assert state.process_state is ProcessState.ERROR and not state.is_settled
+    assert state.process_state is ProcessState.ERROR and state.is_settled
 
 
 def started(h: RunningHost, **ask: Any) -> str:
@@ -1120,7 +1124,7 @@ def test_preview_a_redrive_from_the_panel(page: Page, h: RunningHost) -> None:
 def test_start_a_redrive_and_watch_its_progress(page: Page, h: RunningHost) -> None:
     """Started with a reason, as the signed-in operator: listed running; once its runner has
     run, the page's own refresh shows it done, what it resubmitted and what it refused, why."""
-    being_compensated(h, "f-3")
+    failed_beside_others(h, "f-3")
     page.reload()
     form = open_redrive(page)
     form.locator("input[name=failed_step]").fill("charge_payment")
@@ -1152,6 +1156,14 @@ def test_start_a_redrive_and_watch_its_progress(page: Page, h: RunningHost) -> N
     expect(row.get_by_role("button", name=f"Cancel re-drive {view.Id}...")).to_be_visible()
     expect(row.get_by_role("button")).to_have_count(2)  # no resume of a running one
 
+    resubmit = h.container.redriver.resubmit
+
+    def changed_meanwhile(order_id: str, *rest: Any) -> object:
+        if order_id == "f-3":  # another operator's change, met by the resubmit
+            raise ResubmitRefused("order f-3 changed meanwhile; look again")
+        return resubmit(order_id, *rest)
+
+    h.container.redriver.resubmit = changed_meanwhile
     h.container.redriver.run(8)  # the timer's run, by hand
     # No reload: the overview's refresh every 5 s moves it on.
     expect(row.locator(".state")).to_have_text("done", timeout=15_000)
@@ -1160,9 +1172,7 @@ def test_start_a_redrive_and_watch_its_progress(page: Page, h: RunningHost) -> N
     refusals = row.get_by_test_id("redrive-refusals").locator("li")
     expect(refusals).to_have_count(1)
     expect(refusals).to_have_attribute("data-order", "f-3")
-    expect(refusals).to_contain_text("f-3: order f-3 is Error")
-    expect(refusals).to_contain_text("only a failed order whose compensation has settled can "
-                                     "be resubmitted")
+    expect(refusals).to_contain_text("f-3: order f-3 changed meanwhile; look again")
     expect(row).to_contain_text("ended")
     expect(row.get_by_role("button")).to_have_count(0)  # nothing left to do to it
     f1 = h.container.store.get_state("f-1")
