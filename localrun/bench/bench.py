@@ -37,7 +37,7 @@ from typing import Any
 from localrun.bench import cost
 from localrun.bench.ceiling import best_rates, every_request_seconds
 from localrun.bench.driver import BATCH, ROOT, TARGETS, Scale, per_order, thread_role
-from localrun.bench.limiting import LIMITED_SERVICE, limit_run
+from localrun.bench.limiting import limit_run, limited_service
 from localrun.bench.report import (
     _azurite_slowed,
     cost_markdown,
@@ -147,7 +147,7 @@ def run_bench(out: Path, scale: Scale, prices: dict[str, Any] | None = None) -> 
         step("a backlog while every remote call hangs")
         results["starvation"] = b.starvation()
         step("limits per service")
-        results["limits"] = limit_run(b, scale.limit_orders, LIMITED_SERVICE, 4, 20)
+        results["limits"] = limit_run(b, scale.limit_orders, limited_service(), 4, 20)
         step("tracing")
         results["tracing"] = b.tracing()
         step("latency, hop by hop")

@@ -26,8 +26,6 @@ from localrun.bench.scenarios import Bench
 from localrun.metering import READS, is_table_write
 from shared.settings import limit_setting_names
 
-# The service the bench limits: the last step's, called once per order.
-LIMITED_SERVICE = "shipping"
 # The simulated service's answer time: long enough that calls overlap at the rates measured.
 LATENCY_MS = "100"
 
@@ -87,6 +85,13 @@ class Seen:
             # requests as the Agent's (a thread of the limiter's is no function's to it).
             limiter._background = lambda release: release()
 
+
+
+def limited_service() -> str:
+    """The service the runs limit: the default workflow's last step's, called once an order."""
+    from shared.workflows import REGISTRY
+
+    return REGISTRY.get().steps[-1].service
 
 
 def peak_at_once(calls: list[tuple[float, float]]) -> int:
@@ -155,14 +160,15 @@ def limit_run(bench: Bench, orders: int, service: str, at_once: int | None,
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m localrun.bench.limiting")
     p.add_argument("--orders", type=int, default=200)
-    p.add_argument("--service", default=LIMITED_SERVICE)
+    p.add_argument("--service", default=None,
+                   help="the service to limit (default: the default workflow's last step's)")
     p.add_argument("--at-once", type=int, default=4)
     p.add_argument("--per-second", type=float, default=20.0)
     args = p.parse_args(argv)
     with own_azurite("limit-run") as az:
         started = datetime.now(UTC).isoformat(timespec="seconds")
         result = limit_run(Bench(az.connection_string, Scale(), azurite_pid=az.process.pid),
-                           args.orders, args.service, args.at_once or None,
+                           args.orders, args.service or limited_service(), args.at_once or None,
                            args.per_second or None)
     print(json.dumps({"when": started, **result}, indent=2))
     lim = result["limited"]

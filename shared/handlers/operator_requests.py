@@ -183,7 +183,7 @@ class RedriveRequest(BaseModel):
     def from_body(cls, body: bytes) -> RedriveRequest:
         ask = _read(cls, body, "a re-drive (workflow, version, failed_step, error_text, "
                                "since, until, force, reason, rate, dry_run)",
-                    '{"failed_step": "charge_payment", "reason": "PSP back", '
+                    '{"failed_step": "book_parcel", "reason": "carrier back", '
                     '"dry_run": true}')
         if not ask.dry_run and not ask.reason.strip():
             raise ValueError('a re-drive needs a reason, e.g. {"reason": "provider incident '

@@ -8,14 +8,14 @@ from typing import Any
 
 from localrun.azurite import Azurite
 from localrun.bench.driver import Scale
-from localrun.bench.limiting import LIMITED_SERVICE, limit_run
+from localrun.bench.limiting import limit_run, limited_service
 from localrun.bench.scenarios import Bench
 
 
 def test_a_backlog_through_a_limited_service_is_sent_within_its_limit(
         azurite: Azurite, app_env: Any) -> None:
     app_env()  # function_app reads the settings when it is imported
-    result = limit_run(Bench(azurite.connection_string, Scale.smoke()), 30, LIMITED_SERVICE,
+    result = limit_run(Bench(azurite.connection_string, Scale.smoke()), 30, limited_service(),
                        at_once=2, per_second=10)
     free, lim = result["unlimited"], result["limited"]
     assert free["processed"] == lim["processed"] == lim["calls"] == 30, result
