@@ -189,13 +189,14 @@ def watch(
     if not ids:
         raise CliError("no order ids given", 2)
     store, operator = opts.container().store, opts.container().operator
-    deadline = time.monotonic() + timeout
+    began = time.monotonic()
+    deadline = began + timeout
     # A resend of an id whose order is settled reads as that order's state until intake has
     # read it; only a refusal (a conflict) says otherwise, and a resend of the same content
     # leaves no trace. So an order settled at the first look is watched a while longer; and
     # likewise an id intake had rejected before: the order sent now may be its corrected
     # resend, which intake has yet to read (the rejection row is the earlier message's).
-    resend_deadline = time.monotonic() + min(resend_wait, timeout)
+    resend_deadline = began + min(resend_wait, timeout)
     states: dict[str, OrderState | None] = {}
     rejected: dict[str, dict[str, Any]] = {}  # id -> intake's rejection row (or its conflict)
     finished: set[str] = set()  # settled, and no conflict to wait for
@@ -240,6 +241,11 @@ def watch(
             if done == len(ids) or time.monotonic() > deadline:
                 break
             time.sleep(interval)
+    # Out of time while waiting to see whether an order settled at the first look was sent
+    # again (its last look may have come before the wait ended, when storage answers slowly):
+    # looked at once more, the wait over.
+    for oid in settled_at_first_look - finished - set(rejected):
+        look(oid)
     # Out of time while waiting to see whether a rejected id was sent again: it was not (or
     # not in time), so the rejection is what there is to say of it.
     for oid in rejected_at_first_look:
