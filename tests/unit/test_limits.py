@@ -79,13 +79,20 @@ def test_settings_change_a_declared_limit_or_give_one() -> None:
         assert "Traceback" not in str(e.value)
 
 
+def limiter_on(clock: FakeClock, store: FakeLimits, limit: Limit,
+               **kw: Any) -> ServiceLimiter:
+    """An instance's limiter on the test's clock (it sleeps by moving it), giving leases back
+    at once, in the caller's thread."""
+    return ServiceLimiter("beta", limit, store, now=lambda: clock.now.timestamp(),
+                          sleep=lambda s: clock.advance(seconds=s),
+                          background=lambda release: release(), **kw)
+
+
 def limited_agent(clock: FakeClock, script: Script, store: FakeLimits, limit: Limit,
                   instance: str = "a") -> tuple[Agent, ServiceLimiter]:
     orders = FakeOrderStore()
     in_flight(orders, "o-1", "take", clock.now)
-    limiter = ServiceLimiter("beta", limit, store, now=lambda: clock.now.timestamp(),
-                             sleep=lambda s: clock.advance(seconds=s), instance=instance,
-                             background=lambda release: release())
+    limiter = limiter_on(clock, store, limit, instance=instance)
     return Agent(name="beta", client=script,  # type: ignore[arg-type]
                  policy=AgentRetryPolicy(0.1, 1, 5),
                  breaker=CircuitBreaker("beta", 100, 1), clock=clock,
@@ -109,9 +116,7 @@ def test_every_call_takes_a_grant_and_gives_its_lease_back_whatever_the_answer()
 def test_a_call_that_gets_no_grant_in_its_time_is_not_made_and_not_answered() -> None:
     clock = FakeClock()
     store = FakeLimits()
-    other = ServiceLimiter("beta", Limit(at_once=1), store, now=lambda: clock.now.timestamp(),
-                           sleep=lambda s: clock.advance(seconds=s), instance="b",
-                           background=lambda release: release())
+    other = limiter_on(clock, store, Limit(at_once=1), instance="b")
     other.acquire(clock.now.timestamp() + 60, 60)  # another instance's call runs a minute
     script = Script(clock, {"status": "applied"})
     agent, _ = limited_agent(clock, script, store, Limit(at_once=1))
@@ -128,9 +133,7 @@ def test_a_429_slows_every_instance_not_only_the_call_that_got_it() -> None:
     asked = clock.now
     reply = agent.handle(request(clock))
     assert reply is not None and reply.outcome == "ok"
-    other = ServiceLimiter("beta", limit, store, now=lambda: clock.now.timestamp(),
-                           sleep=lambda s: clock.advance(seconds=s), instance="b",
-                           background=lambda release: release())
+    other = limiter_on(clock, store, limit, instance="b")
     # The other instance's next call, asked at the 429, starts no sooner than a second after.
     clock.now = asked
     got = other.acquire(asked.timestamp() + 30, 5)
@@ -153,9 +156,7 @@ def test_a_busy_answer_with_retry_after_slows_every_instance_that_long() -> None
 def test_a_pause_that_comes_while_a_call_waits_for_its_grant_stops_it() -> None:
     clock = FakeClock()
     store = FakeLimits()
-    other = ServiceLimiter("beta", Limit(at_once=1), store, now=lambda: clock.now.timestamp(),
-                           sleep=lambda s: clock.advance(seconds=s), instance="b",
-                           background=lambda release: release())
+    other = limiter_on(clock, store, Limit(at_once=1), instance="b")
     other.acquire(clock.now.timestamp() + 60, 20)  # holds the one slot for 20 s
     script = Script(clock, {"status": "applied"})
     agent, _ = limited_agent(clock, script, store, Limit(at_once=1))
@@ -177,10 +178,7 @@ def test_a_pause_that_comes_while_a_call_waits_for_its_grant_stops_it() -> None:
 def test_a_call_that_cannot_start_in_time_is_told_at_once_not_left_polling() -> None:
     clock = FakeClock()
     store = FakeLimits()
-    limiter = ServiceLimiter("beta", Limit(per_second=5), store,
-                             now=lambda: clock.now.timestamp(),
-                             sleep=lambda s: clock.advance(seconds=s),
-                             background=lambda release: release())
+    limiter = limiter_on(clock, store, Limit(per_second=5))
     limiter.slow(50, "HTTP 429")
     asked = clock.now
     with pytest.raises(NoSlot):
@@ -196,10 +194,7 @@ def test_a_record_no_sane_instance_could_have_written_holds_nothing_back() -> No
     store.write("beta", LimitState(next_start=now + 3600, slow_until=now + 3600,
                                    leases=(Lease("x.1", float("inf")),
                                            Lease("x.2", now + 3600))), None)
-    limiter = ServiceLimiter("beta", Limit(at_once=2, per_second=20), store,
-                             now=lambda: clock.now.timestamp(),
-                             sleep=lambda s: clock.advance(seconds=s), longest_call=10,
-                             background=lambda release: release())
+    limiter = limiter_on(clock, store, Limit(at_once=2, per_second=20), longest_call=10)
     with pytest.raises(NoSlot):  # the slow-down is held to a minute: this call's 30 s no
         limiter.acquire(now + 30, 5)
     clock.advance(seconds=61)
@@ -216,10 +211,7 @@ def test_a_grant_whose_write_came_back_late_is_given_back_and_asked_again() -> N
             clock.advance(seconds=3)  # the write took 3 s to answer
 
     store = FakeLimits(fault=fault)
-    limiter = ServiceLimiter("beta", Limit(at_once=1, per_second=10), store,
-                             now=lambda: clock.now.timestamp(),
-                             sleep=lambda s: clock.advance(seconds=s),
-                             background=lambda release: release())
+    limiter = limiter_on(clock, store, Limit(at_once=1, per_second=10))
     asked = clock.now.timestamp()
     got = limiter.acquire(asked + 30, 5)
     assert got.start >= asked + 3  # the late grant was not the one used
