@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -91,7 +92,11 @@ def redrive_run(connection: str, orders: int, per_second: float,
             time.sleep(LOOK_SECONDS)
             view = c.redrives.get(rid)
             looks.append({"at_s": round(time.time() - started, 1), "state": view.State,
-                          "resubmitted": view.Resubmitted, "refused": view.Refused})
+                          "resubmitted": view.Resubmitted, "refused": view.Refused,
+                          "calls": len(seen.sent),
+                          "granted_most_begun_in_a_second": most_in_a_second(seen.granted)})
+            # Each look on stderr as it is taken: a run stopped before its end keeps its numbers.
+            print(json.dumps(looks[-1]), file=sys.stderr, flush=True)
             if view.State != "done":
                 continue
             # Once it is done: how many have finished (a scan of the table, not every look).

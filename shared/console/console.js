@@ -597,7 +597,7 @@ function resumeForm(o, message) {
 // is sent for it, and the work it has done is undone (POST /api/orders/{id}/cancel, with a
 // reason). A button first, then the form: a form on the page holds it still (see schedule),
 // and a running order's page stays live until the operator means to cancel it. Several at once
-// (POST /api/cancellations) only running ones.
+// (POST /api/cancellations): running ones, or parked ones when their state is picked.
 const RUNNING = ["Pending", "Processing"];
 const CANCELLABLE = [...RUNNING, "Parked"];
 function cancelForm(o, message) {
@@ -869,8 +869,8 @@ function drawPlan(plan, ask, result) {
   heading.focus();
 }
 
-// Bulk cancel: running orders (Pending, Processing or both) picked by the start of their id,
-// newest first. As bulk resubmit: a dry run first (POST /api/cancellations is one unless
+// Bulk cancel: running orders (Pending, Processing or both, or Parked ones when asked for)
+// picked by the start of their id, newest first. As bulk resubmit: a dry run first (POST /api/cancellations is one unless
 // dry_run is false) that changes nothing, then a confirmation for what it showed; changing a
 // filter drops the dry run.
 function renderBulkCancel() {
@@ -878,7 +878,7 @@ function renderBulkCancel() {
   const form = el("form", {"data-testid": "bulk-cancel-form", class: "bulk-form"},
     field("State", el("select", {name: "state"},
       el("option", {value: "", text: "Pending or Processing"}),
-      ...RUNNING.map(s => el("option", {value: s, text: s})))),
+      ...CANCELLABLE.map(s => el("option", {value: s, text: s})))),
     field("Order id starts with", el("input", {name: "prefix", maxlength: "149",
                                                autocomplete: "off"})),
     field("At most", el("input", {type: "number", name: "limit", min: "1", max: "100",
@@ -890,8 +890,8 @@ function renderBulkCancel() {
   const section = el("section", {"data-testid": "bulk-cancel"},
     el("h2", {id: "bulk-cancel-heading", tabindex: "-1"}, "Cancel running orders ",
        el("small", {text: "Escape: back"})),
-    el("p", {class: "empty", text: "Orders still running (Pending or Processing), newest " +
-      "first, at most 100 at a time: nothing more is sent for each and its work is undone. A " +
+    el("p", {class: "empty", text: "Orders still running (Pending or Processing; Parked " +
+      "ones, waiting for a person, when picked), newest first, at most 100 at a time: nothing more is sent for each and its work is undone. A " +
       "dry run says what each would come to and changes nothing; then you confirm. Cancelled " +
       "as you."}),
     form, plan);

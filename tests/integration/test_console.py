@@ -1001,6 +1001,28 @@ def test_a_parked_order_is_offered_cancel_too(page: Page, h: RunningHost) -> Non
     assert (state.process_state, state.compensation.value) == (ProcessState.CANCELLED, "Pending")
 
 
+def test_parked_orders_are_cancelled_in_bulk_only_when_picked(page: Page,
+                                                              h: RunningHost) -> None:
+    """Bulk cancel sweeps running orders by default; parked ones, waiting for a person, only
+    when the operator picks their state."""
+    parked(h, "p-1")
+    page.get_by_test_id("bulk-cancel-open").click()
+    form = page.get_by_test_id("bulk-cancel-form")
+    plan = page.get_by_test_id("bulk-cancel-plan")
+    form.locator("textarea[name=reason]").fill("customer never confirmed")
+    form.get_by_role("button", name="Dry run").click()
+    expect(plan).to_contain_text("Dry run: 2 would be cancelled")
+    assert "p-1" not in cancel_outcomes(page)
+    form.locator("select[name=state]").select_option("Parked")
+    form.get_by_role("button", name="Dry run").click()
+    expect(plan).to_contain_text("Dry run: 1 would be cancelled, 0 refused")
+    assert cancel_outcomes(page) == {"p-1": "would cancel"}
+    page.get_by_test_id("bulk-cancel-confirm").click()
+    expect(page.get_by_test_id("bulk-cancel-result")).to_have_text("Cancelled 1, refused 0")
+    assert h.container.store.get_state("p-1").process_state is ProcessState.CANCELLED
+    assert h.container.store.get_state("o-late").process_state is ProcessState.PENDING
+
+
 def test_an_order_that_is_not_parked_offers_no_resume(page: Page, h: RunningHost) -> None:
     for order_id, state in (("o-late", "Pending"), ("f-1", "Error")):
         page.goto(f"http://127.0.0.1:{h.port}/api/console#/orders/{order_id}")
