@@ -88,7 +88,7 @@ class Snapshot:
 
     @property
     def settled(self) -> list[dict[str, Any]]:
-        from shared.adapters.state_store import state_from_entity
+        from shared.adapters.state_entity import state_from_entity
 
         return [s for s in self.states if state_from_entity(s).is_settled]
 

@@ -32,7 +32,7 @@ from orderctl.connection import ROOT, opts
 from orderctl.errors import CliError, first_line
 from orderctl.output import err, print_error
 from shared import tracing
-from shared.adapters.state_store import CorruptRecord
+from shared.adapters.state_entity import CorruptRecord
 from shared.handlers.failures import describe, without_python
 from shared.settings import SettingsError
 

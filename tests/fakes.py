@@ -33,15 +33,13 @@ from shared.adapters.rejections import (
     kept,
     rejection_row_key,
 )
+from shared.adapters.state_entity import CorruptRecord, NewerRecord, state_to_entity
 from shared.adapters.state_store import (
     ConcurrencyConflict,
-    CorruptRecord,
     InFlightEntry,
-    NewerRecord,
     OrderAlreadyExists,
     OrderNotStorable,
     StoredOrder,
-    state_to_entity,
 )
 from shared.domain import budget, due_index
 from shared.domain.alerts import OperatorAlert, rolled_up

@@ -140,7 +140,7 @@ class Bench(Ceiling):
     def supervisor(self) -> dict[str, Any]:
         from localrun.metering import StorageMeter
         from shared import bootstrap
-        from shared.adapters.state_store import state_to_entity
+        from shared.adapters.state_entity import state_to_entity
         from shared.domain.transitions import claim, receive
         from shared.settings import load_settings
         from shared.workflows.orders.message import parse_order

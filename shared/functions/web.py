@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from shared import bootstrap
 from shared.adapters.alerts import AckRefused, AlertNotFound
-from shared.adapters.state_store import CorruptRecord, NewerRecord
+from shared.adapters.state_entity import CorruptRecord, NewerRecord
 from shared.handlers.failures import describe, without_python
 from shared.handlers.operator import Operator
 from shared.handlers.operator_requests import (

@@ -4,9 +4,8 @@ alerts and rejected intake, check health. Used by the HTTP API and the orders CL
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from opentelemetry.trace import SpanKind
@@ -14,7 +13,8 @@ from opentelemetry.trace import SpanKind
 from shared import tracing
 from shared.adapters.alerts import AckRefused, AlertStore
 from shared.adapters.rejections import RejectionStore
-from shared.adapters.state_store import ConcurrencyConflict, CorruptRecord, OrderStore
+from shared.adapters.state_entity import CorruptRecord
+from shared.adapters.state_store import ConcurrencyConflict, OrderStore
 from shared.clock import Clock
 from shared.domain.alerts import AlertKind
 from shared.domain.cancellation import cancel
@@ -25,7 +25,6 @@ from shared.domain.state import (
     IllegalTransition,
     OrderState,
     ProcessState,
-    due_at,
 )
 from shared.domain.workflow import Registry, UnknownWorkflow
 from shared.handlers.audit import OperatorAction, audit
@@ -46,6 +45,7 @@ from shared.handlers.operator_requests import (
     check_order_id,
     check_state,
 )
+from shared.handlers.overview import OVERVIEW_ROWS, OVERVIEW_SCAN, overview
 from shared.handlers.pausing import PauseControl
 from shared.handlers.relay import EffectRelay
 from shared.handlers.views import (
@@ -53,10 +53,8 @@ from shared.handlers.views import (
     AlertView,
     BulkItem,
     BulkResult,
-    FailedView,
     HealthDetails,
     HealthReport,
-    InFlightView,
     OrderPage,
     OrderView,
     Overview,
@@ -68,9 +66,6 @@ from shared.handlers.views import (
 
 log = logging.getLogger(__name__)
 
-# The overview's reach: a few requests per refresh, rows enough for a screen.
-OVERVIEW_SCAN = 5000
-OVERVIEW_ROWS = 50
 # A search by customer reads each order it finds (one point read each): at most this many.
 MAX_SEARCH = 50
 
@@ -123,21 +118,6 @@ def _each(picked: list[OrderState], verb: str, done: str, dry_run: bool,
             item["Outcome"], item["Why"] = "refused", without_python(e.reason)
         items.append(BulkItem.model_validate(item))
     return items
-
-
-def _in_flight_view(s: OrderState, now: datetime, pending_grace: timedelta) -> InFlightView:
-    due = due_at(s, pending_grace)
-    overdue = (now - due).total_seconds()
-    return InFlightView(
-        OrderID=s.order_id, ProcessState=s.process_state, Compensation=s.compensation,
-        CurrentStep=s.current_step.name if s.current_step else None, CompleteBy=due,
-        OverdueSeconds=round(overdue, 1) if overdue > 0 else None,
-        FailureCount=s.failure_count, UpdatedAt=s.updated_at, Held=s.held)
-
-
-def _failed_view(s: OrderState) -> FailedView:
-    return FailedView(OrderID=s.order_id, Compensation=s.compensation, FailedStep=s.failed_step,
-                      LastError=s.last_error, Resubmissions=s.generation, UpdatedAt=s.updated_at)
 
 
 class Operator:
@@ -434,61 +414,10 @@ class Operator:
         return RejectedPage(rejected=[RejectionView.of(r) for r in rows], continuation=token)
 
     def overview(self, rows: int = OVERVIEW_ROWS) -> Overview:
-        """What an operator looks at first: counts by state, what is in flight (the most overdue
-        first), what failed, what needs a hand, recent alerts and rejected intake.
-
-        It reads up to OVERVIEW_SCAN state records (a page of 1000 per request); with more, the
-        counts are a lower bound and say so.
-        """
-        now = self._clock()
-        by_state: Counter[ProcessState] = Counter()
-        by_comp: Counter[CompensationState] = Counter()
-        in_flight: list[InFlightView] = []
-        failed: list[FailedView] = []
-        stuck: list[FailedView] = []
-        parked: list[FailedView] = []
-        counted, token = 0, None
-        while True:
-            states, token = self._store.list_states(None, MAX_PAGE, token)
-            for s in states:
-                by_state[s.process_state] += 1
-                if s.compensation:
-                    by_comp[s.compensation] += 1
-                if not s.is_settled:
-                    in_flight.append(_in_flight_view(s, now, self._pending_grace))
-                # A cancelled order whose undo failed needs a hand as a failed one's does.
-                if s.compensation is CompensationState.FAILED:
-                    stuck.append(_failed_view(s))
-                elif s.process_state is ProcessState.PARKED:
-                    parked.append(_failed_view(s))
-                elif s.process_state is ProcessState.ERROR:
-                    failed.append(_failed_view(s))
-            counted += len(states)
-            if not token or counted >= OVERVIEW_SCAN:
-                break
-        in_flight.sort(key=lambda v: (-(v.OverdueSeconds or 0), v.CompleteBy or now))
-        open_alerts: list[AlertView] = []
-        acknowledged: list[AlertView] = []
-        scan = self._alerts.recent(now, 7)
-        for a in scan:  # one pass for both lists
-            kept = acknowledged if a.acknowledged_at is not None else open_alerts
-            if len(kept) < rows:
-                kept.append(AlertView.of(a))
-            if len(open_alerts) >= rows and len(acknowledged) >= rows:
-                break
-        failed.sort(key=lambda v: v.UpdatedAt, reverse=True)
-        stuck.sort(key=lambda v: v.UpdatedAt, reverse=True)
-        return Overview(
-            At=now, Counted=counted, Complete=not token,
-            ByState={p: by_state[p] for p in ProcessState},
-            ByCompensation={c: by_comp[c] for c in CompensationState},
-            InFlight=in_flight[:rows], Failed=failed[:rows], CompensationFailed=stuck[:rows],
-            Parked=sorted(parked, key=lambda v: v.UpdatedAt)[:rows],
-            Alerts=open_alerts, Acknowledged=acknowledged, AlertsComplete=not scan.cut,
-            Paused=self._paused(),
-            # Without their bodies (up to 30,000 units each, from anyone), not even read: GET
-            # /rejected and the message's own look-up give them.
-            Rejected=self.rejected(rows, bodies=False).rejected)
+        """What an operator looks at first (shared/handlers/overview.py)."""
+        return overview(self._store, self._alerts, self._clock(), self._pending_grace,
+                        paused=self._paused(),
+                        rejected=lambda n: self.rejected(n, bodies=False).rejected, rows=rows)
 
     def health(self, detailed: bool = False) -> HealthReport | HealthDetails:
         """Whether storage answers; ``detailed`` (an operator's): why not, the breakers, the

@@ -25,7 +25,8 @@ from functools import partial
 
 from shared.adapters.pauses import PauseReader
 from shared.adapters.redrives import RedriveStore
-from shared.adapters.state_store import ConcurrencyConflict, CorruptRecord, OrderStore
+from shared.adapters.state_entity import CorruptRecord
+from shared.adapters.state_store import ConcurrencyConflict, OrderStore
 from shared.clock import Clock
 from shared.domain.pauses import PauseKind, Target
 from shared.domain.redrive import (

@@ -17,13 +17,8 @@ from opentelemetry.trace import SpanKind
 from shared import tracing
 from shared.adapters.alerts import AlertSink
 from shared.adapters.pauses import PauseStore
-from shared.adapters.state_store import (
-    ConcurrencyConflict,
-    CorruptRecord,
-    InFlightEntry,
-    NewerRecord,
-    OrderStore,
-)
+from shared.adapters.state_entity import CorruptRecord, NewerRecord
+from shared.adapters.state_store import ConcurrencyConflict, InFlightEntry, OrderStore
 from shared.adapters.tick_log import TickLogStore
 from shared.clock import Clock
 from shared.domain.alerts import AlertKind, OperatorAlert

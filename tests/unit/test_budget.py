@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from shared.adapters.state_store import state_to_entity
+from shared.adapters.state_entity import state_to_entity
 from shared.domain import budget, due_index
 from shared.domain.messages import Action, AgentReply, ReplyOutcome
 from shared.domain.outages import KEEP_GAPS, Gap, TickLog

@@ -9,7 +9,7 @@ from typing import Any
 from azure.data.tables import TableEntity
 
 from localrun.demo import Snapshot
-from shared.adapters.state_store import state_to_entity
+from shared.adapters.state_entity import state_to_entity
 from shared.domain.state import ProcessState
 from shared.domain.transitions import receive
 from tests.workflow import FLOW

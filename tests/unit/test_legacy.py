@@ -10,7 +10,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared.adapters.state_store import state_from_entity, state_to_entity
+from shared.adapters.state_entity import state_from_entity, state_to_entity
 from shared.domain.effects import Dispatch, RaiseAlert
 from shared.domain.legacy import SCHEMA_VERSION
 from shared.domain.messages import Action, AgentReply, ReplyOutcome
@@ -179,7 +179,7 @@ def test_a_newer_releases_record_this_release_cannot_parse_is_newer_not_corrupt(
     knows makes the record that release's, which the handlers leave to it."""
     import pytest
 
-    from shared.adapters.state_store import CorruptRecord, NewerRecord
+    from shared.adapters.state_entity import CorruptRecord, NewerRecord
     from shared.domain.workflow import UnknownWorkflow
 
     e = {**state_to_entity(receive("o-held", WF, T0)), "ProcessState": "Held"}

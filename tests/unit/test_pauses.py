@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from shared.adapters.pauses import CachedPauses
-from shared.adapters.state_store import state_from_entity, state_to_entity
+from shared.adapters.state_entity import state_from_entity, state_to_entity
 from shared.domain.effects import Dispatch, SendCommand
 from shared.domain.pauses import (
     KEEP_ENDED,

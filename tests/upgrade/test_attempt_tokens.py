@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.state_store import state_from_entity
+from shared.adapters.state_entity import state_from_entity
 from shared.domain.messages import AgentReply, AgentRequest
 from shared.domain.provenance import Verdict, judge
 from shared.domain.state import ForgedReply, OrderState
