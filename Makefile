@@ -61,9 +61,24 @@ $(CHECKOV_STAMP): requirements-checkov.txt | $(UV)
 	$(UV_INSTALL) $(CHECKOV_VENV)/bin/python -r requirements-checkov.txt
 	touch $(CHECKOV_STAMP)
 
+# Azurite and the AsyncAPI schemas, installed by npm ci once per lock into this user's cache (a
+# directory per package.json, package-lock.json and Node.js version, filled whole and then never
+# changed) and linked as node_modules: a second clone finds them at once, as uv's cache serves
+# the Python side (docs/local-development.md). NODE_CACHE= installs into node_modules instead.
+NODE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/order-pipeline/node
+HASH16 = $(PYTHON) -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:16])'
 node_modules/.package-lock.json: package.json package-lock.json
 	$(NEED_NPM)
-	npm ci --no-audit --no-fund
+	@set -e; rm -rf node_modules; \
+	if [ -z "$(NODE_CACHE)" ]; then npm ci --no-audit --no-fund; exit 0; fi; \
+	dir="$(NODE_CACHE)/$$( (cat package.json package-lock.json; node --version) | $(HASH16))"; \
+	if [ ! -f "$$dir/node_modules/.package-lock.json" ]; then \
+	  mkdir -p "$(NODE_CACHE)"; new=$$(mktemp -d "$(NODE_CACHE)/.new.XXXXXX"); \
+	  cp package.json package-lock.json "$$new"; \
+	  (cd "$$new" && npm ci --no-audit --no-fund) || { rm -rf "$$new"; exit 1; }; \
+	  [ -e "$$dir" ] || mv "$$new" "$$dir"; rm -rf "$$new"; \
+	fi; \
+	ln -s "$$dir/node_modules" node_modules; touch node_modules/.package-lock.json
 
 # Each ARM model package on its own (two releases of one package are needed): see the file.
 # Inside .venv: tools that walk the project (azure-functions-doctor) skip it there.
