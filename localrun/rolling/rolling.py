@@ -13,7 +13,10 @@ tables and queues, for a while. This check does that under load on one Azurite:
 3. host 1 is killed (as the platform may) and started again on this checkout; later host 2
    likewise; the orders keep coming throughout;
 4. meanwhile an operator resubmits failed orders through the operator API of whichever host is
-   up, of either release: a compensated one as it is, one whose compensation failed with force.
+   up, of either release: a compensated one as it is, one whose compensation failed with force;
+   cancels some running orders, pauses a service and resumes it, and starts a re-drive of a
+   share of the failed orders, through a host of this release. The last step's service has a
+   limit (LIMIT), which only this release's Agents keep.
    For there to be such orders, the simulated services refuse the undo of some orders
    (``refuses_undo``): a stand-in between the Agents and the simulated services
    (``ServiceProxy``) answers it 422;
@@ -24,8 +27,8 @@ compensation Done; or compensation Failed with an operator alert naming the step
 simulated services no work is done twice (one key applied per step, a processed order's
 effects standing once, a compensated order's effects undone); nothing is left overdue in the
 due-time index; nothing was rejected, dead-lettered or poisoned; every resubmit was taken
-(202) or refused for a reason (409) and a taken one shows in its order's record. Non-zero exit
-if any fails.
+(202) or refused for a reason (409) and a taken one shows in its order's record; the re-drive
+ended done, having resubmitted each order it counts once. Non-zero exit if any fails.
 
     python -m localrun.rolling --previous ce05056 --orders 300
 
@@ -49,11 +52,13 @@ from localrun.rolling.hosts import ROOT, HostProcess, Release, git, has_commit, 
 from localrun.rolling.store import Store, is_settled
 from localrun.rolling.traffic import Resubmitter, Sender, ServiceProxy
 from localrun.rolling.verdict import (
+    check_redrive,
     check_resubmits_and_workflows,
     judge,
     print_summary,
     supervisor_interval,
 )
+from shared.settings import limit_setting_names
 from shared.workflows import REGISTRY
 
 DATA = ROOT / ".azurite" / "rolling"
@@ -75,6 +80,13 @@ QUICK = {
     # as they are and some with force (refuses_undo).
     "SimPermanentErrorRate": "0.06",
 }
+
+
+# The default workflow's last step's service limited (its settings; the previous release
+# ignores them): this release's Agents take their grants while the previous release's call
+# beside them.
+LIMIT = dict(zip(limit_setting_names(REGISTRY.get().steps[-1].service), ("4", "20"),
+                 strict=True))
 
 
 def run(previous: str, orders: int, phase_seconds: float, settle_timeout: float, data: Path,
@@ -106,7 +118,7 @@ def run(previous: str, orders: int, phase_seconds: float, settle_timeout: float,
         say(f"previous release {label} checked out in {tree}; starting Azurite ...")
         az = Azurite.start(location=data / "azurite")
         try:
-            overrides = {**DEMO_SETTINGS, **(QUICK if quick else {})}
+            overrides = {**DEMO_SETTINGS, **(QUICK if quick else {}), **LIMIT}
             env = local_app_settings(az.connection_string, 0, **overrides)
             env = {k: v for k, v in env.items()
                    if not k.endswith("ServiceUrl") and k != "SimulatorBaseUrl"}
@@ -149,6 +161,8 @@ def run(previous: str, orders: int, phase_seconds: float, settle_timeout: float,
                 _watch_for(2.0, store, sender, say, sending)
             send_done = time.monotonic()
             resubmitter.stop()  # the roll is over: what is resubmitted from here settles
+            # The re-drive's resubmits come before the wait for every order to settle.
+            redrive = resubmitter.redrive_ended(settle_timeout)
             if sender.error:
                 raise RuntimeError(f"sending failed: {sender.error!r}") from sender.error
             if resubmitter.error:
@@ -171,6 +185,7 @@ def run(previous: str, orders: int, phase_seconds: float, settle_timeout: float,
             verdict, summary = judge(store, sent, settled_at, sending, send_done, roll,
                                      stats, logs, overrides)
             check_resubmits_and_workflows(store, sender, resubmitter, proxy, verdict, summary)
+            check_redrive(store, resubmitter.redrive, redrive, verdict, summary)
         finally:
             if sender is not None:
                 sender.stop()

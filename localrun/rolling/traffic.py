@@ -28,6 +28,12 @@ CANCEL_EVERY = 7
 # PAUSE_AT-th, through a host of this release: what the previous release does beside held work.
 PAUSED_SERVICE = middle_service()
 PAUSE_AT, PAUSE_ROUNDS = 4, 20
+# The rehearsal's operator starts one re-drive at its REDRIVE_AT-th round (between the two
+# rolls in a --quick run), through a host of this release (the previous release has none), and
+# leaves to it one compensated failed order in REDRIVE_EVERY (by its id's digest; those whose
+# compensation failed it resubmits with force itself): those that failed before it started are
+# the re-drive's to resubmit, on this release's instances only, beside the previous release's.
+REDRIVE_AT, REDRIVE_EVERY = 14, 2
 # The share of orders whose undo the services refuse: their compensation fails, an operator
 # resubmits them with force.
 REFUSE_UNDO_SHARE = 0.5
@@ -151,6 +157,14 @@ class ServiceProxy:
         self._server.server_close()
 
 
+def _share(oid: str, every: int) -> int:
+    return int(hashlib.sha256(oid.encode()).hexdigest(), 16) % every
+
+
+def left_to_the_redrive(oid: str) -> bool:
+    return _share(oid, REDRIVE_EVERY) == 1
+
+
 class Resubmitter(threading.Thread):
     """An operator at work during the roll: every failed order whose compensation has settled
     is resubmitted once through the operator API of a host that is up, the hosts taken in
@@ -158,8 +172,9 @@ class Resubmitter(threading.Thread):
     failed with force). The previous release checks its master key, this one the development
     principal's roles (OperatorDevelopmentRoles). One running order in CANCEL_EVERY is
     cancelled through a host of this release (the previous one has no cancel): the previous
-    release must leave a cancelled order to this one. And a service is paused for a while and
-    resumed (PAUSED_SERVICE): the previous release must leave its held orders to this one."""
+    release must leave a cancelled order to this one. A service is paused for a while and
+    resumed (PAUSED_SERVICE): the previous release must leave its held orders to this one. And
+    one re-drive is started (REDRIVE_AT), of the failed orders left to it."""
 
     def __init__(self, store: Store, hosts: Callable[[], list[HostProcess]], master_key: str,
                  interval: float = 1.0) -> None:
@@ -174,6 +189,7 @@ class Resubmitter(threading.Thread):
         self.cancels: list[dict[str, Any]] = []
         self._cancel_asked: set[str] = set()
         self.pauses: list[dict[str, Any]] = []  # each pause and resume asked, and its answer
+        self.redrive: dict[str, Any] | None = None  # the re-drive's start: its answer
         self._rounds = 0
         self.error: BaseException | None = None
 
@@ -205,16 +221,18 @@ class Resubmitter(threading.Thread):
         if self._rounds >= PAUSE_AT + PAUSE_ROUNDS * (len(self.pauses) > 0) and len(
                 self.pauses) < 2:
             self._pause_or_resume(resume=bool(self.pauses))
+        if self._rounds >= REDRIVE_AT and self.redrive is None:
+            self._start_redrive()
         for oid, s in self._store.states().items():
             if (s.get("ProcessState") in ("Pending", "Processing")
-                    and oid not in self._cancel_asked
-                    and int(hashlib.sha256(oid.encode()).hexdigest(), 16) % CANCEL_EVERY == 0):
+                    and oid not in self._cancel_asked and _share(oid, CANCEL_EVERY) == 0):
                 current = [h for h in self._hosts() if h.up and h.release.label == "current"]
                 if current and not self._halt.is_set():
                     self._cancel_asked.add(oid)
                     self.cancel(current[0], oid)
             if (s.get("ProcessState") != "Error" or not is_settled(s) or oid in self.done
-                    or int(s.get("Resubmissions") or 0) > 0 or self.tries[oid] >= 3):
+                    or int(s.get("Resubmissions") or 0) > 0 or self.tries[oid] >= 3
+                    or (left_to_the_redrive(oid) and s.get("Compensation") == "Done")):
                 continue
             up = [h for h in self._hosts() if h.up]
             if not up or self._halt.is_set():
@@ -222,6 +240,39 @@ class Resubmitter(threading.Thread):
             self._turn += 1
             host = up[self._turn % len(up)]
             self.resubmit(host, oid, forced=s.get("Compensation") == "Failed")
+
+    def _start_redrive(self) -> None:
+        current = [h for h in self._hosts() if h.up and h.release.label == "current"]
+        if not current:
+            return  # asked again next round
+        status, text = self._post(current[0], "/api/redrives",
+                                  {"reason": "rolling rehearsal", "dry_run": False})
+        if status:
+            self.redrive = {"host": current[0].run, "status": status, "answer": text[:2000]}
+
+    def redrive_ended(self, timeout: float) -> dict[str, Any] | None:
+        """The re-drive as a host of this release shows it once it is done (or as it stood at
+        the timeout); None if it was never started or no such host answers."""
+        if self.redrive is None or self.redrive["status"] != 202:
+            return None
+        rid = json.loads(self.redrive["answer"])["Id"]
+        deadline, view = time.monotonic() + timeout, None
+        while True:
+            current = [h for h in self._hosts() if h.up and h.release.label == "current"]
+            if current:
+                conn = http.client.HTTPConnection("127.0.0.1", current[0].port, timeout=30)
+                try:
+                    conn.request("GET", f"/api/redrives/{rid}")
+                    r = conn.getresponse()
+                    if r.status == 200:
+                        view = json.loads(r.read())
+                except OSError:
+                    pass
+                finally:
+                    conn.close()
+            if (view is not None and view["State"] == "done") or time.monotonic() > deadline:
+                return view
+            time.sleep(1.0)
 
     def cancel(self, host: HostProcess, oid: str) -> None:
         status, text = self._post(host, f"/api/orders/{oid}/cancel",

@@ -266,6 +266,31 @@ def check_resubmits_and_workflows(store: Store, sender: Sender, resubmitter: Res
     summary["undo_refused"] = dict(proxy.undo_refused)
 
 
+def check_redrive(store: Store, started: Mapping[str, Any] | None,
+                  ended: Mapping[str, Any] | None, v: Verdict, summary: dict[str, Any]) -> None:
+    """The re-drive started (202) and ended done; the orders whose history names it are as many
+    as it counts resubmitted, each named once."""
+    if started is None or started["status"] != 202:
+        v.fail("the re-drive was not started", str(started))
+        return
+    if ended is None or ended["State"] != "done":
+        v.fail("the re-drive did not end", str(ended)[:500])
+        return
+    mark = f"re-drive {ended['Id']}:"
+    named = Counter[str]()
+    for oid, s in store.states().items():
+        for h in json.loads(s.get("History") or "[]"):
+            if str(h.get("reason", "")).startswith(mark):
+                named[oid] += 1
+    twice = sorted(o for o, n in named.items() if n > 1)
+    if twice:
+        v.fail("an order resubmitted twice by the re-drive", ", ".join(twice[:10]))
+    if len(named) != ended["Resubmitted"]:
+        v.fail("the re-drive's count is not what its orders' records say",
+               f"counted {ended['Resubmitted']}, named by {len(named)}")
+    summary["redrive"] = {k: ended[k] for k in ("Resubmitted", "Refused", "Scanned", "Rate")}
+
+
 def _outcome(s: Mapping[str, Any]) -> str:
     label = str(s.get("ProcessState", "no record"))
     return (f"{label}/{s.get('Compensation') or 'pending'}" if label in ("Error", "Cancelled")
@@ -318,7 +343,7 @@ def print_summary(say: Any, label: str, s: Mapping[str, Any], verdict: Verdict) 
               "order_seconds_median", "order_seconds_p95", "order_seconds_max",
               "orders_handled_by", "index_entries_left", "resubmits", "resubmitted_orders",
               "resubmitted_then", "cancels", "held_by_the_pause", "digital_sent",
-              "digital_outcomes", "undo_refused", "total_seconds"):
+              "digital_outcomes", "undo_refused", "redrive", "total_seconds"):
         say(f"  {k:34} {s.get(k)}")
     for r in s.get("rolls", []):
         say(f"  killed {r['host']:27} at {r['killed_at']:.1f}s ({r['sent_by_then']} sent, "
