@@ -66,12 +66,14 @@ $(CHECKOV_STAMP): requirements-checkov.txt | $(UV)
 # changed) and linked as node_modules: a second clone finds them at once, as uv's cache serves
 # the Python side (docs/local-development.md). NODE_CACHE= installs into node_modules instead.
 NODE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/order-pipeline/node
-HASH16 = $(PYTHON) -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:16])'
+NODE_KEY = $(PYTHON) -c 'import hashlib, sys; h = hashlib.sha256(sys.argv[1].encode()); \
+	[h.update(open(f, "rb").read()) for f in ("package.json", "package-lock.json")]; \
+	print(h.hexdigest()[:16])' "$$(node --version)"
 node_modules/.package-lock.json: package.json package-lock.json
 	$(NEED_NPM)
 	@set -e; rm -rf node_modules; \
 	if [ -z "$(NODE_CACHE)" ]; then npm ci --no-audit --no-fund; exit 0; fi; \
-	dir="$(NODE_CACHE)/$$( (cat package.json package-lock.json; node --version) | $(HASH16))"; \
+	key=$$($(NODE_KEY)); dir="$(NODE_CACHE)/$$key"; \
 	if [ ! -f "$$dir/node_modules/.package-lock.json" ]; then \
 	  mkdir -p "$(NODE_CACHE)"; new=$$(mktemp -d "$(NODE_CACHE)/.new.XXXXXX"); \
 	  cp package.json package-lock.json "$$new"; \
