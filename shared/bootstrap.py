@@ -217,8 +217,8 @@ def build(settings: Settings | Configuration, *, clock: Clock = utc_now,
                                 limits=config.limits, clock=clock),
         redriver=RedriveRunner(
             store=redrive_store, orders=store, workflows=registry, clock=clock, pauses=pauses,
-            resubmit=lambda order_id, reason, force, by: operator.resubmit(
-                order_id, reason, force, by)),
+            resubmit=lambda order_id, reason, force, by, generation: operator.resubmit(
+                order_id, reason, force, by, generation)),
         simulator=SimulatedService(
             tables.get_table_client(settings.simulator_table), registry.operations, faults,
             clock),

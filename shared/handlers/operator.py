@@ -211,9 +211,10 @@ class Operator:
         return state
 
     def resubmit(self, order_id: str, reason: str = "", force: bool = False,
-                 by: str | None = None) -> OrderView:
+                 by: str | None = None, generation: int | None = None) -> OrderView:
         """``by``: who asks, as the platform authenticated them; kept in the order's history
-        and timeline."""
+        and timeline. ``generation``: only the order's run of that generation (as a re-drive
+        picked it), refused if it was resubmitted since, by the same conditional write."""
         state = self._asked(order_id, reason, "a resubmit")
         # A resubmitted order was in trouble: its new run is traced whole (OrderSampler).
         with tracing.span("operator resubmit", parent=state.trace, kind=SpanKind.INTERNAL,
@@ -223,7 +224,7 @@ class Operator:
                               **{"order.forced": force})):
             action = OperatorAction.RESUBMIT_WITH_FORCE if force else OperatorAction.RESUBMIT
             try:
-                view = self._resubmit(state, reason, force, by)
+                view = self._resubmit(state, reason, force, by, generation)
             except ResubmitRefused as e:
                 audit(action, order_id, by, reason, f"refused: {e}", self._clock())
                 raise
@@ -231,8 +232,11 @@ class Operator:
             return view
 
     def _resubmit(self, state: OrderState, reason: str, force: bool,
-                  by: str | None) -> OrderView:
+                  by: str | None, generation: int | None = None) -> OrderView:
         order_id = state.order_id
+        if generation is not None and state.generation != generation:
+            raise ResubmitRefused(f"order {order_id} was resubmitted meanwhile (it is at run "
+                                  f"{state.generation + 1}, not {generation + 1})")
         if state.from_newer_release:
             # Rewritten by this release, it would lose what the newer one records: that
             # release's operator API resubmits it (the rollout is under way, or went back).

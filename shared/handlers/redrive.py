@@ -54,7 +54,8 @@ LOOK_EVERY = 1.0
 # Conditional writes tried when the record moved on under the runner (an operator's action).
 WRITES = 5
 
-Resubmit = Callable[[str, str, bool, str | None], object]
+# (order id, reason, force, by, the generation picked): Operator.resubmit.
+Resubmit = Callable[[str, str, bool, str | None, int], object]
 
 
 class Stopped(Exception):
@@ -204,7 +205,10 @@ class RedriveRunner:
                 return None
             return f"order {pick.order_id} was resubmitted meanwhile, not by this re-drive"
         try:
-            self.resubmit(pick.order_id, reason, redrive.selection.force, redrive.by)
+            # At the generation picked, in the resubmit's own conditional write: one resubmitted
+            # and failed again since this look is not resubmitted a second time.
+            self.resubmit(pick.order_id, reason, redrive.selection.force, redrive.by,
+                          pick.generation)
         except (ResubmitRefused, IllegalTransition, ValueError) as e:
             return str(e)
         except OrderNotFound:

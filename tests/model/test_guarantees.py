@@ -282,7 +282,8 @@ class PipelineMachine(RuleBasedStateMachine):
         self.redriver = RedriveRunner(
             store=self.redrives, orders=self.store, workflows=self.workflows,
             clock=self.clock, pauses=self.pauses, instance="runner",
-            resubmit=lambda oid, why, force, by: self.operator.resubmit(oid, why, force, by),
+            resubmit=lambda oid, why, force, by, generation: self.operator.resubmit(
+                oid, why, force, by, generation),
             sleep=lambda s: self.clock.advance(seconds=s),
             monotonic=lambda: self.clock.now.timestamp(), workers=1)
         # Each Agent's view of the pauses, and the requests one dropped uncalled for a pause:

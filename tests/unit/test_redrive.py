@@ -52,9 +52,10 @@ class World:
         s.failed_step, s.last_error = step, error
         self.store.save(s)
 
-    def resubmit(self, order_id: str, reason: str, force: bool, by: str | None) -> object:
+    def resubmit(self, order_id: str, reason: str, force: bool, by: str | None,
+                 generation: int) -> object:
         self.resubmits.append((order_id, self.monotonic()))
-        return self.operator.resubmit(order_id, reason, force, by)
+        return self.operator.resubmit(order_id, reason, force, by, generation)
 
     def monotonic(self) -> float:
         return (self.clock.now - T0).total_seconds()
@@ -128,11 +129,12 @@ def test_a_runner_that_dies_anywhere_leaves_nothing_done_twice_or_uncounted(
             if (dies_at, writes["n"]) in (("picked", 2), ("settled", 3)):
                 raise Crash(op)
 
-    def resubmit(order_id: str, reason: str, force: bool, by: str | None) -> object:
+    def resubmit(order_id: str, reason: str, force: bool, by: str | None,
+                 generation: int) -> object:
         done["n"] += 1
         if dies_at.startswith("resubmit") and done["n"] == int(dies_at.split()[1]) + 1:
             raise Crash("resubmit")
-        return w.operator.resubmit(order_id, reason, force, by)
+        return w.operator.resubmit(order_id, reason, force, by, generation)
 
     w.redrives.fault = fault
     dying = w.runner("dies")
@@ -155,10 +157,11 @@ def test_a_paused_redrive_stops_within_a_second_and_goes_on_once_resumed() -> No
     runner = w.runner()
     operator_acts_at = 2.5
 
-    def resubmit(order_id: str, reason: str, force: bool, by: str | None) -> object:
+    def resubmit(order_id: str, reason: str, force: bool, by: str | None,
+                 generation: int) -> object:
         if w.monotonic() >= operator_acts_at and w.control.get(rid).State == "running":
             w.control.pause(rid, "looking at the errors", "bo")
-        return w.resubmit(order_id, reason, force, by)
+        return w.resubmit(order_id, reason, force, by, generation)
 
     runner.resubmit = resubmit
     runner.run(8)
@@ -276,6 +279,33 @@ def test_an_order_resubmitted_by_hand_while_in_hand_is_not_counted_as_its_own() 
     view = w.control.get(rid)
     assert (view.Resubmitted, view.Refused) == (2, 1), view
     assert "resubmitted meanwhile, not by this re-drive" in view.Refusals[0].Why
+
+
+def test_an_order_resubmitted_and_failed_again_after_the_runners_look_is_not_resubmitted_again(
+) -> None:
+    """Between the runner's look at an order (still at the generation it picked) and its
+    resubmit, an operator resubmits it and it fails again: the re-drive's resubmit, tied to the
+    generation picked, is refused, and the order is resubmitted once, not twice."""
+    w = World(failed=1)
+    rid = w.start(rate=100)
+    runner = w.runner()
+
+    def meanwhile(order_id: str, reason: str, force: bool, by: str | None,
+                  generation: int) -> object:
+        w.operator.resubmit(order_id, "by hand", False, "bo")
+        s = w.store.get_state(order_id)
+        assert s is not None
+        s.process_state, s.compensation = ProcessState.ERROR, CompensationState.DONE
+        w.store.save(s)
+        return w.resubmit(order_id, reason, force, by, generation)
+
+    runner.resubmit = meanwhile
+    runner.run(9)
+    view = w.control.get(rid)
+    assert (view.Resubmitted, view.Refused) == (0, 1), view
+    assert "o-00000 was resubmitted meanwhile (it is at run 2, not 1)" in view.Refusals[0].Why
+    s = w.store.get_state("o-00000")
+    assert s is not None and s.generation == 1 and s.process_state is ProcessState.ERROR
 
 
 def test_an_order_still_being_undone_is_not_picked() -> None:
