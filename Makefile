@@ -62,23 +62,33 @@ $(CHECKOV_STAMP): requirements-checkov.txt | $(UV)
 	touch $(CHECKOV_STAMP)
 
 # Azurite and the AsyncAPI schemas, installed by npm ci once per lock into this user's cache (a
-# directory per package.json, package-lock.json and Node.js version, filled whole and then never
-# changed) and linked as node_modules: a second clone finds them at once, as uv's cache serves
-# the Python side (docs/local-development.md). NODE_CACHE= installs into node_modules instead.
+# directory per package.json, package-lock.json and Node.js version, filled whole, then put in
+# place by one rename) and linked as node_modules: a second clone finds them at once, as uv's
+# cache serves the Python side (docs/local-development.md). An entry found incomplete (an npm
+# ci run through the link empties it) is installed again and replaced. NODE_CACHE= installs
+# into node_modules instead.
 NODE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/order-pipeline/node
 NODE_KEY = $(PYTHON) -c 'import hashlib, sys; h = hashlib.sha256(sys.argv[1].encode()); \
 	[h.update(open(f, "rb").read()) for f in ("package.json", "package-lock.json")]; \
 	print(h.hexdigest()[:16])' "$$(node --version)"
+NODE_WHOLE = [ -f "$$dir/node_modules/.whole" ] && [ -x "$$dir/node_modules/.bin/azurite" ] \
+	&& [ -f "$$dir/node_modules/@asyncapi/specs/package.json" ]
+# The new entry in place of an incomplete one; beside another install that got there first, the
+# first one stays (the two are the same).
+NODE_PLACE = $(PYTHON) -c 'import os, sys; new, dir = sys.argv[1:]; \
+	os.path.lexists(dir) and os.rename(dir, f"{dir}.old.{os.getpid()}"); \
+	os.rename(new, dir)' "$$new" "$$dir" 2>/dev/null || true
 node_modules/.package-lock.json: package.json package-lock.json
 	$(NEED_NPM)
 	@set -e; rm -rf node_modules; \
 	if [ -z "$(NODE_CACHE)" ]; then npm ci --no-audit --no-fund; exit 0; fi; \
 	key=$$($(NODE_KEY)); dir="$(NODE_CACHE)/$$key"; \
-	if [ ! -f "$$dir/node_modules/.package-lock.json" ]; then \
+	if ! { $(NODE_WHOLE); }; then \
 	  mkdir -p "$(NODE_CACHE)"; new=$$(mktemp -d "$(NODE_CACHE)/.new.XXXXXX"); \
+	  trap 'rm -rf "$$new"' EXIT; trap 'exit 130' INT TERM; \
 	  cp package.json package-lock.json "$$new"; \
-	  (cd "$$new" && npm ci --no-audit --no-fund) || { rm -rf "$$new"; exit 1; }; \
-	  [ -e "$$dir" ] || mv "$$new" "$$dir"; rm -rf "$$new"; \
+	  (cd "$$new" && npm ci --no-audit --no-fund); touch "$$new/node_modules/.whole"; \
+	  $(NODE_PLACE); rm -rf "$$dir".old.*; \
 	fi; \
 	ln -s "$$dir/node_modules" node_modules; touch node_modules/.package-lock.json
 

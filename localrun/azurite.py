@@ -78,7 +78,8 @@ class Azurite:
               timeout: float = 30.0) -> Azurite:
         binary = ROOT / "node_modules" / ".bin" / "azurite"
         if not binary.exists():
-            raise AzuriteError(f"{binary} not found: run 'npm ci' first (make demo does)")
+            raise AzuriteError(f"{binary} not found: run 'make install' first (make demo "
+                               "installs it too)")
         owns = location is None
         loc = Path(tempfile.mkdtemp(prefix="azurite-")) if location is None else location
         loc.mkdir(parents=True, exist_ok=True)

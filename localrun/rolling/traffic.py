@@ -28,12 +28,13 @@ CANCEL_EVERY = 7
 # PAUSE_AT-th, through a host of this release: what the previous release does beside held work.
 PAUSED_SERVICE = middle_service()
 PAUSE_AT, PAUSE_ROUNDS = 4, 20
-# The rehearsal's operator starts one re-drive at its REDRIVE_AT-th round (between the two
-# rolls in a --quick run), through a host of this release (the previous release has none), and
-# leaves to it one compensated failed order in REDRIVE_EVERY (by its id's digest; those whose
-# compensation failed it resubmits with force itself): those that failed before it started are
-# the re-drive's to resubmit, on this release's instances only, beside the previous release's.
-REDRIVE_AT, REDRIVE_EVERY = 14, 2
+# The rehearsal's operator starts one re-drive through a host of this release (the previous
+# release has none) at its REDRIVE_AT-th round (between the two rolls in a --quick run), or
+# once no host runs the previous release, whichever comes first. Until then it leaves to the
+# re-drive one compensated failed order in REDRIVE_EVERY (by its id's digest; those whose
+# compensation failed it resubmits with force itself), for the re-drive to resubmit on this
+# release's instances only, beside the previous release's; from then on it resubmits any.
+REDRIVE_AT, REDRIVE_EVERY = 14, 3
 # The share of orders whose undo the services refuse: their compensation fails, an operator
 # resubmits them with force.
 REFUSE_UNDO_SHARE = 0.5
@@ -221,7 +222,8 @@ class Resubmitter(threading.Thread):
         if self._rounds >= PAUSE_AT + PAUSE_ROUNDS * (len(self.pauses) > 0) and len(
                 self.pauses) < 2:
             self._pause_or_resume(resume=bool(self.pauses))
-        if self._rounds >= REDRIVE_AT and self.redrive is None:
+        if self.redrive is None and (self._rounds >= REDRIVE_AT or all(
+                h.release.label == "current" for h in self._hosts())):
             self._start_redrive()
         for oid, s in self._store.states().items():
             if (s.get("ProcessState") in ("Pending", "Processing")
@@ -232,7 +234,8 @@ class Resubmitter(threading.Thread):
                     self.cancel(current[0], oid)
             if (s.get("ProcessState") != "Error" or not is_settled(s) or oid in self.done
                     or int(s.get("Resubmissions") or 0) > 0 or self.tries[oid] >= 3
-                    or (left_to_the_redrive(oid) and s.get("Compensation") == "Done")):
+                    or (self.redrive is None and left_to_the_redrive(oid)
+                        and s.get("Compensation") == "Done")):
                 continue
             up = [h for h in self._hosts() if h.up]
             if not up or self._halt.is_set():

@@ -13,6 +13,7 @@ as resubmitted and resubmits the others.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -39,7 +40,7 @@ from shared.domain.redrive import (
     RedriveState,
     Refusal,
 )
-from shared.domain.state import CompensationState, IllegalTransition, ProcessState
+from shared.domain.state import CompensationState, IllegalTransition, OrderState, ProcessState
 from shared.domain.workflow import Registry, UnknownWorkflow
 from shared.handlers.operator_requests import OrderNotFound, ResubmitRefused
 
@@ -198,22 +199,32 @@ class RedriveRunner:
             return f"order {pick.order_id} is gone"
         reason = f"re-drive {redrive.id}: {redrive.reason}"
         if state.generation != pick.generation:
-            # Resubmitted since it was picked: by this re-drive before its runner died (its
-            # history names it), or by someone else, which is not this re-drive's to count.
-            if any(str(h.get("reason", "")).startswith(f"re-drive {redrive.id}:")
-                   for h in state.history):
-                return None
-            return f"order {pick.order_id} was resubmitted meanwhile, not by this re-drive"
+            return self._moved_on(redrive, state)
         try:
             # At the generation picked, in the resubmit's own conditional write: one resubmitted
             # and failed again since this look is not resubmitted a second time.
             self.resubmit(pick.order_id, reason, redrive.selection.force, redrive.by,
                           pick.generation)
         except (ResubmitRefused, IllegalTransition, ValueError) as e:
+            # Refused as resubmitted since this look: by whom decides whose it is to count.
+            with contextlib.suppress(CorruptRecord):
+                now = self.orders.get_state(pick.order_id)
+                if now is not None and now.generation != pick.generation:
+                    return self._moved_on(redrive, now)
             return str(e)
         except OrderNotFound:
             return f"order {pick.order_id} is gone"
         return None
+
+    @staticmethod
+    def _moved_on(redrive: Redrive, state: OrderState) -> str | None:
+        """An order resubmitted since it was picked: by this re-drive (a runner of it that died,
+        or whose claim ran out; the order's history names it), counted as resubmitted; or by
+        someone else, which is not this re-drive's to count."""
+        if any(str(h.get("reason", "")).startswith(f"re-drive {redrive.id}:")
+               for h in state.history):
+            return None
+        return f"order {state.order_id} was resubmitted meanwhile, not by this re-drive"
 
     def _waiting_for(self, redrive: Redrive) -> str | None:
         """Why its orders would only wait now: a service they fail at, or their workflow, is

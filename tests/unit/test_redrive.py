@@ -303,9 +303,31 @@ def test_an_order_resubmitted_and_failed_again_after_the_runners_look_is_not_res
     runner.run(9)
     view = w.control.get(rid)
     assert (view.Resubmitted, view.Refused) == (0, 1), view
-    assert "o-00000 was resubmitted meanwhile (it is at run 2, not 1)" in view.Refusals[0].Why
+    assert "o-00000 was resubmitted meanwhile, not by this re-drive" in view.Refusals[0].Why
     s = w.store.get_state("o-00000")
     assert s is not None and s.generation == 1 and s.process_state is ProcessState.ERROR
+
+
+def test_an_order_this_redrive_resubmitted_from_another_runner_meanwhile_is_counted_as_its_own(
+) -> None:
+    """Between the look and the resubmit, another runner of the same re-drive (whose claim ran
+    out mid-resubmit) resubmits the order: refused here, it is counted resubmitted, as its
+    history says, not refused."""
+    w = World(failed=1)
+    rid = w.start(rate=100)
+    runner = w.runner()
+
+    def meanwhile(order_id: str, reason: str, force: bool, by: str | None,
+                  generation: int) -> object:
+        w.operator.resubmit(order_id, reason, force, by)  # the other runner's
+        return w.resubmit(order_id, reason, force, by, generation)
+
+    runner.resubmit = meanwhile
+    runner.run(9)
+    view = w.control.get(rid)
+    assert (view.Resubmitted, view.Refused) == (1, 0), view
+    s = w.store.get_state("o-00000")
+    assert s is not None and s.generation == 1
 
 
 def test_an_order_still_being_undone_is_not_picked() -> None:
