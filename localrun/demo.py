@@ -47,10 +47,12 @@ DEMO_SETTINGS = {
     "SimTransientErrorRate": "0.2",
     "SimPermanentErrorRate": "0.03",
     "SimHangRate": "0.02",
-    "SimHangSeconds": "12",
+    # A hang outlasts its step's budget (the step is in doubt, and asked again), briefly: the
+    # demo's last order settles within seconds of its hung call's timeout.
+    "SimHangSeconds": "6",
     "SimLatencyMs": "20",
     # Every registered step, whatever the workflows: short, so the demo's hangs time out soon.
-    "StepBudgetSeconds": ",".join(sorted({f"{s.name}=10" for w in REGISTRY.workflows
+    "StepBudgetSeconds": ",".join(sorted({f"{s.name}=5" for w in REGISTRY.workflows
                                           for s in w.steps})),
     # The operator routes take an identity; locally, the development principal's roles
     # (docs/security-operators.md).
