@@ -137,12 +137,15 @@ def test_make_installs_what_ships_from_the_lock_checking_hashes() -> None:
     from the lock before anything else."""
     make = (ROOT / "Makefile").read_text()
     assert re.search(r"LOCKED_INSTALL = --require-hashes \\\n\s+-r requirements.txt\n", make)
+    # From the cache alone, else from the index: the lock with its hashes both ways.
+    locked = re.search(r"(?m)^LOCKED = (.*\\\n)*.*\n", make)
+    assert locked and locked.group(0).count("$(LOCKED_INSTALL)") == 2, locked
     for stamp in ("$(LOCAL_STAMP)", "$(NEWEST_STAMP)"):
         recipe = make.split(f"\n{stamp}:", 1)[1].split("\n\n", 1)[0]
         assert "requirements.txt" in recipe.splitlines()[0] + recipe.splitlines()[1]
         installs = [line for line in recipe.splitlines() if "$(UV_INSTALL)" in line
-                    or "pip install" in line or "$(LOCKED_INSTALL)" in line]
-        assert "$(LOCKED_INSTALL)" in installs[0], stamp
+                    or "pip install" in line or "LOCKED" in line]
+        assert "$(call LOCKED," in installs[0], stamp
 
 
 def test_this_environment_runs_what_ships_at_the_versions_locked() -> None:
