@@ -94,7 +94,8 @@ def redrive_run(connection: str, orders: int, per_second: float,
             looks.append({"at_s": round(time.time() - started, 1), "state": view.State,
                           "resubmitted": view.Resubmitted, "refused": view.Refused,
                           "calls": len(seen.sent),
-                          "granted_most_begun_in_a_second": most_in_a_second(seen.granted)})
+                          "granted_most_begun_in_a_second": most_in_a_second(seen.granted),
+                          "sent_most_begun_in_a_second": most_in_a_second(seen.sent)})
             # Each look on stderr as it is taken: a run stopped before its end keeps its numbers.
             print(json.dumps(looks[-1]), file=sys.stderr, flush=True)
             if view.State != "done":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import threading
 import time
 import uuid
@@ -125,6 +126,8 @@ class ServiceLimiter:
         self._state: LimitState | None = None
         self._version: str | None = None
         self._read_at = 0.0
+        self._began = -math.inf  # when this instance's latest call was let begin
+        self._pace = threading.Lock()
 
     def _view(self, fresh: bool) -> LimitState:
         """The record as this instance last saw it, read again when ``fresh`` is asked for and
@@ -154,6 +157,7 @@ class ServiceLimiter:
                 if now - got.start <= HORIZON:
                     if got.start > now:
                         self._sleep(got.start - now)
+                    self._paced(stop)
                     return got
             except BaseException:
                 self.release(got)
@@ -164,6 +168,24 @@ class ServiceLimiter:
             late += 1
             if late >= WRITES:
                 raise NoSlot(f"the {self.service} limit's record answered too slowly")
+
+    def _paced(self, stop: Callable[[], None] | None) -> None:
+        """The call begins no sooner than the spacing after this instance's previous one did,
+        measured when each was let begin, not when it was granted: a grant taken late (a slow
+        write) or whose thread woke late does not begin next to the one after it. So the calls
+        one instance sends never exceed the rate in any second, whatever its threads' delays."""
+        if self.limit.per_second is None:
+            return
+        while True:
+            with self._pace:
+                now = self._now()
+                wait = self._began + self.limit.spacing - now
+                if wait <= 0:
+                    self._began = now
+                    return
+            if stop is not None:
+                stop()
+            self._sleep(wait)
 
     def _take(self, deadline: float, longest: float,
               stop: Callable[[], None] | None) -> Grant:

@@ -5,6 +5,7 @@ to the fake's behaviour in tests/integration/test_store_contract.py."""
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 from typing import Any
 
@@ -216,6 +217,28 @@ def test_a_grant_whose_write_came_back_late_is_given_back_and_asked_again() -> N
     got = limiter.acquire(asked + 30, 5)
     assert got.start >= asked + 3  # the late grant was not the one used
     assert [lease.id for lease in store.records["beta"][0].leases] == [got.lease]
+
+
+def test_a_call_let_begin_late_holds_the_next_one_back_by_the_spacing() -> None:
+    """A grant is a start time; a call begins when its thread gets to it. One that got there
+    late (a slow write, a thread woken late) would begin next to the one granted after it: the
+    instance lets each begin no sooner than the spacing after its previous one began."""
+    clock = FakeClock()
+    late = iter([0.04])
+
+    def fault(op: str) -> None:
+        if op == "limits.write":
+            clock.advance(seconds=next(late, 0.0))  # the first grant's write answered 40 ms on
+
+    limiter = limiter_on(clock, FakeLimits(fault=fault), Limit(per_second=20))
+    deadline = clock.now.timestamp() + 30
+    began = []
+    for _ in range(3):
+        got = limiter.acquire(deadline, 5)
+        began.append(clock.now.timestamp())
+        assert began[-1] >= got.start
+    # Granted 50 ms apart; the first began 40 ms after its grant, the second 50 ms after it.
+    assert [round(b - a, 3) for a, b in itertools.pairwise(began)] == [0.05, 0.05]
 
 
 def test_a_half_open_breaker_with_its_trial_running_costs_no_grant() -> None:
