@@ -46,7 +46,7 @@ def resume(what: Annotated[str | None, typer.Argument(
                help="The service's or workflow's name.", show_default=False)] = None,
            reason: Annotated[str, typer.Option(help="Why (kept in the audit log).")] = "",
            as_json: AsJson = False) -> None:
-    """Resume a paused service or workflow (`resume service payment`): its waiting steps are
+    """Resume a paused service or workflow (`resume service NAME`): its waiting steps are
     sent again (the same attempt and key) and its waiting orders start, the longest held
     first, from the first Supervisor tick once every instance knows (5 s). Or go on with a
     parked order (`resume ORDER_ID`), once the person it waited for has acted: from the step
