@@ -21,13 +21,12 @@ from azure.core.exceptions import (
 from azure.data.tables import TableClient, UpdateMode
 
 from shared.clock import Clock
-from shared.domain import senders
 from shared.handlers.simulated_service import (
     APPLIED,
-    HANG_PREFIX,
     UNDONE,
     Faults,
     Response,
+    named_to_hang,
     permanent_for,
 )
 
@@ -96,9 +95,8 @@ class SimulatedProvider:
             return Response(402, {"error": {"type": "card_error", "code": "card_declined",
                                             "message": "your card was declined"}})
         order = _order_of(body)
-        if self._rng.random() < self._faults.hang_rate or (
-                senders.own_id(order).startswith(f"{HANG_PREFIX}{service}-")
-                and not self._exists(service, key)):
+        named = named_to_hang(service, order)
+        if not named and self._rng.random() < self._faults.hang_rate:
             self._sleep(self._faults.hang_seconds)  # the caller gave up; the charge lands
         answer = {"id": charge_id(key), "object": "charge", "amount": str(body.get("amount")),
                   "currency": str(body.get("currency", "")), "status": "succeeded"}
@@ -107,18 +105,13 @@ class SimulatedProvider:
                 "PartitionKey": service, "RowKey": key, "Operation": "charge",
                 "OrderID": order, "Status": APPLIED,
                 "AppliedAt": self._clock(), "Answer": json.dumps(answer)})
+            if named:
+                self._sleep(self._faults.hang_seconds)  # the answer is lost; the caller gives up
             return Response(200, answer)
         except ResourceExistsError:
             row = self._table.get_entity(service, key)
         first = row.get("Answer")
         return Response(200, json.loads(first) if first else {**answer, "status": "succeeded"})
-
-    def _exists(self, service: str, key: str) -> bool:
-        try:
-            self._table.get_entity(service, key)
-            return True
-        except ResourceNotFoundError:
-            return False
 
     def _refund(self, service: str, key: str, body: dict[str, Any]) -> Response:
         """``POST /refunds`` (``Idempotency-Key``; body ``charge``: the charge's id): 200 with the

@@ -27,10 +27,18 @@ from shared.domain import senders
 # undone; or voided when the undo arrived before the work, so that late work is refused.
 APPLIED, UNDONE, VOIDED = "applied", "undone", "voided"
 # One fault an order can ask for, so that a test or a demo gets it for certain, as a card
-# processor's test cards do: every call to service <service> for an order whose id starts with
-# ``sim-hang-<service>-`` hangs for SimHangSeconds until that call's work has landed; a retry
-# after that succeeds. (SimHangRate draws at random, per call.)
+# processor's test cards do: a call to service <service> for an order whose id starts with
+# ``sim-hang-<service>-`` does its work at once and then hangs for SimHangSeconds, as if its
+# answer were lost on the way. Only the call that did the work hangs: any other call under the
+# same key finds it done and answers at once, however late the hung one began, so each such
+# step is in doubt exactly once. (SimHangRate draws at random, per call, and a hung call of
+# that kind does its work late.)
 HANG_PREFIX = "sim-hang-"
+
+
+def named_to_hang(service: str, order_id: str) -> bool:
+    return senders.own_id(order_id).startswith(f"{HANG_PREFIX}{service}-")
+
 
 @dataclass(frozen=True)
 class Faults:
@@ -84,23 +92,18 @@ class SimulatedService:
         if kind == "do":
             if permanent_for(key, f.permanent_rate):
                 return Response(422, {"error": f"simulated permanent fault: {operation} refused"})
-            if self._rng.random() < f.hang_rate or self._hangs_until_landed(service, key, body):
+            if named_to_hang(service, str(body.get("order_id", ""))):
+                done = self._do(service, operation, key, body)
+                if done.status == 200 and not done.body.get("duplicate"):
+                    self._sleep(f.hang_seconds)  # the answer is lost; the caller gives up
+                return done
+            if self._rng.random() < f.hang_rate:
                 self._sleep(f.hang_seconds)  # the caller has long given up; the work happens
             return self._do(service, operation, key, body)
         target = body.get("compensates")
         if not isinstance(target, str) or not target:
             return Response(400, {"error": "an undo needs 'compensates': the key of the work"})
         return self._undo(service, operation, target, body, key)
-
-    def _hangs_until_landed(self, service: str, key: str, body: dict[str, Any]) -> bool:
-        if not senders.own_id(str(body.get("order_id", ""))).startswith(
-                f"{HANG_PREFIX}{service}-"):
-            return False
-        try:
-            self._table.get_entity(service, key)
-            return False
-        except ResourceNotFoundError:
-            return True
 
     def _do(self, service: str, operation: str, key: str, body: dict[str, Any]) -> Response:
         try:

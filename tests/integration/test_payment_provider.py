@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import pytest
 
 from shared.domain.messages import Action
 from shared.domain.services import Call
@@ -17,10 +18,11 @@ from tests.integration.conftest import RunningHost
 
 
 def post(h: RunningHost, call: str, key: str, body: dict[str, Any],
-         bearer: str = "test-function-key", service: str = "payment") -> httpx.Response:
+         bearer: str = "test-function-key", service: str = "payment",
+         timeout: float = 10) -> httpx.Response:
     return httpx.post(f"http://127.0.0.1:{h.port}/api/sim/provider/{service}/{call}", json=body,
                       headers={"Idempotency-Key": key, "Authorization": f"Bearer {bearer}"},
-                      timeout=10)
+                      timeout=timeout)
 
 
 def test_charges_are_answered_by_key_and_refunded_by_id(run_host: Any) -> None:
@@ -47,6 +49,22 @@ def test_charges_are_answered_by_key_and_refunded_by_id(run_host: Any) -> None:
     # Each code service has its own provider; a name that is no code service has none.
     for service in ("inventory", "no-such", "payment%2Fx"):
         assert post(h, "charges", "k-3", {}, service=service).status_code == 404, service
+
+
+def test_a_charge_named_to_hang_lands_and_only_its_first_call_hangs(run_host: Any) -> None:
+    """The simulator's test card: the charge is made and its answer lost; asked again under its
+    key while that first call still hangs, the provider answers at once with the charge."""
+    h: RunningHost = run_host(only={"simulated_provider"}, SimHangSeconds="4")
+    body = {"amount": "5.00", "metadata": {"order_id": "sim-hang-payment-7"}}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"http://127.0.0.1:{h.port}/api/sim/provider/payment/charges", json=body,
+                   headers={"Idempotency-Key": "k-7", "Authorization": "Bearer test-function-key"},
+                   timeout=0.5)
+    again = post(h, "charges", "k-7", body, timeout=2)  # less than the hang
+    assert again.status_code == 200 and again.json()["id"].startswith("ch_")
+    other = post(h, "charges", "k-8", {"amount": "1.00", "metadata": {"order_id": "o-8"}},
+                 timeout=2)
+    assert other.status_code == 200  # the provider's other orders are answered at once
 
 
 def test_the_payment_code_refunds_by_the_charges_id_once(run_host: Any) -> None:
