@@ -46,7 +46,9 @@ DEMO_SETTINGS = {
     "SimulatorsEnabled": "true",
     "SimTransientErrorRate": "0.2",
     "SimPermanentErrorRate": "0.03",
-    "SimHangRate": "0.02",
+    # Hangs are not drawn at random: the demo names the orders that hang (hung_once), so that
+    # no order hangs in two steps and every run takes about as long.
+    "SimHangRate": "0",
     # A hang outlasts its step's budget (the step is in doubt, and asked again), briefly: the
     # demo's last order settles within seconds of its hung call's timeout.
     "SimHangSeconds": "6",
@@ -69,6 +71,9 @@ DEMO_SETTINGS = {
     "CircuitBreakerFailures": "8",
     "CircuitBreakerResetSeconds": "3",
 }
+# One order in twenty hangs once, in one of its steps, the services taking turns (about as
+# many hangs as 2% of calls drawn at random would give).
+HUNG_SHARE = 0.05
 # On Ctrl-C, how long the invocations under way may take to finish before they are abandoned:
 # with Azurite's stop, everything is down within 5 s.
 GRACE_SECONDS = 3.0
@@ -123,6 +128,30 @@ def _port_free(port: int) -> bool:
             return True
         except OSError:
             return False
+
+
+def hung_once(batch: Sequence[dict[str, Any]], share: float) -> list[dict[str, Any]]:
+    """The batch, with ``share`` of its orders (at least one when above 0) renamed
+    ``sim-hang-<service>-…``: each then hangs once in the step that calls that service, and the
+    step's retry finds its work done (simulated_service.HANG_PREFIX). The services of the
+    batch's workflows take turns; the orders so named are spread through the batch."""
+    from shared.handlers.simulated_service import HANG_PREFIX
+
+    orders = [dict(o) for o in batch]
+    wanted = min(len(orders), max(1, round(len(orders) * share))) if share > 0 else 0
+    services = list(dict.fromkeys(s.service for o in orders
+                                  for s in REGISTRY.get(o.get("workflow")).steps))
+    stride = len(orders) // wanted if wanted else 0
+    for n in range(wanted):
+        service = services[n % len(services)]
+        # The first order from its place on whose workflow calls the service.
+        at = next((i for i in [*range(n * stride, len(orders)), *range(n * stride)]
+                   if not orders[i]["order_id"].startswith(HANG_PREFIX) and service in
+                   {s.service for s in REGISTRY.get(orders[i].get("workflow")).steps}), None)
+        if at is None:
+            continue
+        orders[at]["order_id"] = f"{HANG_PREFIX}{service}-{orders[at]['order_id']}"
+    return orders
 
 
 def _progress_table(snap: Snapshot, elapsed: float) -> Table:
@@ -186,6 +215,7 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
         from orderctl.senders import LocalSender
         from shared import bootstrap
         from shared.adapters.rejections import REJECTED_PARTITION
+        from shared.handlers.simulated_service import HANG_PREFIX
         from shared.settings import load_settings
 
         env = local_app_settings(az.connection_string, port,
@@ -224,7 +254,9 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
         _wait_first_tick(inflight, settings.supervisor_schedule)
         sender = LocalSender(QueueServiceClient.from_connection_string(az.connection_string),
                              settings.orders_queue)
-        batch = list(sample_orders(orders, workflows=workflows))
+        batch = hung_once(list(sample_orders(orders, workflows=workflows)),
+                          HUNG_SHARE if faults else 0)
+        hung = sum(o["order_id"].startswith(HANG_PREFIX) for o in batch)
         # Count and time from the first order (the app starts on it at once), not from after
         # the last one was sent: the app's work, not the demo's set-up.
         meter.reset()
@@ -232,8 +264,8 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
         ids = sender.send((o["order_id"], json.dumps(o).encode()) for o in batch)
         console.print(f"sent {len(ids)} orders; the simulated services fault at random: "
                       f"{float(env['SimTransientErrorRate']):.0%} of calls fail transiently, "
-                      f"{float(env['SimPermanentErrorRate']):.0%} are refused, "
-                      f"{float(env['SimHangRate']):.0%} hang")
+                      f"{float(env['SimPermanentErrorRate']):.0%} are refused; {hung} orders "
+                      f"named {HANG_PREFIX}<service>-… hang once in that service's step")
 
         rejections = tables.get_table_client(settings.rejected_table)
         sent = set(ids)
