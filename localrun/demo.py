@@ -134,23 +134,23 @@ def hung_once(batch: Sequence[dict[str, Any]], share: float) -> list[dict[str, A
     """The batch, with ``share`` of its orders (at least one when above 0) renamed
     ``sim-hang-<service>-…``: each then hangs once in the step that calls that service, and the
     step's retry finds its work done (simulated_service.HANG_PREFIX). The services of the
-    batch's workflows take turns; the orders so named are spread through the batch."""
+    batch's workflows take turns. The orders so named are the first sent: their hung calls
+    time out while the rest of the batch is at work, rather than after a wait in a queue the
+    whole batch filled (which can cost the same order a timeout of its own), so that the last
+    order settles about as late in every run."""
     from shared.handlers.simulated_service import HANG_PREFIX
 
     orders = [dict(o) for o in batch]
     wanted = min(len(orders), max(1, round(len(orders) * share))) if share > 0 else 0
     services = list(dict.fromkeys(s.service for o in orders
                                   for s in REGISTRY.get(o.get("workflow")).steps))
-    stride = len(orders) // wanted if wanted else 0
     for n in range(wanted):
         service = services[n % len(services)]
-        # The first order from its place on whose workflow calls the service.
-        at = next((i for i in [*range(n * stride, len(orders)), *range(n * stride)]
-                   if not orders[i]["order_id"].startswith(HANG_PREFIX) and service in
-                   {s.service for s in REGISTRY.get(orders[i].get("workflow")).steps}), None)
-        if at is None:
-            continue
-        orders[at]["order_id"] = f"{HANG_PREFIX}{service}-{orders[at]['order_id']}"
+        at = next((i for i, o in enumerate(orders)
+                   if not o["order_id"].startswith(HANG_PREFIX) and service in
+                   {s.service for s in REGISTRY.get(o.get("workflow")).steps}), None)
+        if at is not None:
+            orders[at]["order_id"] = f"{HANG_PREFIX}{service}-{orders[at]['order_id']}"
     return orders
 
 

@@ -57,3 +57,8 @@ def test_no_faults_no_hangs_and_a_small_batch_still_shows_one() -> None:
     batch = list(sample_orders(5, seed=3))
     assert hung_once(batch, 0) == batch
     assert sum(o["order_id"].startswith(HANG_PREFIX) for o in hung_once(batch, 0.05)) == 1
+
+
+def test_the_orders_named_to_hang_are_the_first_sent() -> None:
+    named = hung_once(list(sample_orders(100, seed=4)), 0.05)
+    assert [o["order_id"].startswith(HANG_PREFIX) for o in named[:6]] == [True] * 5 + [False]
