@@ -207,8 +207,13 @@ class Resubmitter(threading.Thread):
         if len(self.pauses) % 2:  # still paused: resumed, so that what it holds settles
             self._pause_or_resume(resume=True)
 
+    def _current(self) -> list[HostProcess]:
+        """The hosts of this release that are up: the operator routes it has and the
+        previous release may not."""
+        return [h for h in self._hosts() if h.up and h.release.label == "current"]
+
     def _pause_or_resume(self, resume: bool) -> None:
-        current = [h for h in self._hosts() if h.up and h.release.label == "current"]
+        current = self._current()
         if not current:
             return  # asked again next round
         path = f"/api/pauses/service/{PAUSED_SERVICE}" + ("/resume" if resume else "")
@@ -228,7 +233,7 @@ class Resubmitter(threading.Thread):
         for oid, s in self._store.states().items():
             if (s.get("ProcessState") in ("Pending", "Processing")
                     and oid not in self._cancel_asked and _share(oid, CANCEL_EVERY) == 0):
-                current = [h for h in self._hosts() if h.up and h.release.label == "current"]
+                current = self._current()
                 if current and not self._halt.is_set():
                     self._cancel_asked.add(oid)
                     self.cancel(current[0], oid)
@@ -245,7 +250,7 @@ class Resubmitter(threading.Thread):
             self.resubmit(host, oid, forced=s.get("Compensation") == "Failed")
 
     def _start_redrive(self) -> None:
-        current = [h for h in self._hosts() if h.up and h.release.label == "current"]
+        current = self._current()
         if not current:
             return  # asked again next round
         status, text = self._post(current[0], "/api/redrives",
@@ -261,7 +266,7 @@ class Resubmitter(threading.Thread):
         rid = json.loads(self.redrive["answer"])["Id"]
         deadline, view = time.monotonic() + timeout, None
         while True:
-            current = [h for h in self._hosts() if h.up and h.release.label == "current"]
+            current = self._current()
             if current:
                 conn = http.client.HTTPConnection("127.0.0.1", current[0].port, timeout=30)
                 try:
