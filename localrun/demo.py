@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import shlex
 import shutil
@@ -134,14 +135,15 @@ def hung_once(batch: Sequence[dict[str, Any]], share: float) -> list[dict[str, A
     """The batch, with ``share`` of its orders (at least one when above 0) renamed
     ``sim-hang-<service>-…``: each then hangs once in the step that calls that service, and the
     step's retry finds its work done (simulated_service.HANG_PREFIX). The services of the
-    batch's workflows take turns. The orders so named are the first sent: their hung calls
+    batch's workflows take turns. The orders so named are the first sent whose workflow calls
+    the service: their hung calls
     time out while the rest of the batch is at work, rather than after a wait in a queue the
     whole batch filled (which can cost the same order a timeout of its own), so that the last
     order settles about as late in every run."""
     from shared.handlers.simulated_service import HANG_PREFIX
 
     orders = [dict(o) for o in batch]
-    wanted = min(len(orders), max(1, round(len(orders) * share))) if share > 0 else 0
+    wanted = min(len(orders), math.ceil(len(orders) * share)) if share > 0 else 0
     services = list(dict.fromkeys(s.service for o in orders
                                   for s in REGISTRY.get(o.get("workflow")).steps))
     for n in range(wanted):
@@ -265,7 +267,8 @@ def run_demo(orders: int, port: int, timeout: float, console: Console,
         console.print(f"sent {len(ids)} orders; the simulated services fault at random: "
                       f"{float(env['SimTransientErrorRate']):.0%} of calls fail transiently, "
                       f"{float(env['SimPermanentErrorRate']):.0%} are refused; {hung} orders "
-                      f"named {HANG_PREFIX}<service>-… hang once in that service's step")
+                      f"named {HANG_PREFIX}<service>-… hang once in that service's step, if "
+                      "they get that far")
 
         rejections = tables.get_table_client(settings.rejected_table)
         sent = set(ids)

@@ -5,7 +5,8 @@ tables and queues, for a while. This check does that under load on one Azurite:
 
 1. the previous release (a commit from the git history, checked out in a temporary worktree)
    runs in two local function hosts, each a process of its own (its own ports and
-   ``SchedulerInstanceId``), with the demo's faults in the simulated remote services;
+   ``SchedulerInstanceId``), with the demo's transient faults and refusals, and 2% of calls
+   hanging at random, in the simulated remote services;
 2. orders go in continuously through the local Service Bus stand-in; once every host runs this
    release, a share of them name the second workflow (digital-delivery), as the upgrade policy
    has it (docs/upgrades.md: an order naming a workflow the previous release lacks is sent only
@@ -82,6 +83,10 @@ QUICK = {
 }
 
 
+# Hangs drawn at random, 2% of calls, as the demo once drew them (it now names the orders that
+# hang): steps in doubt while two releases run side by side, on whichever orders they fall.
+RANDOM_HANGS = {"SimHangRate": "0.02"}
+
 # The default workflow's last step's service limited (its settings; the previous release
 # ignores them): this release's Agents take their grants while the previous release's call
 # beside them.
@@ -118,7 +123,7 @@ def run(previous: str, orders: int, phase_seconds: float, settle_timeout: float,
         say(f"previous release {label} checked out in {tree}; starting Azurite ...")
         az = Azurite.start(location=data / "azurite")
         try:
-            overrides = {**DEMO_SETTINGS, **(QUICK if quick else {}), **LIMIT}
+            overrides = {**DEMO_SETTINGS, **RANDOM_HANGS, **(QUICK if quick else {}), **LIMIT}
             env = local_app_settings(az.connection_string, 0, **overrides)
             env = {k: v for k, v in env.items()
                    if not k.endswith("ServiceUrl") and k != "SimulatorBaseUrl"}

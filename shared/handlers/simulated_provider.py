@@ -90,12 +90,13 @@ class SimulatedProvider:
         """``POST /charges`` (``Idempotency-Key`` header; body amount, currency, customer): 200
         with the charge (its ``id``). A repeated key is answered with its first answer, whatever
         the body; a declined card (402) is declined again."""
-        if permanent_for(key, self._faults.permanent_rate):
+        order = _order_of(body)
+        # A test card's fault, not a draw: never declined in its place.
+        named = named_to_hang(service, order)
+        if not named and permanent_for(key, self._faults.permanent_rate):
             # The same key is declined every time: its first answer.
             return Response(402, {"error": {"type": "card_error", "code": "card_declined",
                                             "message": "your card was declined"}})
-        order = _order_of(body)
-        named = named_to_hang(service, order)
         if not named and self._rng.random() < self._faults.hang_rate:
             self._sleep(self._faults.hang_seconds)  # the caller gave up; the charge lands
         answer = {"id": charge_id(key), "object": "charge", "amount": str(body.get("amount")),

@@ -63,8 +63,8 @@ def permanent_for(key: str, rate: float) -> bool:
 
 class SimulatedService:
     """De-duplicates by idempotency key, records every effect it makes (so tests can count
-    charges and refunds) and refuses work for a key already undone. A hang still does the work,
-    late, as a real service behind a slow network does."""
+    charges and refunds) and refuses work for a key already undone. A hang drawn at random
+    still does the work, late, as a real service behind a slow network does."""
 
     def __init__(self, table: TableClient, operations: dict[str, dict[str, str]],
                  faults: Faults, clock: Clock,
@@ -90,13 +90,14 @@ class SimulatedService:
         if self._rng.random() < f.transient_rate:
             return Response(503, {"error": "simulated transient fault"})
         if kind == "do":
-            if permanent_for(key, f.permanent_rate):
-                return Response(422, {"error": f"simulated permanent fault: {operation} refused"})
+            # A test card's fault, not a draw: never refused in its place.
             if named_to_hang(service, str(body.get("order_id", ""))):
                 done = self._do(service, operation, key, body)
                 if done.status == 200 and not done.body.get("duplicate"):
                     self._sleep(f.hang_seconds)  # the answer is lost; the caller gives up
                 return done
+            if permanent_for(key, f.permanent_rate):
+                return Response(422, {"error": f"simulated permanent fault: {operation} refused"})
             if self._rng.random() < f.hang_rate:
                 self._sleep(f.hang_seconds)  # the caller has long given up; the work happens
             return self._do(service, operation, key, body)

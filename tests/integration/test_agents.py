@@ -146,14 +146,16 @@ def test_an_order_named_to_hang_hangs_once_at_its_service_with_its_work_done(
     """The hung call does its work and its answer is lost: the retry, sent while that call
     still hangs (as a Supervisor's retry is when the service began the call late), finds the
     work done and answers at once. The step is in doubt once, not once per retry."""
-    h: RunningHost = run_host(workflows=TEST_FLOW, only=SIM_ONLY, SimHangSeconds="4")
+    h: RunningHost = run_host(workflows=TEST_FLOW, only=SIM_ONLY, SimHangSeconds="4",
+                              SimPermanentErrorRate="1")
     agent = h.container.agents["beta"]
-    # The service's other orders are answered at once.
-    fine = agent.handle(request(h, order_id="o-fine", seconds=0.5))
-    assert fine is not None and fine.outcome == "ok"
+    # The service's other orders are answered at once (refused: every one is, at this rate).
+    other = agent.handle(request(h, order_id="o-other", seconds=0.5))
+    assert other is not None and other.outcome == "permanent_error"
+    # The named order's fault is its own, not a draw: it hangs, and is never refused.
     assert agent.handle(request(h, order_id="sim-hang-beta-1", seconds=0.5)) is None
     # Done while the call still hangs (for 4 s).
-    wait_until(lambda: len(effects(h)) == 2, timeout=2, message="the hung call's work")
+    wait_until(lambda: len(effects(h)) == 1, timeout=2, message="the hung call's work")
     # Given less time than the first call hangs: a second hang would be no answer.
     again = agent.handle(request(h, order_id="sim-hang-beta-1", attempt=2, seconds=2))
     assert again is not None and again.outcome == "ok" and again.result["duplicate"] is True

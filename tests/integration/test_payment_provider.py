@@ -14,6 +14,7 @@ import pytest
 from shared.domain.messages import Action
 from shared.domain.services import Call
 from shared.workflows.orders.payment import PAYMENT
+from tests.conftest import wait_until
 from tests.integration.conftest import RunningHost
 
 
@@ -54,17 +55,24 @@ def test_charges_are_answered_by_key_and_refunded_by_id(run_host: Any) -> None:
 def test_a_charge_named_to_hang_lands_and_only_its_first_call_hangs(run_host: Any) -> None:
     """The simulator's test card: the charge is made and its answer lost; asked again under its
     key while that first call still hangs, the provider answers at once with the charge."""
-    h: RunningHost = run_host(only={"simulated_provider"}, SimHangSeconds="4")
+    h: RunningHost = run_host(only={"simulated_provider"}, SimHangSeconds="4",
+                              SimPermanentErrorRate="1")
     body = {"amount": "5.00", "metadata": {"order_id": "sim-hang-payment-7"}}
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"http://127.0.0.1:{h.port}/api/sim/provider/payment/charges", json=body,
                    headers={"Idempotency-Key": "k-7", "Authorization": "Bearer test-function-key"},
                    timeout=0.5)
+    charges = h.container.tables.get_table_client(h.env["SimulatorTableName"])
+    # Made while the first call still hangs (for 4 s), whenever the host began it.
+    wait_until(lambda: any(e["RowKey"] == "k-7" for e in charges.list_entities()), timeout=2,
+               message="the hung call's charge")
     again = post(h, "charges", "k-7", body, timeout=2)  # less than the hang
     assert again.status_code == 200 and again.json()["id"].startswith("ch_")
     other = post(h, "charges", "k-8", {"amount": "1.00", "metadata": {"order_id": "o-8"}},
                  timeout=2)
-    assert other.status_code == 200  # the provider's other orders are answered at once
+    # The provider's other orders are answered at once: declined, every card is at this rate;
+    # the named order's fault is its own, never a decline.
+    assert other.status_code == 402
 
 
 def test_the_payment_code_refunds_by_the_charges_id_once(run_host: Any) -> None:

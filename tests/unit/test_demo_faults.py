@@ -62,3 +62,9 @@ def test_no_faults_no_hangs_and_a_small_batch_still_shows_one() -> None:
 def test_the_orders_named_to_hang_are_the_first_sent() -> None:
     named = hung_once(list(sample_orders(100, seed=4)), 0.05)
     assert [o["order_id"].startswith(HANG_PREFIX) for o in named[:6]] == [True] * 5 + [False]
+
+
+def test_one_in_twenty_rounds_up() -> None:
+    for count, hung in ((50, 3), (90, 5), (19, 1), (21, 2)):
+        named = hung_once(list(sample_orders(count, seed=5)), 0.05)
+        assert sum(o["order_id"].startswith(HANG_PREFIX) for o in named) == hung, count
