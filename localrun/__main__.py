@@ -31,6 +31,17 @@ def _load_local_settings(path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, str(ROOT))
+    from shared.domain.declarations import DeclarationError
+
+    try:
+        return _run(argv)
+    except DeclarationError as e:  # found as the workflows are imported: said, no traceback
+        print(f"error: {e.for_a_person()}", file=sys.stderr)
+        return 2
+
+
+def _run(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["demo"]:
         from localrun.demo import main as demo

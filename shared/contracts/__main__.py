@@ -12,12 +12,17 @@ try:
     import yaml  # a development dependency: this script is not part of the running app
 except ModuleNotFoundError:  # `make demo` installs only what the demo runs
     sys.exit("python -m shared.contracts writes YAML with the development packages, which are "
-             "not installed: run `.venv/bin/pip install -r requirements-dev.txt` (or "
-             "`make install`) first")
+             "not installed: run `make unit` (it installs them, and runs the fast tests) first")
 
 from shared.contracts.messages import asyncapi_document, order_schema
 from shared.contracts.services import services_document
-from shared.workflows import REGISTRY
+from shared.domain.declarations import DeclarationError
+
+try:
+    from shared.workflows import REGISTRY
+except DeclarationError as e:  # the contracts follow the declarations: none to write yet
+    print(f"error: {e.for_a_person()}", file=sys.stderr)
+    sys.exit(2)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas"

@@ -26,6 +26,8 @@ import json
 import math
 from dataclasses import dataclass, replace
 
+from shared.domain.declarations import DeclarationError
+
 # Bounds on a declaration: the leases are kept on one record (each about 40 bytes of a
 # property that holds 32,768 characters), and a rate past this is no limit a provider sets.
 MAX_AT_ONCE = 500
@@ -51,19 +53,19 @@ class Limit:
 
     def __post_init__(self) -> None:
         if self.at_once is None and self.per_second is None:
-            raise ValueError("a limit needs at_once, per_second or both")
+            raise DeclarationError("a limit needs at_once, per_second or both")
         if self.at_once is not None and (
                 isinstance(self.at_once, bool) or not isinstance(self.at_once, int)
                 or not 1 <= self.at_once <= MAX_AT_ONCE):
-            raise ValueError(f"at_once is a whole number of calls from 1 to {MAX_AT_ONCE}: "
-                             f"{self.at_once!r}")
+            raise DeclarationError(f"at_once is a whole number of calls from 1 to {MAX_AT_ONCE}: "
+                                   f"{self.at_once!r}")
         if self.per_second is not None and (
                 isinstance(self.per_second, bool)
                 or not isinstance(self.per_second, int | float)
                 or not math.isfinite(self.per_second)
                 or not 0 < self.per_second <= MAX_PER_SECOND):
-            raise ValueError(f"per_second is a number of calls above 0, at most "
-                             f"{MAX_PER_SECOND:g}: {self.per_second!r}")
+            raise DeclarationError(f"per_second is a number of calls above 0, at most "
+                                   f"{MAX_PER_SECOND:g}: {self.per_second!r}")
 
     @property
     def spacing(self) -> float:

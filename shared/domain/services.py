@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shared.domain.declarations import DeclarationError
 from shared.domain.limits import Limit
 from shared.domain.messages import Action
 
@@ -113,19 +114,19 @@ class CodeService:
 
     def __post_init__(self) -> None:
         if not self.operations:
-            raise ValueError(f"code service {self.name!r} declares no operation")
+            raise DeclarationError(f"code service {self.name!r} declares no operation")
         bad = [s for s in self.settings if not SETTING_NAME.match(s)]
         if bad:
-            raise ValueError(f"code service {self.name!r}: setting names must match "
-                             f"{SETTING_NAME.pattern}: {bad}")
+            raise DeclarationError(f"code service {self.name!r}: setting names must match "
+                                   f"{SETTING_NAME.pattern}: {bad}")
         unknown = sorted(set(self.local) - set(self.settings))
         if unknown:
-            raise ValueError(f"code service {self.name!r}: local values for settings it does "
-                             f"not declare: {unknown}")
+            raise DeclarationError(f"code service {self.name!r}: local values for settings it does "
+                                   f"not declare: {unknown}")
         for op, fn in self.operations.items():
             if not callable(fn):
-                raise ValueError(f"code service {self.name!r}: operation {op!r} is not a "
-                                 "function")
+                raise DeclarationError(f"code service {self.name!r}: operation {op!r} is not a "
+                                       "function")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from datetime import timedelta
 from types import MappingProxyType
 
 from shared.domain import text
+from shared.domain.declarations import DeclarationError
 from shared.domain.state import doubled
 
 # Bounds a declaration is held to: more attempts than anyone means is a mistake, and a storage
@@ -44,24 +45,24 @@ class StepRetry:
     def __post_init__(self) -> None:
         if self.attempts is not None and (type(self.attempts) is not int
                                           or not 1 <= self.attempts <= MAX_ATTEMPTS):
-            raise ValueError(f"StepRetry(attempts=...) is a whole number from 1 to "
-                             f"{MAX_ATTEMPTS}")
+            raise DeclarationError(f"StepRetry(attempts=...) is a whole number from 1 to "
+                                   f"{MAX_ATTEMPTS}")
         if self.backoff is not None and not (
                 len(self.backoff) == 2
                 and timedelta(0) < self.backoff[0] <= self.backoff[1] <= MAX_BACKOFF):
-            raise ValueError("StepRetry(backoff=(first, longest)): 0 < first <= longest <= "
-                             f"{MAX_BACKOFF.days} days (a delayed message waits no longer)")
+            raise DeclarationError("StepRetry(backoff=(first, longest)): 0 < first <= longest <= "
+                                   f"{MAX_BACKOFF.days} days (a delayed message waits no longer)")
         for status in [*self.transient, *self.park]:
             if not 400 <= status <= 499 or status in (408, 425, 429):
-                raise ValueError(f"StepRetry: {status} is not a 4xx the contract refuses "
-                                 "(5xx, 408, 425 and 429 are asked again already)")
+                raise DeclarationError(f"StepRetry: {status} is not a 4xx the contract refuses "
+                                       "(5xx, 408, 425 and 429 are asked again already)")
         both = sorted(set(self.transient) & set(self.park))
         if both:
-            raise ValueError(f"StepRetry: {both} cannot be both transient and parked")
+            raise DeclarationError(f"StepRetry: {both} cannot be both transient and parked")
         for status, needs in self.park.items():
             if not needs.strip() or len(needs) > MAX_NEEDS or any(map(text.acts, needs)):
-                raise ValueError(f"StepRetry(park={{{status}: ...}}): say what a person must "
-                                 f"do, in 1 to {MAX_NEEDS} printable characters")
+                raise DeclarationError(f"StepRetry(park={{{status}: ...}}): say what a person must "
+                                       f"do, in 1 to {MAX_NEEDS} printable characters")
         # Held as declared: nothing may change it once it was found fit.
         object.__setattr__(self, "park", MappingProxyType(dict(self.park)))
 

@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Protocol
 
 from shared.domain import budget as budgets
+from shared.domain.declarations import DeclarationError
 from shared.domain.limits import Limit
 from shared.domain.services import CodeService, HttpService, Input
 from shared.domain.step_policy import StepRetry
@@ -94,41 +95,48 @@ class Workflow:
     services: tuple[CodeService | HttpService, ...] = field(default=(), kw_only=True)
 
     def __post_init__(self) -> None:
+        if (problem := self._problem()) is not None:
+            raise DeclarationError(f"workflow {self.name!r} v{self.version}: {problem}")
+
+    def _problem(self) -> str | None:
+        """What makes this declaration one the app cannot run, in the words of the docs."""
         names = [s.name for s in self.steps]
         if not names:
-            raise ValueError("a workflow needs at least one step")
+            return "a workflow needs at least one step"
         if len(set(names)) != len(names):
-            raise ValueError(f"step names must be unique: {names}")
+            return f"step names must be unique: {names}"
         bad = sorted({s.service for s in self.steps if not SERVICE_NAME.match(s.service)})
         if bad:
-            raise ValueError(f"service names must match {SERVICE_NAME.pattern}: {bad}")
+            return (f"a service's name is 2 to 31 lower-case letters and digits, beginning with "
+                    f"a letter (it names the service's settings and functions): {bad}")
         if not re.match(WORKFLOW_NAME_PATTERN, self.name):
-            raise ValueError(f"a workflow's name must match {WORKFLOW_NAME_PATTERN}: "
-                             f"{self.name!r}")
+            return ("a workflow's name is 1 to 63 lower-case letters, digits and hyphens, "
+                    "beginning with a letter")
         if self.version < 1:
-            raise ValueError("a workflow's version starts at 1")
+            return "a workflow's version starts at 1"
         for s in self.steps:
             if s.input is not None and not (callable(s.input) or (
                     isinstance(s.input, tuple) and all(isinstance(f, str) for f in s.input))):
-                raise ValueError(f"step {s.name!r}: input is a tuple of the order's field "
-                                 "names or a function of the order and the earlier results")
+                return (f"step {s.name!r}: input is a tuple of the order's field names or a "
+                        "function of the order and the earlier results")
         if sum(self.result_budget(s.name) for s in self.steps) > budgets.RESULTS:
-            raise ValueError(f"the steps' result budgets add up to more than a record keeps "
-                             f"({budgets.RESULTS:,} bytes)")
+            return (f"the steps' result budgets add up to more than a record keeps "
+                    f"({budgets.RESULTS:,} bytes)")
         declared = {c.name: c for c in self.services}
         if len(declared) != len(self.services):
-            raise ValueError("a service is declared twice")
+            return "a service is declared twice"
         unused = sorted(set(declared) - self.agents)
         if unused:
-            raise ValueError(f"services declared that no step calls: {unused}")
+            return f"services declared that no step calls: {unused}"
         code = {c.name: c for c in self.services if isinstance(c, CodeService)}
         for s in self.steps:
             service = code.get(s.service)
             missing = [op for op in (s.operation, s.compensation)
                        if service is not None and op is not None and op not in service.operations]
             if missing:
-                raise ValueError(f"step {s.name!r}: the {s.service} code service has no "
-                                 f"operation {missing[0]!r}")
+                return f"step {s.name!r}: the {s.service} code service has no operation " \
+                       f"{missing[0]!r}"
+        return None
 
     def step(self, name: str) -> Step:
         for s in self.steps:
@@ -178,16 +186,16 @@ class Registry:
     def __post_init__(self) -> None:
         keys = [(w.name, w.version) for w in self.workflows]
         if len(set(keys)) != len(keys):
-            raise ValueError(f"a workflow version is registered twice: {sorted(keys)}")
+            raise DeclarationError(f"a workflow version is registered twice: {sorted(keys)}")
         if self.default not in {w.name for w in self.workflows}:
-            raise ValueError(f"the default workflow {self.default!r} is not registered")
+            raise DeclarationError(f"the default workflow {self.default!r} is not registered")
         declared: dict[str, CodeService | HttpService] = {}
         for w in self.workflows:
             for c in w.services:
                 if declared.setdefault(c.name, c) is not c and declared[c.name] != c:
-                    raise ValueError(f"service {c.name!r} is declared twice, differently: "
-                                     "declare it once and name the one declaration in each "
-                                     "workflow")
+                    raise DeclarationError(f"service {c.name!r} is declared twice, differently: "
+                                           "declare it once and name the one declaration in each "
+                                           "workflow")
         code = {n: c for n, c in declared.items() if isinstance(c, CodeService)}
         # A service declared as code by one workflow is code for every workflow that calls it
         # (one Agent a service): each of their steps' operations must be among its own.
@@ -198,8 +206,8 @@ class Registry:
                            if service is not None and op is not None
                            and op not in service.operations]
                 if missing:
-                    raise ValueError(f"{w.label} step {st.name!r}: the {st.service} code service "
-                                     f"has no operation {missing[0]!r}")
+                    raise DeclarationError(f"{w.label} step {st.name!r}: the {st.service} code "
+                                           f"service has no operation {missing[0]!r}")
 
     @classmethod
     def of(cls, workflows: Iterable[Workflow], default: str | None = None) -> Registry:
