@@ -418,7 +418,7 @@ def _summary(console: Console, snap: Snapshot, elapsed: float, cost: dict[str, A
     failed = [s for s in states if s["ProcessState"] == "Error"]
     compensated = sum(s.get("Compensation") == "Done" for s in failed)
     retried = sum(int(s.get("FailureCount", 0)) > 0 for s in states)
-    t = Table(title="summary (read back from the store and the storage meter)")
+    t = Table(title="summary (read back from the store and the storage meter)", show_header=False)
     t.add_column("")
     t.add_column("", justify="right")
     for label, value in [

@@ -94,6 +94,11 @@ def call_api(method: str, path: str, body: Any = None,
         # on its way to http://localhost.
         r = httpx.request(method, opts.api.rstrip("/") + path, json=body, headers=headers,
                           timeout=30, follow_redirects=False, trust_env=False)
+    except httpx.ConnectError:  # refused, or no such host: an errno says nothing more
+        raise CliError(f"cannot reach the operator API at {opts.api}: nothing answers there "
+                       "(is the app running, and is this its address?)", 2) from None
+    except httpx.TimeoutException:
+        raise CliError(f"the operator API at {opts.api} did not answer within 30 s", 2) from None
     except httpx.HTTPError as e:
         raise CliError(f"cannot reach the operator API at {opts.api}: "
                        f"{without_python(first_line(e)) or 'no connection'}", 2) from None

@@ -21,13 +21,14 @@ from orderctl.identity import cli_operator
 from orderctl.output import (
     api_shape,
     err,
-    id_column,
     inert,
     out,
     print_bulk,
+    print_orders,
     step_table,
     timeline_of,
 )
+from shared.domain.state import ProcessState
 from shared.handlers.operator import Operator
 from shared.handlers.operator_requests import (
     MAX_BULK,
@@ -61,6 +62,10 @@ def status(order_id: str,
     for k in ("LockedBy", "CompleteBy", "FailureCount", "Resubmissions", "LastError",
               "CreatedAt", "UpdatedAt"):
         c.print(f"  {k}: {shown[k]}")
+    if shown.get("Held"):  # its step's complete-by is then the safety net's, an hour on
+        kind, _, name = str(shown["Held"]).partition(":")
+        c.print(f"  Held: {shown['Held']} (waiting for `orders resume {kind} {name}`: no "
+                "failure is counted while it waits)", soft_wrap=True)
     c.print(step_table(view))
     for h in shown["History"]:
         c.print(f"  earlier: {h['at']} resubmitted ({h.get('reason') or 'no reason'}); "
@@ -69,7 +74,7 @@ def status(order_id: str,
 
 def list_(
     state: Annotated[str | None, typer.Option(
-        help="Pending, Processing, Processed or Error.")] = None,
+        help=f"{', '.join(s.value for s in ProcessState)}.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="Orders per page.")] = 20,
     continuation: Annotated[str | None, typer.Option(help="Token from the previous page.")
                             ] = None,
@@ -85,20 +90,7 @@ def list_(
                          default=str))
         return
     # The workflow and its version: which orders a version still has (docs/adapting.md).
-    listed = inert(page["orders"])
-    # Nothing is cut at 80 columns ("Proces…"): the state's word whole, and what does not fit
-    # a column folds onto the next line.
-    t = Table(id_column("order", [o["OrderID"] for o in listed]),
-              Column("workflow", overflow="fold"),
-              Column("state", min_width=len("Processing"), overflow="fold"),
-              *(Column(c, overflow="fold") for c in ("failures", "current step", "last error",
-                                                      "updated")))
-    for o in listed:
-        t.add_row(o["OrderID"], f"{o['Workflow'] or 'default'} v{o['WorkflowVersion'] or 1}",
-                  o["ProcessState"] + (f"/{o['Compensation']}" if o["Compensation"] else ""),
-                  str(o["FailureCount"]), o["CurrentStep"] or "", o["LastError"] or "",
-                  o["UpdatedAt"])
-    out().print(t)
+    print_orders(inert(page["orders"]))
     if page["continuation"]:
         err().print(f"more: --continuation {page['continuation']}")
 

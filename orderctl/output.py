@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -146,7 +147,7 @@ def print_rows(rows: list[dict[str, Any]], columns: tuple[str, ...], as_json: bo
         return
     rows = inert(rows)
     t = Table(*(id_column(c, [str(r.get(c) or "") for r in rows])
-                if c in ("OrderID", "MessageId", "AlertId", "Kind") else c for c in columns))
+                if c in ("OrderID", "MessageId", "AlertId", "Kind", "Id") else c for c in columns))
     for r in rows:
         t.add_row(*(str(r.get(c) or "") for c in columns))
     out().print(t)
@@ -171,3 +172,38 @@ def print_bulk(result: dict[str, Any], columns: tuple[str, ...],
                    "again once these are done" if result["More"] else "")
                 + (" (dry run: nothing was changed)" if dry_run else ""))
     return done < len(items)
+
+
+def print_orders(listed: list[dict[str, Any]]) -> None:
+    """Orders of `orders list` (inert already): a table when its rows fit the terminal
+    unwrapped; else two lines an order, so that nothing is folded a few letters a line: the
+    id, state and time, then indented its workflow, step, failures and last error, wrapped as
+    prose."""
+    rows = [(o["OrderID"], o["ProcessState"] + (f"/{o['Compensation']}" if o["Compensation"]
+                                                else ""),
+             f"{o['Workflow'] or 'default'} v{o['WorkflowVersion'] or 1}",
+             str(o["FailureCount"]), o["CurrentStep"] or "", _when(o["UpdatedAt"]),
+             o["LastError"] or "") for o in listed]
+    headers = ("order", "state", "workflow", "failures", "current step", "updated (UTC)",
+               "last error")
+    c = out()
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    if sum(widths) + 2 * (len(widths) - 1) <= c.width:
+        t = Table(*(Column(h, no_wrap=True) for h in headers), box=None, pad_edge=False)
+        for r in rows:
+            t.add_row(*r)
+        c.print(t)
+        return
+    for order_id, state, workflow, failures, step, when, error in rows:
+        # The time as one word: a long id moves it to a line of its own, whole.
+        c.print(f"{order_id}  {state}  {when.replace(' ', 'T')}")
+        detail = workflow + (f" at {step}" if step else "") + (
+            f", {failures} failure{'' if failures == '1' else 's'}" if failures != "0" else "")
+        c.print(textwrap.fill(f"{detail}: {error}" if error else detail, width=c.width,
+                              initial_indent="  ", subsequent_indent="  ",
+                              break_long_words=False, break_on_hyphens=False), soft_wrap=True)
+
+
+def _when(at: str | None) -> str:
+    """An ISO 8601 time in UTC as a person reads it, to the second."""
+    return (at or "")[:19].replace("T", " ")

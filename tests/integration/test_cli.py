@@ -103,6 +103,28 @@ def test_status_of_an_order_and_of_an_unknown_one(env: dict[str, str],
     assert "Traceback" not in captured.err
 
 
+def test_status_says_an_order_is_held_by_a_pause_and_how_it_ends(
+        env: dict[str, str], capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its step shows "running" with a complete-by an hour on (the safety net's): the mark is
+    what says it waits, uncounted, for a resume."""
+    from shared import bootstrap
+
+    monkeypatch.setenv("COLUMNS", "200")
+    function("intake")(msg=sb_message(order("h-1"), message_id="h-1"))
+    store = bootstrap.container().store
+    state = store.get_state("h-1")
+    assert state is not None
+    state.held = "service:inventory"
+    store.save(state)
+    assert orders("status", "h-1") == 0
+    text = capsys.readouterr().out
+    assert "Held: service:inventory" in text and "orders resume service inventory" in text
+    function("intake")(msg=sb_message(order("h-2"), message_id="h-2"))
+    assert orders("status", "h-2") == 0
+    assert "Held" not in capsys.readouterr().out
+
+
 def test_list_by_state_with_pages(env: dict[str, str], capsys: pytest.CaptureFixture[str],
                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "200")  # a row on one line, to read it back
@@ -805,7 +827,9 @@ def test_the_token_goes_over_plain_http_only_to_this_machine(
         assert "give an https URL" in said and "t0ken" not in said, said
     # To this machine it goes (and says what it found there: nothing listening).
     assert orders("--api", "http://127.0.0.1:9/api", "--token", "t0ken", "health") == 2
-    assert "cannot reach the operator API" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "cannot reach the operator API" in said and "nothing answers there" in said, said
+    assert "Errno" not in said, said  # words, not the socket's number
 
 
 def test_list_fits_80_columns_without_cutting_a_state(
@@ -822,3 +846,16 @@ def test_list_fits_80_columns_without_cutting_a_state(
     assert all(len(line) <= 80 for line in lines)
     text = "\n".join(lines)
     assert "Processing" in text and "Error/" in text and "…" not in text, text
+    # Too wide for a table: each order's id, state and time on a line, whole, not folded a
+    # few letters a line; its workflow, step and last error indented below it.
+    head = next(line for line in lines if line.startswith("a-rather-long-order-id-0001 "))
+    assert re.fullmatch(r"a-rather-long-order-id-0001  Error/\w+  \d{4}-\d\d-\d\dT[\d:]{8}",
+                        head), head
+    below = lines[lines.index(head) + 1]
+    assert below.startswith("  order-fulfilment v1") and "card declined" in below, text
+    # Wide enough: one table, a row an order, under its headers.
+    monkeypatch.setenv("COLUMNS", "250")
+    assert orders("list") == 0
+    wide = capsys.readouterr().out.splitlines()
+    assert wide[0].split()[:3] == ["order", "state", "workflow"] and "last error" in wide[0]
+    assert len(wide) == 3 and any(line.startswith("a-rather-long-order-id-0002 ") for line in wide)

@@ -57,7 +57,7 @@ def test_a_redrive_over_http_resubmits_the_failed_orders_and_shows_its_progress(
 
 
 def test_the_cli_starts_watches_pauses_resumes_and_cancels_a_redrive(
-        app_env: Any, capsys: Any) -> None:
+        app_env: Any, capsys: Any, monkeypatch: Any) -> None:
     from orderctl.main import run
     from shared import bootstrap
 
@@ -76,6 +76,9 @@ def test_the_cli_starts_watches_pauses_resumes_and_cancels_a_redrive(
     assert run([*settings, "redrives", "--json"]) == 0
     (listed,) = json.loads(capsys.readouterr().out)
     assert (listed["Id"], listed["State"], listed["Rate"]) == (rid, "running", 20.0)
+    monkeypatch.setenv("COLUMNS", "80")  # the id whole, to copy into the commands below
+    assert run([*settings, "redrives"]) == 0
+    assert rid in capsys.readouterr().out
     assert run([*settings, "redrives", "pause", rid, "--reason", "looking"]) == 0
     assert f"re-drive {rid}: paused" in capsys.readouterr().err
     assert run([*settings, "redrives", "show", rid]) == 0
