@@ -146,13 +146,36 @@ def print_rows(rows: list[dict[str, Any]], columns: tuple[str, ...], as_json: bo
         print(json.dumps(rows, default=str))
         return
     rows = inert(rows)
-    t = Table(*(id_column(c, [str(r.get(c) or "") for r in rows])
-                if c in ("OrderID", "MessageId", "AlertId", "Kind", "Id") else c for c in columns))
-    for r in rows:
-        t.add_row(*(str(r.get(c) or "") for c in columns))
-    out().print(t)
+    cells = [[str(r.get(c) or "") for c in columns] for r in rows]
+    c = out()
+    widths = [max([len(h), *(len(x[i]) for x in cells)]) for i, h in enumerate(columns)]
+    # A table when every column but the widest fits unwrapped and that one keeps PROSE_WIDTH
+    # (a reason wraps as prose); else a block a row, its first column then each field's name
+    # and value, so that no column is folded a few letters a line.
+    if cells and sum(widths) - max(widths) + min(max(widths), PROSE_WIDTH) \
+            + 3 * len(columns) + 1 > c.width:
+        for x in cells:
+            c.print(x[0], soft_wrap=True)
+            for name, value in zip(columns[1:], x[1:], strict=True):
+                if value:
+                    c.print(textwrap.fill(f"{name}: {value}", width=c.width,
+                                          initial_indent="  ", subsequent_indent="    ",
+                                          break_long_words=False, break_on_hyphens=False),
+                            soft_wrap=True)
+        return
+    t = Table(*(id_column(h, [x[i] for x in cells]) if h in ID_COLUMNS else h
+                for i, h in enumerate(columns)))
+    for x in cells:
+        t.add_row(*x)
+    c.print(t)
     if not rows:
         err().print("none")
+
+
+# Columns whose values get copied into the next command: never wrapped.
+ID_COLUMNS = ("OrderID", "MessageId", "AlertId", "Kind", "Id")
+# The least a table's widest column (a reason, an error) is given before rows become blocks.
+PROSE_WIDTH = 30
 
 
 def print_bulk(result: dict[str, Any], columns: tuple[str, ...],

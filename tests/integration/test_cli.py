@@ -422,7 +422,8 @@ def test_health_through_the_api_and_straight_to_storage(
 
 
 def test_alerts_ack_straight_to_storage_and_through_the_api(
-        run_host: Any, capsys: pytest.CaptureFixture[str]) -> None:
+        run_host: Any, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     h: RunningHost = run_host(only={"ack_alert"},
                               OperatorDevelopmentRoles=f"{READ_ROLE},{RESUBMIT_ROLE}")
     failed_and_compensated(h, "f-1")
@@ -430,8 +431,19 @@ def test_alerts_ack_straight_to_storage_and_through_the_api(
     assert orders("alerts", "--open", "--json") == 0
     first, second, third = json.loads(capsys.readouterr().out)
     assert orders("alerts", "ack", third["AlertId"]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("COLUMNS", "120")
     assert orders("alerts", "--wide") == 0
-    assert first["AlertId"] in capsys.readouterr().out  # whole, however narrow the terminal
+    shown = capsys.readouterr().out
+    assert first["AlertId"] in shown  # whole, however narrow the terminal
+    # Too many columns for 120: a block an alert, each field named and whole on its line.
+    block = shown.splitlines()
+    assert f"  OrderID: {first['OrderID']}" in block and f"  Kind: {first['Kind']}" in block
+    assert all(len(line) <= 120 for line in block), [x for x in block if len(x) > 120]
+    monkeypatch.setenv("COLUMNS", "400")
+    assert orders("alerts", "--wide") == 0
+    table = capsys.readouterr().out.splitlines()  # wide enough: one table, under its headers
+    assert table[0].startswith("┏") and table[1].split("┃")[1].strip() == "AlertId", table
     assert orders("alerts", "ack", first["AlertId"], "--note", "looked at it") == 0
     assert "acknowledged by" in capsys.readouterr().out
     api = f"http://127.0.0.1:{h.port}/api"
