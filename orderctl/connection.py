@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -94,11 +95,17 @@ def call_api(method: str, path: str, body: Any = None,
         # on its way to http://localhost.
         r = httpx.request(method, opts.api.rstrip("/") + path, json=body, headers=headers,
                           timeout=30, follow_redirects=False, trust_env=False)
-    except httpx.ConnectError:  # refused, or no such host: an errno says nothing more
+    except httpx.ConnectError as e:
+        if _tls_failed(e):  # an answer, but not one to trust: say why (a certificate, say)
+            raise CliError(f"cannot reach the operator API at {opts.api}: its TLS handshake "
+                           f"failed: {without_python(first_line(e))}", 2) from None
+        # Refused, or no such host: an errno says nothing more.
         raise CliError(f"cannot reach the operator API at {opts.api}: nothing answers there "
                        "(is the app running, and is this its address?)", 2) from None
     except httpx.TimeoutException:
-        raise CliError(f"the operator API at {opts.api} did not answer within 30 s", 2) from None
+        raise CliError(f"the operator API at {opts.api} did not answer within 30 s"
+                       + ("" if method == "GET" else ": what you asked may have been done; "
+                          "look before asking again"), 2) from None
     except httpx.HTTPError as e:
         raise CliError(f"cannot reach the operator API at {opts.api}: "
                        f"{without_python(first_line(e)) or 'no connection'}", 2) from None
@@ -118,3 +125,13 @@ def call_api(method: str, path: str, body: Any = None,
     if r.status_code in (400, 403):
         raise CliError(message or f"the operator API answered HTTP {r.status_code}", 2)
     raise CliError(message or f"the operator API answered HTTP {r.status_code}")
+
+
+def _tls_failed(e: BaseException) -> bool:
+    """Whether ``e`` or what caused it is a TLS failure (httpx reports one as a ConnectError)."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

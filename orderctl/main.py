@@ -142,6 +142,12 @@ def run(argv: list[str] | None = None) -> int:
         opts.close()
 
 
+def cli() -> None:
+    """The console script of an environment installed when `orders` ran this (until `make`
+    installs it again): the CLI, its declarations having imported."""
+    raise SystemExit(run())
+
+
 def _prose(text: str | None) -> str | None:
     """Help text as paragraphs: the docstring's line breaks inside a paragraph taken out.
     Rich keeps a hard newline where the source wrapped at 100 columns, which at 80 reads as a

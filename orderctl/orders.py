@@ -64,8 +64,8 @@ def status(order_id: str,
         c.print(f"  {k}: {shown[k]}")
     if shown.get("Held"):  # its step's complete-by is then the safety net's, an hour on
         kind, _, name = str(shown["Held"]).partition(":")
-        c.print(f"  Held: {shown['Held']} (waiting for `orders resume {kind} {name}`: no "
-                "failure is counted while it waits)", soft_wrap=True)
+        c.print(f"  Held: {shown['Held']} (a pause holds it, no failure counted; it goes on "
+                f"within seconds of `orders resume {kind} {name}`)", soft_wrap=True)
     c.print(step_table(view))
     for h in shown["History"]:
         c.print(f"  earlier: {h['at']} resubmitted ({h.get('reason') or 'no reason'}); "

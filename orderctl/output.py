@@ -149,11 +149,13 @@ def print_rows(rows: list[dict[str, Any]], columns: tuple[str, ...], as_json: bo
     cells = [[str(r.get(c) or "") for c in columns] for r in rows]
     c = out()
     widths = [max([len(h), *(len(x[i]) for x in cells)]) for i, h in enumerate(columns)]
-    # A table when every column but the widest fits unwrapped and that one keeps PROSE_WIDTH
-    # (a reason wraps as prose); else a block a row, its first column then each field's name
-    # and value, so that no column is folded a few letters a line.
-    if cells and sum(widths) - max(widths) + min(max(widths), PROSE_WIDTH) \
-            + 3 * len(columns) + 1 > c.width:
+    # A table when every column but the widest of the others than ids fits unwrapped and that
+    # one keeps PROSE_WIDTH (a reason wraps as prose; an id never does); else a block a row,
+    # its first column then each field's name and value, so that no column is folded a few
+    # letters a line.
+    prose = max((w for w, h in zip(widths, columns, strict=True) if h not in ID_COLUMNS),
+                default=0)
+    if cells and sum(widths) - prose + min(prose, PROSE_WIDTH) + 3 * len(columns) + 1 > c.width:
         for x in cells:
             c.print(x[0], soft_wrap=True)
             for name, value in zip(columns[1:], x[1:], strict=True):
@@ -210,7 +212,10 @@ def print_orders(listed: list[dict[str, Any]]) -> None:
     headers = ("order", "state", "workflow", "failures", "current step", "updated (UTC)",
                "last error")
     c = out()
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    if not rows:
+        err().print("none")
+        return
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
     if sum(widths) + 2 * (len(widths) - 1) <= c.width:
         t = Table(*(Column(h, no_wrap=True) for h in headers), box=None, pad_edge=False)
         for r in rows:
@@ -219,7 +224,7 @@ def print_orders(listed: list[dict[str, Any]]) -> None:
         return
     for order_id, state, workflow, failures, step, when, error in rows:
         # The time as one word: a long id moves it to a line of its own, whole.
-        c.print(f"{order_id}  {state}  {when.replace(' ', 'T')}")
+        c.print(f"{order_id}  {state}  {when.replace(' ', 'T')}", soft_wrap=True)
         detail = workflow + (f" at {step}" if step else "") + (
             f", {failures} failure{'' if failures == '1' else 's'}" if failures != "0" else "")
         c.print(textwrap.fill(f"{detail}: {error}" if error else detail, width=c.width,

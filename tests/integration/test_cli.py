@@ -143,6 +143,9 @@ def test_list_by_state_with_pages(env: dict[str, str], capsys: pytest.CaptureFix
     assert "order-fulfilment v1" in shown.out  # each order's workflow and version
     assert orders("list", "--state", "Lost") == 2
     assert "Lost" in capsys.readouterr().err
+    assert orders("list", "--state", "Error") == 0  # none of that state: said, not an error
+    nothing = capsys.readouterr()
+    assert (nothing.out, nothing.err.strip()) == ("", "none")
 
 
 def test_watch_follows_orders_until_settled(run_host: Any,
