@@ -136,21 +136,19 @@ def hung_once(batch: Sequence[dict[str, Any]], share: float) -> list[dict[str, A
     ``sim-hang-<service>-…``: each then hangs once in the step that calls that service, and the
     step's retry finds its work done (simulated_service.HANG_PREFIX). The services of the
     batch's workflows take turns. The orders so named are the first sent whose workflow calls
-    the service: their hung calls
-    time out while the rest of the batch is at work, rather than after a wait in a queue the
-    whole batch filled (which can cost the same order a timeout of its own), so that the last
-    order settles about as late in every run."""
+    the service: their hung calls time out while the rest of the batch is at work, rather than
+    after a wait in a queue the whole batch filled (which can cost the same order a timeout of
+    its own), so that the last order settles about as late in every run."""
     from shared.handlers.simulated_service import HANG_PREFIX
 
     orders = [dict(o) for o in batch]
+    calls = [[s.service for s in REGISTRY.get(o.get("workflow")).steps] for o in orders]
+    services = list(dict.fromkeys(s for called in calls for s in called))
     wanted = min(len(orders), math.ceil(len(orders) * share)) if share > 0 else 0
-    services = list(dict.fromkeys(s.service for o in orders
-                                  for s in REGISTRY.get(o.get("workflow")).steps))
     for n in range(wanted):
         service = services[n % len(services)]
-        at = next((i for i, o in enumerate(orders)
-                   if not o["order_id"].startswith(HANG_PREFIX) and service in
-                   {s.service for s in REGISTRY.get(o.get("workflow")).steps}), None)
+        at = next((i for i, o in enumerate(orders) if service in calls[i]
+                   and not o["order_id"].startswith(HANG_PREFIX)), None)
         if at is not None:
             orders[at]["order_id"] = f"{HANG_PREFIX}{service}-{orders[at]['order_id']}"
     return orders

@@ -160,10 +160,7 @@ def print_rows(rows: list[dict[str, Any]], columns: tuple[str, ...], as_json: bo
             c.print(x[0], soft_wrap=True)
             for name, value in zip(columns[1:], x[1:], strict=True):
                 if value:
-                    c.print(textwrap.fill(f"{name}: {value}", width=c.width,
-                                          initial_indent="  ", subsequent_indent="    ",
-                                          break_long_words=False, break_on_hyphens=False),
-                            soft_wrap=True)
+                    c.print(_indented(f"{name}: {value}", c.width, then="    "), soft_wrap=True)
         return
     t = Table(*(id_column(h, [x[i] for x in cells]) if h in ID_COLUMNS else h
                 for i, h in enumerate(columns)))
@@ -227,11 +224,17 @@ def print_orders(listed: list[dict[str, Any]]) -> None:
         c.print(f"{order_id}  {state}  {when.replace(' ', 'T')}", soft_wrap=True)
         detail = workflow + (f" at {step}" if step else "") + (
             f", {failures} failure{'' if failures == '1' else 's'}" if failures != "0" else "")
-        c.print(textwrap.fill(f"{detail}: {error}" if error else detail, width=c.width,
-                              initial_indent="  ", subsequent_indent="  ",
-                              break_long_words=False, break_on_hyphens=False), soft_wrap=True)
+        c.print(_indented(f"{detail}: {error}" if error else detail, c.width, then="  "),
+                soft_wrap=True)
 
 
 def _when(at: str | None) -> str:
     """An ISO 8601 time in UTC as a person reads it, to the second."""
     return (at or "")[:19].replace("T", " ")
+
+
+def _indented(prose: str, width: int, then: str) -> str:
+    """``prose`` wrapped to ``width`` under a row's first line, two spaces in, its further
+    lines ``then`` in; words (an id, a URL) never broken."""
+    return textwrap.fill(prose, width=width, initial_indent="  ", subsequent_indent=then,
+                         break_long_words=False, break_on_hyphens=False)

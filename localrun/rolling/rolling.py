@@ -83,7 +83,7 @@ QUICK = {
 }
 
 
-# Hangs drawn at random, 2% of calls, as the demo once drew them (it now names the orders that
+# Hangs drawn at random, 2% of calls (the demo's settings draw none: it names the orders that
 # hang): steps in doubt while two releases run side by side, on whichever orders they fall.
 RANDOM_HANGS = {"SimHangRate": "0.02"}
 

@@ -117,8 +117,9 @@ class CodeService:
             raise DeclarationError(f"code service {self.name!r} declares no operation")
         bad = [s for s in self.settings if not SETTING_NAME.match(s)]
         if bad:
-            raise DeclarationError(f"code service {self.name!r}: setting names must match "
-                                   f"{SETTING_NAME.pattern}: {bad}")
+            raise DeclarationError(f"code service {self.name!r}: a setting's name is 2 to 80 "
+                                   "letters, digits and underscores, beginning with a letter: "
+                                   f"{bad}")
         unknown = sorted(set(self.local) - set(self.settings))
         if unknown:
             raise DeclarationError(f"code service {self.name!r}: local values for settings it does "
