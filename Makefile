@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 CHECKOV_VENV := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
-.PHONY: test test-newest lint unit install clean demo bench price soak
+.PHONY: test test-newest lint unit dev install clean demo bench price soak
 
 ORDERS ?= 100
 PORT ?= 7071
@@ -120,6 +120,10 @@ $(CHROMIUM):
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 
 install: $(STAMP) $(CHECKOV_STAMP) $(ARMSCHEMAS_STAMP) node_modules/.package-lock.json $(CHROMIUM)
+
+# The development packages alone (what lint, the tests and `python -m shared.contracts` use),
+# into the demo's .venv: no browser, no Checkov, nothing run.
+dev: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -393,8 +393,10 @@ def cli_commands(env: Mapping[str, str], user_env: Mapping[str, str]) -> list[st
         lines.append("unset AzureWebJobsStorage__accountName")
     lines += [f"export {k}={shlex.quote(env[k])}" for k in sorted(names)]
     orders = _orders_command()
-    lines += [f"{orders} list", f"{orders} send --local --count 5",
-              f"{orders} watch ORDER_ID"]
+    # Watched as they are sent: an order settled before its watch began is watched a few
+    # seconds more, in case it was sent again (orders watch --resend-wait).
+    lines += [f"{orders} list", f"{orders} send --local --count 5 | {orders} watch -",
+              f"{orders} status ORDER_ID"]
     return lines
 
 

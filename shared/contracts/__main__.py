@@ -12,7 +12,7 @@ try:
     import yaml  # a development dependency: this script is not part of the running app
 except ModuleNotFoundError:  # `make demo` installs only what the demo runs
     sys.exit("python -m shared.contracts writes YAML with the development packages, which are "
-             "not installed: run `make unit` (it installs them, and runs the fast tests) first")
+             "not installed: run `make dev` first")
 
 from shared.contracts.messages import asyncapi_document, order_schema
 from shared.contracts.services import services_document

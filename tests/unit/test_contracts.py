@@ -234,7 +234,7 @@ def test_without_the_development_packages_the_generator_says_what_to_install() -
         cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert run.returncode == 1
     assert run.stderr.strip().splitlines() == [run.stderr.strip()]  # one line, no traceback
-    assert "make unit" in run.stderr and "Traceback" not in run.stderr
+    assert "make dev" in run.stderr and "Traceback" not in run.stderr
 
 
 def test_the_schema_ties_each_workflow_to_its_message_model() -> None:
