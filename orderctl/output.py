@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -148,7 +148,7 @@ def print_rows(rows: list[dict[str, Any]], columns: tuple[str, ...], as_json: bo
     rows = inert(rows)
     cells = [[str(r.get(c) or "") for c in columns] for r in rows]
     c = out()
-    widths = [max([len(h), *(len(x[i]) for x in cells)]) for i, h in enumerate(columns)]
+    widths = _widths(columns, cells)
     # A table when every column but the widest of the others than ids fits unwrapped and that
     # one keeps PROSE_WIDTH (a reason wraps as prose; an id never does); else a block a row,
     # its first column then each field's name and value, so that no column is folded a few
@@ -212,7 +212,7 @@ def print_orders(listed: list[dict[str, Any]]) -> None:
     if not rows:
         err().print("none")
         return
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+    widths = _widths(headers, rows)
     if sum(widths) + 2 * (len(widths) - 1) <= c.width:
         t = Table(*(Column(h, no_wrap=True) for h in headers), box=None, pad_edge=False)
         for r in rows:
@@ -226,6 +226,11 @@ def print_orders(listed: list[dict[str, Any]]) -> None:
             f", {failures} failure{'' if failures == '1' else 's'}" if failures != "0" else "")
         c.print(_indented(f"{detail}: {error}" if error else detail, c.width, then="  "),
                 soft_wrap=True)
+
+
+def _widths(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[int]:
+    """Each column's width unwrapped: its header's or its longest cell's."""
+    return [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
 
 
 def _when(at: str | None) -> str:
